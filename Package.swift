@@ -1,0 +1,50 @@
+// swift-tools-version:6.0
+// Shoal: a peer-to-peer data runtime for Linux IoT gateways. See README.md and the layers in
+// ARCHITECTURE.md: imports only go down, each C library has exactly one Swift importer, and the
+// pure modules (ShoalCore, ShoalWire, ShoalSupervision, ShoalConfig, ShoalStatus) import no C module.
+import PackageDescription
+
+let package = Package(
+    name: "Shoal",
+    products: [
+        .executable(name: "shoal", targets: ["shoal"]),
+    ],
+    targets: [
+        // C libraries from Debian's -dev packages, one modulemap each.
+        .systemLibrary(name: "CSQLite", path: "Sources/CSQLite"),
+        .systemLibrary(name: "CMbedTLS", path: "Sources/CMbedTLS"),
+        .systemLibrary(name: "CAvahi", path: "Sources/CAvahi"),
+        .systemLibrary(name: "CBlueZ", path: "Sources/CBlueZ"),
+        .systemLibrary(name: "CGPIOD", path: "Sources/CGPIOD"),
+        .systemLibrary(name: "CYAML", path: "Sources/CYAML"),
+
+        // Pure modules: no C module, fast to test, reused by the simulator.
+        .target(name: "ShoalCore"),
+        .target(name: "ShoalWire", dependencies: ["ShoalCore"]),
+        .target(name: "ShoalSupervision", dependencies: ["ShoalCore"]),
+        .target(name: "ShoalConfig", dependencies: ["ShoalCore"]),
+        .target(name: "ShoalStatus", dependencies: ["ShoalCore"]),
+
+        // The one importer of each C library.
+        .target(name: "ShoalYAML", dependencies: ["ShoalConfig", "CYAML"]),
+        .target(name: "ShoalStore", dependencies: ["ShoalCore", "CSQLite"]),
+        .target(name: "ShoalTLS", dependencies: ["ShoalCore", "CMbedTLS"]),
+        .target(name: "ShoalLinux", dependencies: ["ShoalCore", "CAvahi", "CBlueZ", "CGPIOD"]),
+
+        // Composition root.
+        .target(name: "ShoalRuntime", dependencies: [
+            "ShoalCore", "ShoalWire", "ShoalSupervision", "ShoalConfig", "ShoalYAML", "ShoalStatus",
+            "ShoalStore", "ShoalTLS", "ShoalLinux",
+        ]),
+        .target(name: "ShoalTesting", dependencies: ["ShoalCore", "ShoalSupervision"]),
+
+        .executableTarget(name: "shoal", dependencies: ["ShoalRuntime", "ShoalStatus", "ShoalStore", "ShoalConfig", "ShoalYAML", "ShoalTLS", "ShoalLinux", "ShoalWire", "ShoalCore"]),
+
+        .testTarget(name: "ShoalCoreTests", dependencies: ["ShoalCore", "ShoalWire"]),
+        .testTarget(name: "ShoalSupervisionTests", dependencies: ["ShoalSupervision", "ShoalTesting"]),
+        .testTarget(name: "ShoalStoreTests", dependencies: ["ShoalStore", "ShoalTesting"]),
+        .testTarget(name: "ShoalConfigTests", dependencies: ["ShoalConfig", "ShoalYAML", "ShoalRuntime", "ShoalTLS"]),
+        .testTarget(name: "ShoalCLITests", dependencies: ["shoal", "ShoalStore", "ShoalTesting"]),
+    ],
+    swiftLanguageModes: [.v6]
+)

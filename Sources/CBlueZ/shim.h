@@ -1,0 +1,6 @@
+// CBlueZ: libbluetooth from libbluetooth-dev. Imported only by ShoalLinux.
+#include <sys/socket.h>
+#include <bluetooth/bluetooth.h>
+#include <bluetooth/hci.h>
+#include <bluetooth/hci_lib.h>
+#include <bluetooth/l2cap.h>

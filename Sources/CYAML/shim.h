@@ -1,0 +1,2 @@
+// CYAML: libyaml from libyaml-dev. Imported only by ShoalYAML.
+#include <yaml.h>

@@ -1,0 +1,93 @@
+/// ShoalConfig: board files and the site file — their model, `extends:` merging, validation and
+/// errors that name file, line and key. Pure: YAML text is turned into `ConfigNode`s by ShoalYAML
+/// (the one importer of libyaml) and handed in, so this module links no C library.
+
+/// Where a node came from: file, 1-based line and column.
+public struct SourceMark: Sendable, Equatable, CustomStringConvertible {
+    public var file: String
+    public var line: Int
+    public var column: Int
+    public init(file: String, line: Int, column: Int) {
+        self.file = file
+        self.line = line
+        self.column = column
+    }
+    public var description: String { "\(file):\(line)" }
+}
+
+/// A YAML document as a tree, every node marked with its source. Mappings keep key order.
+public struct ConfigNode: Sendable, Equatable {
+    public enum Value: Sendable, Equatable {
+        /// A scalar's text; `quoted` is true for '…' and "…" scalars, which are always strings.
+        case scalar(String, quoted: Bool)
+        case sequence([ConfigNode])
+        case mapping([Entry])
+        case null
+    }
+
+    public struct Entry: Sendable, Equatable {
+        public var key: String
+        public var keyMark: SourceMark
+        public var value: ConfigNode
+        public init(key: String, keyMark: SourceMark, value: ConfigNode) {
+            self.key = key
+            self.keyMark = keyMark
+            self.value = value
+        }
+    }
+
+    public var value: Value
+    public var mark: SourceMark
+
+    public init(_ value: Value, mark: SourceMark) {
+        self.value = value
+        self.mark = mark
+    }
+
+    public var entries: [Entry]? { if case .mapping(let e) = value { return e }; return nil }
+
+    public subscript(key: String) -> ConfigNode? { entries?.first { $0.key == key }?.value }
+
+    var kindName: String {
+        switch value {
+        case .scalar: "a scalar"
+        case .sequence: "a list"
+        case .mapping: "a mapping"
+        case .null: "empty"
+        }
+    }
+
+    /// Deep merge for `extends:`: keys of `overlay` replace or merge into `self`; mappings merge
+    /// key by key, anything else (scalars, lists) is replaced whole. Marks follow the winning node.
+    public func merged(with overlay: ConfigNode) -> ConfigNode {
+        guard case .mapping(var base) = value, case .mapping(let top) = overlay.value else { return overlay }
+        for entry in top {
+            if let i = base.firstIndex(where: { $0.key == entry.key }) {
+                base[i] = Entry(key: entry.key, keyMark: entry.keyMark, value: base[i].value.merged(with: entry.value))
+            } else {
+                base.append(entry)
+            }
+        }
+        return ConfigNode(.mapping(base), mark: overlay.mark)
+    }
+}
+
+/// A configuration error: file, line, the key's path, and what to do.
+public struct ConfigError: Error, Sendable, Equatable, CustomStringConvertible {
+    public var mark: SourceMark
+    public var key: String
+    public var message: String
+
+    public init(mark: SourceMark, key: String, message: String) {
+        self.mark = mark
+        self.key = key
+        self.message = message
+    }
+
+    public var description: String {
+        key.isEmpty ? "\(mark.file):\(mark.line): \(message)" : "\(mark.file):\(mark.line): \(key): \(message)"
+    }
+}
+
+/// Turns YAML text into a node tree. ShoalYAML provides the real one.
+public typealias ConfigParser = @Sendable (_ text: String, _ file: String) throws(ConfigError) -> ConfigNode

@@ -1,0 +1,37 @@
+import ShoalCore
+
+/// The site file (/etc/shoal/shoal.yaml, or --config): what one deployment shares across its
+/// gateways — the group id, the identity label, the collections and how they sync — and overrides
+/// of the board's mesh and log settings.
+public struct SiteConfig: Sendable, Equatable {
+    /// Couchbase's peerGroupID / ObjectBox's meshId: only gateways of one group see each other.
+    public var group: String
+    public var identityLabel: String
+    public var collections: [CollectionSettings]
+    /// The site's `mesh:` and `log:` mappings, applied over the board's.
+    public var meshNode: ConfigNode?
+    public var logNode: ConfigNode?
+    public var source: String
+
+    public struct CollectionSettings: Sendable, Equatable {
+        public var name: CollectionName
+        public var push = true
+        public var pull = true
+        /// A built-in conflict resolver; custom ones are Swift code (the library product).
+        public var resolver = "lastWriteWins"
+        public init(name: CollectionName) { self.name = name }
+    }
+
+    public static let resolvers = ["lastWriteWins", "localWins", "remoteWins"]
+
+    /// The site used when no file is given: a demo group with the default collection and one more.
+    public static let embeddedDefault = """
+        # Shoal's built-in site settings, used when neither --config nor /etc/shoal/shoal.yaml exists.
+        group: shoal.demo
+        identity:
+          label: shoal
+        collections:
+          - name: _default._default
+          - name: sensors.readings
+        """
+}

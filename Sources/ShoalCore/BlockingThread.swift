@@ -1,0 +1,68 @@
+import Glibc
+
+/// A dedicated OS thread that runs blocking work (SQLite, file I/O) one job at a time, so that
+/// async code can `await thread.run { … }` without ever blocking Swift's cooperative pool.
+/// The queue is bounded: past `maxQueued` jobs, `run` fails fast instead of piling up.
+public final class BlockingThread: @unchecked Sendable {
+    public struct Overloaded: Error, CustomStringConvertible {
+        public let name: String
+        public var description: String { "the \(name) thread has too many queued jobs" }
+    }
+
+    public let name: String
+    private let maxQueued: Int
+    private let lock = ConditionLock()
+    private var jobs: [() -> Void] = []
+    private var stopping = false
+    private var thread: pthread_t?
+
+    public init(name: String, maxQueued: Int = 4096) {
+        self.name = name
+        self.maxQueued = maxQueued
+        let box = Unmanaged.passRetained(self)
+        var tid = pthread_t()
+        let rc = pthread_create(&tid, nil, { raw in
+            let me = Unmanaged<BlockingThread>.fromOpaque(raw!).takeRetainedValue()
+            me.loop()
+            return nil
+        }, box.toOpaque())
+        precondition(rc == 0, "pthread_create failed for \(name): \(rc)")
+        thread = tid
+        pthread_detach(tid)
+    }
+
+    private func loop() {
+        while true {
+            let job: (() -> Void)? = lock.withLock {
+                while jobs.isEmpty && !stopping { lock.wait() }
+                if jobs.isEmpty { return nil }
+                return jobs.removeFirst()
+            }
+            guard let job else { return }
+            job()
+        }
+    }
+
+    /// Stops taking jobs; queued jobs still run, then the thread ends.
+    public func shutdown() {
+        lock.withLock {
+            stopping = true
+            lock.broadcast()
+        }
+    }
+
+    /// Runs `body` on this thread and returns its result to the awaiting task.
+    public func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
+            let accepted: Bool = lock.withLock {
+                guard !stopping, jobs.count < maxQueued else { return false }
+                jobs.append {
+                    do { continuation.resume(returning: try body()) } catch { continuation.resume(throwing: error) }
+                }
+                lock.broadcast()
+                return true
+            }
+            if !accepted { continuation.resume(throwing: Overloaded(name: name)) }
+        }
+    }
+}

@@ -1,0 +1,238 @@
+/// A JSON text that could not be parsed: where (byte offset) and why.
+public struct JSONError: Error, Sendable, Equatable, CustomStringConvertible {
+    public let offset: Int
+    public let reason: String
+    public init(offset: Int, reason: String) {
+        self.offset = offset
+        self.reason = reason
+    }
+    public var description: String { "invalid JSON at byte \(offset): \(reason)" }
+}
+
+extension JSONValue {
+    /// Limits that bound what a hostile input can make the parser do.
+    public struct ParseLimits: Sendable {
+        public var maxDepth: Int
+        public var maxBytes: Int
+        public init(maxDepth: Int = 64, maxBytes: Int = 16 << 20) {
+            self.maxDepth = maxDepth
+            self.maxBytes = maxBytes
+        }
+    }
+
+    /// Parses one JSON value (RFC 8259) from UTF-8 text. Duplicate object keys are an error: two
+    /// gateways must never read the same document differently.
+    public static func parse(_ text: String, limits: ParseLimits = ParseLimits()) throws(JSONError) -> JSONValue {
+        try parse(bytes: Array(text.utf8), limits: limits)
+    }
+
+    public static func parse(bytes: [UInt8], limits: ParseLimits = ParseLimits()) throws(JSONError) -> JSONValue {
+        try bytes.withUnsafeBufferPointer { buffer throws(JSONError) in try parse(utf8: buffer, limits: limits) }
+    }
+
+    public static func parse(utf8 buffer: UnsafeBufferPointer<UInt8>, limits: ParseLimits = ParseLimits()) throws(JSONError) -> JSONValue {
+        guard buffer.count <= limits.maxBytes else {
+            throw JSONError(offset: 0, reason: "text is \(buffer.count) bytes, more than the limit of \(limits.maxBytes)")
+        }
+        var parser = JSONParser(bytes: buffer, maxDepth: limits.maxDepth)
+        parser.skipWhitespace()
+        let value = try parser.parseValue(depth: 0)
+        parser.skipWhitespace()
+        guard parser.index == buffer.count else { throw parser.error("unexpected text after the value") }
+        return value
+    }
+}
+
+/// A recursive-descent parser over UTF-8 bytes, bounded in depth.
+struct JSONParser {
+    let bytes: UnsafeBufferPointer<UInt8>
+    let maxDepth: Int
+    var index = 0
+
+    init(bytes: UnsafeBufferPointer<UInt8>, maxDepth: Int) {
+        self.bytes = bytes
+        self.maxDepth = maxDepth
+    }
+
+    func error(_ reason: String) -> JSONError { JSONError(offset: index, reason: reason) }
+
+    mutating func skipWhitespace() {
+        while index < bytes.count {
+            switch bytes[index] {
+            case 0x20, 0x09, 0x0A, 0x0D: index += 1
+            default: return
+            }
+        }
+    }
+
+    mutating func parseValue(depth: Int) throws(JSONError) -> JSONValue {
+        guard index < bytes.count else { throw error("unexpected end of text") }
+        switch bytes[index] {
+        case UInt8(ascii: "{"): return try parseObject(depth: depth + 1)
+        case UInt8(ascii: "["): return try parseArray(depth: depth + 1)
+        case UInt8(ascii: "\""): return .string(try parseString())
+        case UInt8(ascii: "t"): try expectWord("true"); return .bool(true)
+        case UInt8(ascii: "f"): try expectWord("false"); return .bool(false)
+        case UInt8(ascii: "n"): try expectWord("null"); return .null
+        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): return .number(try parseNumber())
+        default: throw error("unexpected character")
+        }
+    }
+
+    mutating func expectWord(_ word: String) throws(JSONError) {
+        let expected = Array(word.utf8)
+        guard index + expected.count <= bytes.count else { throw error("unexpected end of text") }
+        for i in 0..<expected.count where bytes[index + i] != expected[i] { throw error("unexpected word") }
+        index += expected.count
+    }
+
+    mutating func parseObject(depth: Int) throws(JSONError) -> JSONValue {
+        guard depth <= maxDepth else { throw error("nesting deeper than \(maxDepth)") }
+        index += 1
+        var members: [String: JSONValue] = [:]
+        skipWhitespace()
+        if index < bytes.count, bytes[index] == UInt8(ascii: "}") { index += 1; return .object(members) }
+        while true {
+            skipWhitespace()
+            guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw error("expected a string key") }
+            let keyOffset = index
+            let key = try parseString()
+            skipWhitespace()
+            guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw error("expected ':'") }
+            index += 1
+            skipWhitespace()
+            let value = try parseValue(depth: depth)
+            if members.updateValue(value, forKey: key) != nil {
+                throw JSONError(offset: keyOffset, reason: "duplicate key \"\(key)\"")
+            }
+            skipWhitespace()
+            guard index < bytes.count else { throw error("unexpected end of text in object") }
+            if bytes[index] == UInt8(ascii: ",") { index += 1; continue }
+            if bytes[index] == UInt8(ascii: "}") { index += 1; return .object(members) }
+            throw error("expected ',' or '}'")
+        }
+    }
+
+    mutating func parseArray(depth: Int) throws(JSONError) -> JSONValue {
+        guard depth <= maxDepth else { throw error("nesting deeper than \(maxDepth)") }
+        index += 1
+        var elements: [JSONValue] = []
+        skipWhitespace()
+        if index < bytes.count, bytes[index] == UInt8(ascii: "]") { index += 1; return .array(elements) }
+        while true {
+            skipWhitespace()
+            elements.append(try parseValue(depth: depth))
+            skipWhitespace()
+            guard index < bytes.count else { throw error("unexpected end of text in array") }
+            if bytes[index] == UInt8(ascii: ",") { index += 1; continue }
+            if bytes[index] == UInt8(ascii: "]") { index += 1; return .array(elements) }
+            throw error("expected ',' or ']'")
+        }
+    }
+
+    mutating func parseNumber() throws(JSONError) -> String {
+        let start = index
+        if bytes[index] == UInt8(ascii: "-") { index += 1 }
+        guard index < bytes.count else { throw error("number ends early") }
+        if bytes[index] == UInt8(ascii: "0") {
+            index += 1
+        } else if isDigit(bytes[index]) {
+            while index < bytes.count, isDigit(bytes[index]) { index += 1 }
+        } else {
+            throw error("expected a digit")
+        }
+        if index < bytes.count, bytes[index] == UInt8(ascii: ".") {
+            index += 1
+            guard index < bytes.count, isDigit(bytes[index]) else { throw error("expected a digit after '.'") }
+            while index < bytes.count, isDigit(bytes[index]) { index += 1 }
+        }
+        if index < bytes.count, bytes[index] == UInt8(ascii: "e") || bytes[index] == UInt8(ascii: "E") {
+            index += 1
+            if index < bytes.count, bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-") { index += 1 }
+            guard index < bytes.count, isDigit(bytes[index]) else { throw error("expected a digit in exponent") }
+            while index < bytes.count, isDigit(bytes[index]) { index += 1 }
+        }
+        return String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
+    }
+
+    func isDigit(_ b: UInt8) -> Bool { b >= 0x30 && b <= 0x39 }
+
+    mutating func parseString() throws(JSONError) -> String {
+        index += 1  // opening quote
+        let start = index
+        // Fast path: no escapes.
+        while index < bytes.count {
+            let b = bytes[index]
+            if b == UInt8(ascii: "\"") {
+                let raw = UnsafeBufferPointer(rebasing: bytes[start..<index])
+                guard let s = String(validating: raw, as: UTF8.self) else { throw JSONError(offset: start, reason: "string is not valid UTF-8") }
+                index += 1
+                return s
+            }
+            if b == UInt8(ascii: "\\") { break }
+            if b < 0x20 { throw error("control character in string") }
+            index += 1
+        }
+        var out = [UInt8](UnsafeBufferPointer(rebasing: bytes[start..<index]))
+        while index < bytes.count {
+            let b = bytes[index]
+            if b == UInt8(ascii: "\"") {
+                index += 1
+                guard let s = String(validating: out, as: UTF8.self) else { throw JSONError(offset: start, reason: "string is not valid UTF-8") }
+                return s
+            }
+            if b < 0x20 { throw error("control character in string") }
+            if b != UInt8(ascii: "\\") { out.append(b); index += 1; continue }
+            index += 1
+            guard index < bytes.count else { break }
+            let e = bytes[index]
+            index += 1
+            switch e {
+            case UInt8(ascii: "\""): out.append(0x22)
+            case UInt8(ascii: "\\"): out.append(0x5C)
+            case UInt8(ascii: "/"): out.append(0x2F)
+            case UInt8(ascii: "b"): out.append(0x08)
+            case UInt8(ascii: "f"): out.append(0x0C)
+            case UInt8(ascii: "n"): out.append(0x0A)
+            case UInt8(ascii: "r"): out.append(0x0D)
+            case UInt8(ascii: "t"): out.append(0x09)
+            case UInt8(ascii: "u"):
+                var scalar = try parseHex4()
+                if scalar >= 0xD800 && scalar < 0xDC00 {
+                    guard index + 1 < bytes.count, bytes[index] == UInt8(ascii: "\\"), bytes[index + 1] == UInt8(ascii: "u") else {
+                        throw error("lone high surrogate")
+                    }
+                    index += 2
+                    let low = try parseHex4()
+                    guard low >= 0xDC00 && low < 0xE000 else { throw error("invalid low surrogate") }
+                    scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
+                } else if scalar >= 0xDC00 && scalar < 0xE000 {
+                    throw error("lone low surrogate")
+                }
+                guard let u = Unicode.Scalar(scalar) else { throw error("invalid unicode escape") }
+                out.append(contentsOf: Array(String(Character(u)).utf8))
+            default:
+                throw error("invalid escape")
+            }
+        }
+        throw error("unterminated string")
+    }
+
+    mutating func parseHex4() throws(JSONError) -> UInt32 {
+        guard index + 4 <= bytes.count else { throw error("short unicode escape") }
+        var v: UInt32 = 0
+        for _ in 0..<4 {
+            let b = bytes[index]
+            let d: UInt32
+            switch b {
+            case 0x30...0x39: d = UInt32(b - 0x30)
+            case 0x41...0x46: d = UInt32(b - 0x41 + 10)
+            case 0x61...0x66: d = UInt32(b - 0x61 + 10)
+            default: throw error("invalid hex digit")
+            }
+            v = v << 4 | d
+            index += 1
+        }
+        return v
+    }
+}

@@ -1,0 +1,68 @@
+import Glibc
+
+/// Small, bounded file operations (no Foundation).
+public enum Files {
+    /// Reads a whole file of at most `max` bytes; nil if it cannot be read, an error if too big.
+    public static func read(_ path: String, max: Int = 1 << 20) throws(SystemError) -> String? {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else {
+            if errno == ENOENT { return nil }
+            throw SystemError(call: "open(\(path))", code: errno)
+        }
+        defer { close(fd) }
+        var out: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let n = try SystemCall.run("read(\(path))") { chunk.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, 65536) } }
+            if n == 0 { break }
+            out.append(contentsOf: chunk.prefix(n))
+            if out.count > max { throw SystemError(call: "read(\(path)): file over \(max) bytes", code: EFBIG) }
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    public static func exists(_ path: String) -> Bool { access(path, F_OK) == 0 }
+
+    public static func isDirectory(_ path: String) -> Bool {
+        var st = stat()
+        return stat(path, &st) == 0 && (st.st_mode & S_IFMT) == S_IFDIR
+    }
+
+    /// Creates a directory and its parents (mode 0750 for new ones).
+    public static func makeDirectories(_ path: String) throws(SystemError) {
+        var current = path.hasPrefix("/") ? "" : "."
+        for part in path.split(separator: "/") {
+            current += "/" + part
+            if mkdir(current, 0o750) != 0 && errno != EEXIST {
+                throw SystemError(call: "mkdir(\(current))", code: errno)
+            }
+        }
+    }
+
+    /// The parent directory of a path ("." for a bare name).
+    public static func directory(of path: String) -> String {
+        guard let slash = path.lastIndex(of: "/") else { return "." }
+        return slash == path.startIndex ? "/" : String(path[..<slash])
+    }
+
+    /// Names in a directory (without . and ..), or [] if it cannot be read.
+    public static func list(_ path: String) -> [String] {
+        guard let dir = opendir(path) else { return [] }
+        defer { closedir(dir) }
+        var names: [String] = []
+        while let entry = readdir(dir) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+            }
+            if name != "." && name != ".." { names.append(name) }
+        }
+        return names.sorted()
+    }
+
+    /// Free bytes for unprivileged users on the file system holding `path`.
+    public static func freeBytes(_ path: String) -> UInt64? {
+        var s = statvfs()
+        guard statvfs(path, &s) == 0 else { return nil }
+        return UInt64(s.f_bavail) * UInt64(s.f_frsize)
+    }
+}

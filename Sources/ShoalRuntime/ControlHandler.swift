@@ -1,0 +1,131 @@
+import ShoalCore
+import ShoalStore
+import ShoalWire
+
+/// Answers one control-socket request. Runs on a connection's own thread, so it may call the store
+/// directly. Every request is checked field by field; a bad one gets a `bad_request` naming the
+/// field, and nothing is written.
+struct ControlHandler {
+    let gateway: Gateway
+
+    func handle(_ request: [String: JSONValue]) -> JSONValue {
+        do {
+            return ControlMessage.success(try dispatch(request))
+        } catch let error as ControlError {
+            return ControlMessage.failure(error)
+        } catch let error as StoreError {
+            return ControlMessage.failure(ControlHandler.translate(error))
+        } catch {
+            return ControlMessage.failure(ControlError(code: .internalError, message: "\(error)"))
+        }
+    }
+
+    static func translate(_ error: StoreError) -> ControlError {
+        switch error {
+        case .notFound: ControlError(code: .notFound, message: error.description)
+        case .unknownCollection: ControlError(code: .notFound, message: error.description)
+        case .invalidDocument, .invalidName: ControlError(code: .invalidDocument, message: error.description)
+        case .closed: ControlError(code: .unavailable, message: "the store is restarting; try again")
+        default: ControlError(code: .internalError, message: error.description)
+        }
+    }
+
+    func dispatch(_ r: [String: JSONValue]) throws -> JSONValue {
+        guard let op = r["op"]?.stringValue else { throw bad("missing \"op\"") }
+        switch op {
+        case "ping": return ["pong": true]
+        case "status": return gateway.statusSnapshot().json
+        case "doc.put":
+            let (store, collection, id) = try target(r)
+            guard let body = r["body"], body.isObject else { throw bad("\"body\" must be a JSON object") }
+            let change = try store.put(collection, id: id, body: body.compactText)
+            gateway.logger.verbose(.control, "put \(collection)/\(id) at sequence \(change.sequence)")
+            return ControlHandler.json(change)
+        case "doc.get":
+            let (store, collection, id) = try target(r)
+            guard let doc = try store.get(collection, id: id), !doc.isDeleted || r["includeDeleted"]?.boolValue == true else {
+                throw ControlError(code: .notFound, message: "no document \"\(id)\" in \(collection)")
+            }
+            return try ControlHandler.json(doc)
+        case "doc.delete":
+            let (store, collection, id) = try target(r)
+            let change = try store.delete(collection, id: id)
+            gateway.logger.verbose(.control, "deleted \(collection)/\(id) at sequence \(change.sequence)")
+            return ControlHandler.json(change)
+        case "doc.list":
+            let store = try openStore()
+            let collection = try collectionName(r)
+            let limit = Int(r["limit"]?.int64Value ?? 100)
+            guard limit >= 1 && limit <= 10_000 else { throw bad("\"limit\" is 1 to 10000") }
+            let docs = try store.list(collection, after: r["after"]?.stringValue, limit: limit, includeDeleted: r["includeDeleted"]?.boolValue ?? false)
+            return ["collection": .string(collection.description), "documents": .array(try docs.map(ControlHandler.json))]
+        case "changes":
+            let store = try openStore()
+            let since = r["since"]?.int64Value ?? 0
+            let limit = Int(r["limit"]?.int64Value ?? 1000)
+            guard limit >= 1 && limit <= 10_000 else { throw bad("\"limit\" is 1 to 10000") }
+            let changes = try store.changes(since: since, limit: limit)
+            return ["changes": .array(changes.map(ControlHandler.json)), "lastSequence": .int(store.lastSequence)]
+        case "collections":
+            let store = try openStore()
+            return .array(try store.collections().map { .string($0.description) })
+        case "log.level":
+            guard let levelName = r["level"]?.stringValue, let level = LogLevel(name: levelName) else {
+                throw bad("\"level\" is one of debug, verbose, info, warning, error, none")
+            }
+            let domainName = r["domain"]?.stringValue ?? "all"
+            if domainName == "all" {
+                gateway.logger.setLevel(level)
+            } else {
+                guard let domain = LogDomain(rawValue: domainName) else {
+                    throw bad("unknown domain \"\(domainName)\" (all, \(LogDomain.allCases.map(\.rawValue).joined(separator: ", ")))")
+                }
+                gateway.logger.setLevel(level, for: domain)
+            }
+            gateway.logger.info(.control, "log level of \(domainName) set to \(level.name)")
+            return levels()
+        case "log.levels":
+            return levels()
+        default:
+            throw bad("unknown op \"\(op.prefix(40))\"")
+        }
+    }
+
+    func levels() -> JSONValue {
+        var out: [String: JSONValue] = [:]
+        for d in LogDomain.allCases { out[d.rawValue] = .string(gateway.logger.level(for: d).name) }
+        return .object(out)
+    }
+
+    func bad(_ message: String) -> ControlError { ControlError(code: .badRequest, message: message) }
+
+    func openStore() throws -> DocumentStore {
+        guard let store = gateway.store else { throw ControlError(code: .unavailable, message: "the store is not open yet (booting or restarting); try again") }
+        return store
+    }
+
+    func collectionName(_ r: [String: JSONValue]) throws -> CollectionName {
+        guard let text = r["collection"]?.stringValue else { throw bad("missing \"collection\"") }
+        do { return try CollectionName(parsing: text) } catch { throw ControlError(code: .badRequest, message: "collection \(error)") }
+    }
+
+    func target(_ r: [String: JSONValue]) throws -> (DocumentStore, CollectionName, DocumentID) {
+        let store = try openStore()
+        let collection = try collectionName(r)
+        guard let idText = r["id"]?.stringValue else { throw bad("missing \"id\"") }
+        do { return (store, collection, try DocumentID(idText)) } catch { throw ControlError(code: .badRequest, message: "document id \(error)") }
+    }
+
+    static func json(_ c: Change) -> JSONValue {
+        ["sequence": .int(c.sequence), "collection": .string(c.collection.description), "id": .string(c.id),
+         "deleted": .bool(c.deleted), "revision": .int(c.revision)]
+    }
+
+    static func json(_ d: StoredDocument) throws -> JSONValue {
+        var body: JSONValue = .null
+        if let text = d.body { body = try JSONValue.parse(text) }
+        return ["collection": .string(d.collection.description), "id": .string(d.id), "body": body,
+                "deleted": .bool(d.isDeleted), "revision": .int(d.revision), "sequence": .int(d.sequence),
+                "updatedAtMillis": .int(d.updatedAtMillis)]
+    }
+}

@@ -1,0 +1,155 @@
+import Glibc
+import ShoalCore
+import ShoalLinux
+import ShoalStore
+import ShoalSupervision
+import ShoalWire
+import Synchronization
+
+/// The local control socket (Unix domain, mode 0660) that `shoal status`, `shoal doc …` and
+/// `shoal changes` talk to. Accepting and every connection run on OS threads of their own, so a
+/// slow client never stalls the gateway; at most `maxConnections` are served at once, an idle one
+/// is closed after `idleTimeoutMillis`, and a malformed frame closes only its own connection.
+struct ControlService: Service {
+    let gateway: Gateway
+    static let maxConnections = 16
+    static let idleTimeoutMillis: Int32 = 60_000
+
+    func run(context: ServiceContext) async throws {
+        let path = gateway.socketPath
+        try Files.makeDirectories(Files.directory(of: path))
+        let listener = try UnixSocketListener(path: path)
+        gateway.logger.info(.control, "control socket listening on \(path)")
+        let ended = Latch()
+        let failure = Mutex<String?>(nil)
+        let active = Atomic<Int>(0)
+        let gw = gateway
+        let started = DetachedThread.start {
+            defer { ended.open() }
+            var consecutiveErrors = 0
+            while !context.isShuttingDown {
+                context.heartbeat()
+                do {
+                    guard let socket = try listener.accept(timeoutMillis: 250) else { continue }
+                    consecutiveErrors = 0
+                    if active.add(1, ordering: .relaxed).newValue > ControlService.maxConnections {
+                        active.subtract(1, ordering: .relaxed)
+                        ControlService.refuse(socket, "too many control connections (\(ControlService.maxConnections)); try again")
+                        continue
+                    }
+                    let ok = DetachedThread.start {
+                        defer { active.subtract(1, ordering: .relaxed) }
+                        ControlConnection(socket: socket, gateway: gw, context: context).serve()
+                    }
+                    if !ok {
+                        active.subtract(1, ordering: .relaxed)
+                        ControlService.refuse(socket, "gateway cannot start a thread for this connection")
+                    }
+                } catch {
+                    consecutiveErrors += 1
+                    gw.logger.warning(.control, "accept on \(path) failed: \(error)")
+                    if consecutiveErrors >= 50 {
+                        failure.withLock { $0 = "accept keeps failing: \(error)" }
+                        return
+                    }
+                    usleep(100_000)
+                }
+            }
+        }
+        guard started else {
+            listener.close()
+            throw SystemError(call: "pthread_create(control accept loop)", code: 11)
+        }
+        context.markReady()
+        _ = await ended.wait()
+        listener.close()
+        if let why = failure.withLock({ $0 }) { throw ControlFailure(message: why) }
+    }
+
+    struct ControlFailure: Error, CustomStringConvertible {
+        let message: String
+        var description: String { message }
+    }
+
+    static func refuse(_ socket: UnixSocket, _ message: String) {
+        if let frame = try? ControlMessage.encode(ControlMessage.failure(ControlError(code: .unavailable, message: message))) {
+            try? socket.writeAll(frame, timeoutMillis: 500)
+        }
+        socket.close()
+    }
+}
+
+/// One client of the control socket: frames in, one reply per request; `changes` with `follow`
+/// turns the connection into a stream of change frames until the client hangs up.
+struct ControlConnection {
+    let socket: UnixSocket
+    let gateway: Gateway
+    let context: ServiceContext
+
+    func serve() {
+        defer { socket.close() }
+        var decoder = FrameDecoder(limit: ControlMessage.frameLimit)
+        var idleMillis: Int32 = 0
+        while !context.isShuttingDown {
+            do {
+                guard let bytes = try socket.read(timeoutMillis: 250) else {
+                    idleMillis += 250
+                    if idleMillis >= ControlService.idleTimeoutMillis { return }
+                    continue
+                }
+                idleMillis = 0
+                if bytes.isEmpty { return }  // client closed
+                decoder.feed(bytes)
+                while let payload = try decoder.next() {
+                    switch ControlMessage.decode(payload) {
+                    case .failure(let error):
+                        try send(ControlMessage.failure(error))
+                    case .success(let request):
+                        if request["op"]?.stringValue == "changes", request["follow"]?.boolValue == true {
+                            try follow(request)
+                            return
+                        }
+                        try send(ControlHandler(gateway: gateway).handle(request))
+                    }
+                }
+            } catch let error as FrameError {
+                // The stream cannot be resynchronised after a bad length: say why and hang up.
+                gateway.logger.warning(.control, "control client sent a bad frame: \(error)")
+                try? send(ControlMessage.failure(ControlError(code: .badRequest, message: error.description)))
+                return
+            } catch {
+                gateway.logger.verbose(.control, "control connection ended: \(error)")
+                return
+            }
+        }
+    }
+
+    func send(_ value: JSONValue) throws {
+        try socket.writeAll(try ControlMessage.encode(value))
+    }
+
+    /// Streams changes after `since` as they commit, until the client hangs up or shoal stops.
+    func follow(_ request: [String: JSONValue]) throws {
+        var since = request["since"]?.int64Value ?? 0
+        try send(ControlMessage.success(["following": true, "since": .int(since)]))
+        while !context.isShuttingDown {
+            // A hang-up shows as readable-with-EOF; anything else the client sends is ignored.
+            if try socket.waitReadable(timeoutMillis: 0) {
+                guard let bytes = try socket.read(timeoutMillis: 0), !bytes.isEmpty else { return }
+            }
+            guard let store = gateway.store else { usleepMillis(250); continue }
+            let changes: [Change]
+            do { changes = try store.changes(since: since, limit: 500) } catch { usleepMillis(250); continue }
+            if changes.isEmpty {
+                _ = store.waitForChange(after: since, timeoutMillis: 500)
+                continue
+            }
+            for c in changes {
+                try send(["change": ControlHandler.json(c)])
+                since = c.sequence
+            }
+        }
+    }
+
+    func usleepMillis(_ ms: UInt32) { usleep(ms * 1000) }
+}

@@ -1,0 +1,63 @@
+import ShoalConfig
+import ShoalCore
+import ShoalStatus
+import ShoalStore
+import ShoalSupervision
+import ShoalTLS
+import Synchronization
+
+public enum ShoalVersion {
+    public static let current = "0.1.0"
+}
+
+/// Everything one running gateway shares between its services: its configuration, logger, the
+/// supervision report, and the store once the store service has opened it. Services get this from
+/// the composition root; they never reach for globals.
+public final class Gateway: Sendable {
+    public let board: BoardConfig
+    public let site: SiteConfig
+    public let logger: Logger
+    public let report: SupervisionReport
+    public let storePath: String
+    public let socketPath: String
+    /// SQLite runs here, never on Swift's cooperative pool.
+    public let storeThread = BlockingThread(name: "shoal-store")
+    private let storeSlot = Mutex<DocumentStore?>(nil)
+    private let stateSlot = Mutex<GatewayState>(.booting)
+    private let started = ContinuousClock.now
+
+    public init(board: BoardConfig, site: SiteConfig, logger: Logger, report: SupervisionReport, storePath: String, socketPath: String) {
+        self.board = board
+        self.site = site
+        self.logger = logger
+        self.report = report
+        self.storePath = storePath
+        self.socketPath = socketPath
+    }
+
+    /// The open store, or nil while the store service is (re)starting.
+    public var store: DocumentStore? { storeSlot.withLock { $0 } }
+    func setStore(_ store: DocumentStore?) { storeSlot.withLock { $0 = store } }
+
+    public var state: GatewayState {
+        get { stateSlot.withLock { $0 } }
+    }
+    func setState(_ s: GatewayState) { stateSlot.withLock { $0 = s } }
+
+    public var uptimeSeconds: Int64 { (ContinuousClock.now - started).components.seconds }
+
+    /// A snapshot of the gateway. Reads the store: call it from a thread, not the cooperative pool.
+    public func statusSnapshot() -> GatewayStatus {
+        let stats = try? store?.stats()
+        let collections = (try? store?.collections())??.map(\.description) ?? site.collections.map(\.name.description)
+        var state = self.state
+        if state == .running && !report.isHealthy { state = .degraded }
+        return GatewayStatus(
+            state: state, version: ShoalVersion.current, boardID: board.id, boardName: board.name,
+            boardSupport: board.support.rawValue, group: site.group, serviceType: GroupID(site.group).serviceType,
+            uptimeSeconds: uptimeSeconds, storePath: storePath, durability: board.durability,
+            documents: stats?.documents ?? 0, tombstones: stats?.tombstones ?? 0, collections: collections,
+            lastSequence: stats?.lastSequence ?? 0, meshState: "Created", connectedPeers: 0,
+            children: report.snapshot.map { GatewayStatus.Child(path: $0.path, state: $0.state.rawValue, restarts: $0.restarts, lastError: $0.lastError) })
+    }
+}

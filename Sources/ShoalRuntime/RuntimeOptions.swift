@@ -1,0 +1,77 @@
+import ShoalConfig
+import ShoalCore
+import ShoalLinux
+import ShoalTLS
+import ShoalYAML
+
+/// What `shoal run` was told on its command line.
+public struct RuntimeOptions: Sendable {
+    public var board: String = "auto"
+    public var configPath: String?
+    public var dataDir: String?
+    public var socketPath: String?
+    public var logLevel: LogLevel?
+    public var boardDirectories = BoardFiles.defaultDirectories
+    public init() {}
+}
+
+/// The board and site a gateway runs with, loaded and checked.
+public struct LoadedConfig: Sendable {
+    public var board: BoardConfig
+    public var site: SiteConfig
+    public var storePath: String
+    public var socketPath: String
+}
+
+/// A configuration problem found before anything started (exit code 3).
+public struct ConfigurationFailure: Error, CustomStringConvertible {
+    public let message: String
+    public init(message: String) { self.message = message }
+    public var description: String { message }
+}
+
+public enum ConfigurationLoading {
+    public static let defaultSitePath = "/etc/shoal/shoal.yaml"
+
+    public static func loader(directories: [String]) -> ConfigLoader {
+        ConfigLoader(parse: YAMLParser.parse, source: BoardFiles(directories: directories))
+    }
+
+    /// Resolves `--board auto` and names, loads the site file, applies overrides and CLI flags.
+    public static func load(_ options: RuntimeOptions, logger: Logger) throws -> LoadedConfig {
+        let loader = loader(directories: options.boardDirectories)
+        var boardName = options.board
+        if boardName == "auto" {
+            let model = HardwareProbe.deviceTreeModel()
+            if let model, let match = loader.boardMatching(model: model) {
+                logger.info(.board, "--board auto: \"\(model)\" matches board \(match)")
+                boardName = match
+            } else {
+                logger.warning(.board, "--board auto: \(model.map { "no board file matches \"\($0)\"" } ?? "no /proc/device-tree/model") ; using generic-linux")
+                boardName = "generic-linux"
+            }
+        }
+        var board = try loader.loadBoard(boardName)
+        guard board.support != .abstract else {
+            throw ConfigurationFailure(message: "board \(board.id) is abstract (a base for other boards); choose one of: \(runnableBoards(loader).joined(separator: ", "))")
+        }
+        let site: SiteConfig
+        if let path = options.configPath {
+            guard let text = try Files.read(path) else { throw ConfigurationFailure(message: "\(path): no such file (given with --config)") }
+            site = try loader.loadSite(text: text, file: path)
+        } else if let text = try Files.read(defaultSitePath) {
+            site = try loader.loadSite(text: text, file: defaultSitePath)
+        } else {
+            site = try loader.loadSite(text: SiteConfig.embeddedDefault, file: "<built-in site>")
+        }
+        board = try loader.applying(site, to: board)
+        if let dir = options.dataDir { board.storagePath = dir }
+        let storePath = board.storagePath + "/shoal.db"
+        let socketPath = options.socketPath ?? (options.dataDir.map { $0 + "/control.sock" } ?? board.controlSocket)
+        return LoadedConfig(board: board, site: site, storePath: storePath, socketPath: socketPath)
+    }
+
+    public static func runnableBoards(_ loader: ConfigLoader) -> [String] {
+        loader.source.boardNames().filter { (try? loader.loadBoard($0))?.support != .abstract }
+    }
+}

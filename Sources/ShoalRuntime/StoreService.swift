@@ -1,0 +1,39 @@
+import ShoalConfig
+import ShoalCore
+import ShoalLinux
+import ShoalStore
+import ShoalSupervision
+
+/// Opens the store (moving a corrupt one aside), makes the site's collections, publishes the store
+/// to the other services, and proves every few seconds that SQLite still answers. Every SQLite
+/// call runs on the gateway's store thread.
+struct StoreService: Service {
+    let gateway: Gateway
+
+    func run(context: ServiceContext) async throws {
+        let options = StoreOptions(path: gateway.storePath, durability: gateway.board.durability == "normal" ? .normal : .full)
+        let logger = gateway.logger
+        let collections = gateway.site.collections.map(\.name)
+        let store = try await gateway.storeThread.run { () throws -> DocumentStore in
+            try Files.makeDirectories(Files.directory(of: options.path))
+            let store = try DocumentStore.open(options, logger: logger)
+            for c in collections { try store.createCollection(c) }
+            return store
+        }
+        gateway.setStore(store)
+        context.markReady()
+        do {
+            while await context.pause(for: .seconds(2)) {
+                try await gateway.storeThread.run { try store.ping() }
+                context.heartbeat()
+            }
+        } catch {
+            gateway.setStore(nil)
+            _ = try? await gateway.storeThread.run { store.close() }
+            throw error
+        }
+        gateway.setStore(nil)
+        _ = try? await gateway.storeThread.run { store.close() }
+        logger.info(.store, "store closed")
+    }
+}

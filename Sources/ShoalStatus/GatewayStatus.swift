@@ -1,0 +1,150 @@
+/// ShoalStatus: what a gateway shows of itself — the status snapshot behind `shoal status`, the
+/// one-line form for the serial console, and (with the field issue) the LED patterns. Pure.
+import ShoalCore
+
+/// The gateway's overall state, the first word of every status line.
+public enum GatewayState: String, Sendable {
+    case booting, running, degraded, stopping, failed
+}
+
+/// A snapshot of the whole gateway, taken on demand.
+public struct GatewayStatus: Sendable {
+    public struct Child: Sendable {
+        public var path: String
+        public var state: String
+        public var restarts: Int
+        public var lastError: String?
+        public init(path: String, state: String, restarts: Int, lastError: String?) {
+            self.path = path
+            self.state = state
+            self.restarts = restarts
+            self.lastError = lastError
+        }
+    }
+
+    public var state: GatewayState
+    public var version: String
+    public var boardID: String
+    public var boardName: String
+    public var boardSupport: String
+    public var group: String
+    public var serviceType: String
+    public var uptimeSeconds: Int64
+    public var storePath: String
+    public var durability: String
+    public var documents: Int64
+    public var tombstones: Int64
+    public var collections: [String]
+    public var lastSequence: Int64
+    /// The ObjectBox seed's mesh state; `Created` until the mesh issue brings the mesh manager.
+    public var meshState: String
+    public var connectedPeers: Int
+    public var children: [Child]
+
+    public init(state: GatewayState, version: String, boardID: String, boardName: String, boardSupport: String,
+                group: String, serviceType: String, uptimeSeconds: Int64, storePath: String, durability: String,
+                documents: Int64, tombstones: Int64, collections: [String], lastSequence: Int64,
+                meshState: String, connectedPeers: Int, children: [Child]) {
+        self.state = state
+        self.version = version
+        self.boardID = boardID
+        self.boardName = boardName
+        self.boardSupport = boardSupport
+        self.group = group
+        self.serviceType = serviceType
+        self.uptimeSeconds = uptimeSeconds
+        self.storePath = storePath
+        self.durability = durability
+        self.documents = documents
+        self.tombstones = tombstones
+        self.collections = collections
+        self.lastSequence = lastSequence
+        self.meshState = meshState
+        self.connectedPeers = connectedPeers
+        self.children = children
+    }
+
+    var healthyChildren: Int { children.filter { $0.state == "running" || $0.state == "stopped" }.count }
+
+    /// One line for the serial console, under 100 characters for typical values.
+    public var consoleLine: String {
+        "shoal \(boardID) \(state.rawValue) up \(GatewayStatus.duration(uptimeSeconds))"
+            + " | docs \(documents) seq \(lastSequence)"
+            + " | mesh \(meshState) peers \(connectedPeers)"
+            + " | tree \(healthyChildren)/\(children.count)"
+    }
+
+    /// Several lines for `shoal status`.
+    public var text: String {
+        var lines: [String] = []
+        lines.append("state      \(state.rawValue) (up \(GatewayStatus.duration(uptimeSeconds)), shoal \(version))")
+        lines.append("board      \(boardID): \(boardName) [\(boardSupport)]")
+        lines.append("group      \(group) (DNS-SD \(serviceType))")
+        lines.append("mesh       \(meshState), \(connectedPeers) peers connected")
+        lines.append("store      \(storePath) (durability \(durability))")
+        lines.append("documents  \(documents) live, \(tombstones) tombstones, last sequence \(lastSequence)")
+        lines.append("collections \(collections.joined(separator: ", "))")
+        lines.append("supervision")
+        for c in children {
+            var line = "  \(c.path.padding(to: 28)) \(c.state.padding(to: 10)) restarts \(c.restarts)"
+            if let e = c.lastError { line += "  last error: \(e)" }
+            lines.append(line)
+        }
+        return lines.joined(separator: "\n")
+    }
+
+    public var json: JSONValue {
+        [
+            "state": .string(state.rawValue),
+            "version": .string(version),
+            "board": ["id": .string(boardID), "name": .string(boardName), "support": .string(boardSupport)],
+            "group": .string(group),
+            "serviceType": .string(serviceType),
+            "uptimeSeconds": .int(uptimeSeconds),
+            "store": [
+                "path": .string(storePath), "durability": .string(durability),
+                "documents": .int(documents), "tombstones": .int(tombstones), "lastSequence": .int(lastSequence),
+                "collections": .array(collections.map { .string($0) }),
+            ],
+            "mesh": ["state": .string(meshState), "connectedPeers": .int(connectedPeers)],
+            "supervision": .array(children.map { c in
+                [
+                    "path": .string(c.path), "state": .string(c.state), "restarts": .int(c.restarts),
+                    "lastError": c.lastError.map { .string($0) } ?? .null,
+                ]
+            }),
+        ]
+    }
+
+    /// Reads back what `json` wrote (the CLI's side of `shoal status`).
+    public init?(json s: JSONValue) {
+        guard let state = s["state"]?.stringValue.flatMap(GatewayState.init(rawValue:)), let store = s["store"] else { return nil }
+        self.init(
+            state: state, version: s["version"]?.stringValue ?? "?", boardID: s["board"]?["id"]?.stringValue ?? "?",
+            boardName: s["board"]?["name"]?.stringValue ?? "?", boardSupport: s["board"]?["support"]?.stringValue ?? "?",
+            group: s["group"]?.stringValue ?? "?", serviceType: s["serviceType"]?.stringValue ?? "?",
+            uptimeSeconds: s["uptimeSeconds"]?.int64Value ?? 0, storePath: store["path"]?.stringValue ?? "?",
+            durability: store["durability"]?.stringValue ?? "?", documents: store["documents"]?.int64Value ?? 0,
+            tombstones: store["tombstones"]?.int64Value ?? 0,
+            collections: (store["collections"]?.arrayValue ?? []).compactMap(\.stringValue),
+            lastSequence: store["lastSequence"]?.int64Value ?? 0, meshState: s["mesh"]?["state"]?.stringValue ?? "?",
+            connectedPeers: Int(s["mesh"]?["connectedPeers"]?.int64Value ?? 0),
+            children: (s["supervision"]?.arrayValue ?? []).map { c in
+                Child(path: c["path"]?.stringValue ?? "?", state: c["state"]?.stringValue ?? "?",
+                      restarts: Int(c["restarts"]?.int64Value ?? 0), lastError: c["lastError"]?.stringValue)
+            })
+    }
+
+    static func duration(_ s: Int64) -> String {
+        if s < 60 { return "\(s)s" }
+        if s < 3600 { return "\(s / 60)m\(s % 60)s" }
+        if s < 86400 { return "\(s / 3600)h\(s % 3600 / 60)m" }
+        return "\(s / 86400)d\(s % 86400 / 3600)h"
+    }
+}
+
+extension String {
+    func padding(to width: Int) -> String {
+        count >= width ? self : self + String(repeating: " ", count: width - count)
+    }
+}

@@ -1,0 +1,396 @@
+import CSQLite
+import Glibc
+import ShoalCore
+
+/// The gateway's document store over one SQLite file in WAL mode.
+///
+/// Every method blocks and is serialized by one lock; call it from a `BlockingThread` or another
+/// thread of your own, never from Swift's cooperative pool. What a reader gets wrong: `revision`
+/// counts writes made through this store and is local; `sequence` orders the change feed and is
+/// local too; only `version` (written by the replicator) means anything to other gateways.
+public final class DocumentStore: @unchecked Sendable {
+    public let options: StoreOptions
+    public let openReport: OpenReport
+    private let lock = ConditionLock()
+    private var db: SQLiteConnection?
+    private var lastSequenceValue: Int64 = 0
+    private var collectionIDs: [CollectionName: Int64] = [:]
+    private let logger: Logger
+
+    /// Opens (or creates) the store. A file that is corrupt, or not a database, is moved aside to
+    /// `<path>.corrupt-<unix time>` (with its -wal and -shm) and the store starts empty: the mesh
+    /// refills it. It is never silently reused. A store from a newer shoal is refused.
+    public static func open(_ options: StoreOptions, logger: Logger) throws(StoreError) -> DocumentStore {
+        do {
+            return try DocumentStore(options: options, logger: logger, report: nil)
+        } catch let error where error.isCorruption {
+            let moved = try moveAside(options.path, logger: logger, reason: error.description)
+            let report = OpenReport(schemaVersionFound: 0, schemaVersion: Schema.latestVersion, movedAsideTo: moved, reason: error.description)
+            return try DocumentStore(options: options, logger: logger, report: report)
+        }
+    }
+
+    private init(options: StoreOptions, logger: Logger, report: OpenReport?) throws(StoreError) {
+        self.options = options
+        self.logger = logger
+        let db = try SQLiteConnection(path: options.path)
+        // Reading the header is the first thing that notices a file that is not a database.
+        try db.exec("PRAGMA journal_mode=WAL")
+        let mode = try db.strings("PRAGMA journal_mode").first?.first ?? nil
+        guard mode == "wal" else {
+            throw .sqlite(call: "PRAGMA journal_mode=WAL", code: SQLITE_ERROR, message: "journal mode is \(mode ?? "unknown"), not wal")
+        }
+        try db.exec("PRAGMA synchronous=\(options.durability == .full ? "FULL" : "NORMAL")")
+        try db.exec("PRAGMA foreign_keys=ON")
+        let check = try db.strings("PRAGMA quick_check").compactMap { $0.first ?? nil }
+        guard check == ["ok"] else {
+            throw .sqlite(call: "PRAGMA quick_check", code: SQLITE_CORRUPT, message: check.prefix(3).joined(separator: "; "))
+        }
+        let found = Int(try db.strings("PRAGMA user_version").first?.first??.description ?? "0") ?? 0
+        guard found <= Schema.latestVersion else {
+            throw .schemaTooNew(found: found, supported: Schema.latestVersion, path: options.path)
+        }
+        for migration in Schema.migrations where migration.version > found {
+            try db.exec("BEGIN IMMEDIATE")
+            do {
+                try db.exec(migration.sql)
+                try db.exec("PRAGMA user_version=\(migration.version)")
+                try db.exec("COMMIT")
+            } catch {
+                try? db.exec("ROLLBACK")
+                throw error
+            }
+            logger.info(.store, "store \(options.path): migrated schema to version \(migration.version)")
+        }
+        self.db = db
+        self.openReport = report ?? OpenReport(schemaVersionFound: found, schemaVersion: Schema.latestVersion, movedAsideTo: nil, reason: nil)
+        let seq = try db.statement("SELECT COALESCE(MAX(sequence), 0) FROM documents")
+        _ = try seq.step()
+        lastSequenceValue = seq.int64(0)
+        let cols = try db.statement("SELECT id, scope, name FROM collections")
+        while try cols.step() {
+            if let scope = cols.text(1), let name = cols.text(2), let c = try? CollectionName(scope: scope, name: name) {
+                collectionIDs[c] = cols.int64(0)
+            }
+        }
+        logger.info(.store, "store \(options.path) open: schema \(Schema.latestVersion), \(collectionIDs.count) collections, last sequence \(lastSequenceValue), durability \(options.durability.rawValue)")
+    }
+
+    static func moveAside(_ path: String, logger: Logger, reason: String) throws(StoreError) -> String {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        let target = "\(path).corrupt-\(now.tv_sec)"
+        for suffix in ["", "-wal", "-shm"] where access(path + suffix, F_OK) == 0 {
+            if rename(path + suffix, target + suffix) != 0 {
+                let why = String(cString: strerror(errno))
+                throw .sqlite(call: "rename(\(path + suffix))", code: SQLITE_CANTOPEN, message: "cannot move the corrupt store aside: \(why)")
+            }
+        }
+        logger.error(.store, "store \(path) is corrupt (\(reason)); moved it aside to \(target) and started an empty store; peers will refill it. Keep the moved file for analysis or delete it.")
+        return target
+    }
+
+    public func close() {
+        lock.withLock {
+            db?.close()
+            db = nil
+            lock.broadcast()
+        }
+    }
+
+    private func connection() throws(StoreError) -> SQLiteConnection {
+        guard let db else { throw .closed }
+        return db
+    }
+
+    /// Runs `body` under the lock, translating errors to StoreError.
+    private func locked<T>(_ body: (SQLiteConnection) throws(StoreError) -> T) throws(StoreError) -> T {
+        try lock.withLock { () throws(StoreError) -> T in try body(try connection()) }
+    }
+
+    private func transaction<T>(_ db: SQLiteConnection, _ body: () throws(StoreError) -> T) throws(StoreError) -> T {
+        try db.statement("BEGIN IMMEDIATE").run()
+        do {
+            let result = try body()
+            try db.statement("COMMIT").run()
+            return result
+        } catch {
+            try? db.statement("ROLLBACK").run()
+            throw error
+        }
+    }
+
+    static func nowMillis() -> Int64 {
+        var ts = timespec()
+        clock_gettime(CLOCK_REALTIME, &ts)
+        return Int64(ts.tv_sec) * 1000 + Int64(ts.tv_nsec) / 1_000_000
+    }
+}
+
+// MARK: - Collections
+
+extension DocumentStore {
+    /// Creates the collection if it does not exist yet.
+    @discardableResult
+    public func createCollection(_ name: CollectionName) throws(StoreError) -> Bool {
+        try locked { db throws(StoreError) in
+            if collectionIDs[name] != nil { return false }
+            let s = try db.statement("INSERT INTO collections(scope, name, created_at) VALUES (?, ?, ?) RETURNING id")
+            try s.bind(0, name.scope)
+            try s.bind(1, name.name)
+            try s.bind(2, DocumentStore.nowMillis())
+            guard try s.step() else { throw .sqlite(call: "INSERT collections", code: SQLITE_ERROR, message: "no id returned") }
+            collectionIDs[name] = s.int64(0)
+            try s.run()
+            logger.info(.store, "created collection \(name)")
+            return true
+        }
+    }
+
+    public func collections() throws(StoreError) -> [CollectionName] {
+        try locked { _ throws(StoreError) in collectionIDs.keys.sorted() }
+    }
+
+    private func collectionID(_ name: CollectionName) throws(StoreError) -> Int64 {
+        guard let id = collectionIDs[name] else { throw .unknownCollection(name.description) }
+        return id
+    }
+}
+
+// MARK: - Documents
+
+extension DocumentStore {
+    /// Checks a body: a JSON object of at most `maxBodyBytes`.
+    public func validateBody(_ body: String) throws(StoreError) {
+        let count = body.utf8.count
+        guard count <= options.maxBodyBytes else {
+            throw .invalidDocument("body is \(count) bytes, over the limit of \(options.maxBodyBytes)")
+        }
+        let value: JSONValue
+        do { value = try JSONValue.parse(body) } catch { throw .invalidDocument(error.description) }
+        guard value.isObject else { throw .invalidDocument("a document body is a JSON object, not \(value.kindName)") }
+    }
+
+    /// Writes one document (creating or replacing it). Returns its change.
+    @discardableResult
+    public func put(_ collection: CollectionName, id: DocumentID, body: String, version: [UInt8] = []) throws(StoreError) -> Change {
+        try write([DocumentWrite(collection: collection, id: id, body: body, version: version)])[0]
+    }
+
+    /// Deletes a document, leaving a tombstone. Deleting a missing or deleted document is `notFound`.
+    @discardableResult
+    public func delete(_ collection: CollectionName, id: DocumentID, version: [UInt8] = []) throws(StoreError) -> Change {
+        guard let existing = try get(collection, id: id), !existing.isDeleted else {
+            throw .notFound(collection: collection.description, id: id.rawValue)
+        }
+        return try write([DocumentWrite(collection: collection, id: id, body: nil, version: version)])[0]
+    }
+
+    /// Applies writes in one transaction: all of them or none. Each gets the next sequence.
+    public func write(_ writes: [DocumentWrite]) throws(StoreError) -> [Change] {
+        for w in writes { if let body = w.body { try validateBody(body) } }
+        return try locked { db throws(StoreError) in
+            var ids: [Int64] = []
+            ids.reserveCapacity(writes.count)
+            for w in writes { ids.append(try collectionID(w.collection)) }
+            let now = DocumentStore.nowMillis()
+            let startSequence = lastSequenceValue
+            do {
+                let changes = try transaction(db) { () throws(StoreError) -> [Change] in
+                    var out: [Change] = []
+                    out.reserveCapacity(writes.count)
+                    var sequence = startSequence
+                    for (w, cid) in zip(writes, ids) {
+                        sequence += 1
+                        let s = try db.statement(DocumentStore.upsertSQL)
+                        try s.bind(0, cid)
+                        try s.bind(1, w.id.rawValue)
+                        try s.bind(2, w.body)
+                        try s.bind(3, w.body == nil ? 1 : 0)
+                        try s.bind(4, blob: w.version)
+                        try s.bind(5, sequence)
+                        try s.bind(6, now)
+                        guard try s.step() else { throw .sqlite(call: "upsert document", code: SQLITE_ERROR, message: "no revision returned") }
+                        let revision = s.int64(0)
+                        try s.run()
+                        out.append(Change(sequence: sequence, collection: w.collection, id: w.id.rawValue,
+                                          deleted: w.body == nil, revision: revision, version: w.version))
+                    }
+                    return out
+                }
+                lastSequenceValue = startSequence + Int64(writes.count)
+                lock.broadcast()
+                return changes
+            }
+        }
+    }
+
+    /// The statement every document write uses. `shoal bench store` runs this same text through
+    /// the bare C API as its baseline, so the ratio measures only Shoal's own overhead.
+    public static let upsertSQL = """
+        INSERT INTO documents(collection_id, doc_id, body, deleted, revision, version, sequence, updated_at)
+        VALUES (?1, ?2, ?3, ?4, 1, ?5, ?6, ?7)
+        ON CONFLICT(collection_id, doc_id) DO UPDATE SET
+            body = excluded.body, deleted = excluded.deleted, revision = documents.revision + 1,
+            version = excluded.version, sequence = excluded.sequence, updated_at = excluded.updated_at
+        RETURNING revision
+        """
+
+    /// The document, or its tombstone, or nil if it never existed.
+    public func get(_ collection: CollectionName, id: DocumentID) throws(StoreError) -> StoredDocument? {
+        try locked { db throws(StoreError) in
+            let s = try db.statement("SELECT body, revision, version, sequence, updated_at, deleted FROM documents WHERE collection_id = ? AND doc_id = ?")
+            try s.bind(0, try collectionID(collection))
+            try s.bind(1, id.rawValue)
+            guard try s.step() else { return nil }
+            let doc = StoredDocument(collection: collection, id: id.rawValue, body: s.int64(5) != 0 ? nil : s.text(0),
+                                     revision: s.int64(1), version: s.blob(2), sequence: s.int64(3), updatedAtMillis: s.int64(4))
+            try s.run()
+            return doc
+        }
+    }
+
+    /// Documents of a collection in id order, after `after`, at most `limit`.
+    public func list(_ collection: CollectionName, after: String? = nil, limit: Int = 100, includeDeleted: Bool = false) throws(StoreError) -> [StoredDocument] {
+        try locked { db throws(StoreError) in
+            let s = try db.statement("""
+                SELECT doc_id, body, revision, version, sequence, updated_at, deleted FROM documents
+                WHERE collection_id = ?1 AND doc_id > ?2 AND (?3 OR deleted = 0) ORDER BY doc_id LIMIT ?4
+                """)
+            try s.bind(0, try collectionID(collection))
+            try s.bind(1, after ?? "")
+            try s.bind(2, includeDeleted ? 1 : 0)
+            try s.bind(3, Int64(max(0, min(limit, 100_000))))
+            var out: [StoredDocument] = []
+            while try s.step() {
+                out.append(StoredDocument(collection: collection, id: s.text(0) ?? "", body: s.int64(6) != 0 ? nil : s.text(1),
+                                          revision: s.int64(2), version: s.blob(3), sequence: s.int64(4), updatedAtMillis: s.int64(5)))
+            }
+            return out
+        }
+    }
+}
+
+// MARK: - Change feed
+
+extension DocumentStore {
+    public var lastSequence: Int64 { lock.withLock { lastSequenceValue } }
+
+    /// The latest change of every document changed after `since`, in sequence order.
+    public func changes(since: Int64, limit: Int = 1000) throws(StoreError) -> [Change] {
+        try locked { db throws(StoreError) in
+            let s = try db.statement("""
+                SELECT d.sequence, c.scope, c.name, d.doc_id, d.deleted, d.revision, d.version
+                FROM documents d JOIN collections c ON c.id = d.collection_id
+                WHERE d.sequence > ? ORDER BY d.sequence LIMIT ?
+                """)
+            try s.bind(0, since)
+            try s.bind(1, Int64(max(0, min(limit, 100_000))))
+            var out: [Change] = []
+            while try s.step() {
+                guard let scope = s.text(1), let name = s.text(2), let c = try? CollectionName(scope: scope, name: name) else { continue }
+                out.append(Change(sequence: s.int64(0), collection: c, id: s.text(3) ?? "", deleted: s.int64(4) != 0,
+                                  revision: s.int64(5), version: s.blob(6)))
+            }
+            return out
+        }
+    }
+
+    /// Blocks until the last sequence passes `after`, the store closes, or the timeout passes.
+    /// Returns the last sequence. For the control socket's `changes --follow` threads.
+    public func waitForChange(after: Int64, timeoutMillis: Int) -> Int64 {
+        lock.withLock {
+            if lastSequenceValue <= after && db != nil { lock.wait(timeoutMillis: timeoutMillis) }
+            return lastSequenceValue
+        }
+    }
+}
+
+// MARK: - Checkpoints, metadata, health
+
+extension DocumentStore {
+    public func checkpoint(peer: String, collection: CollectionName, direction: CheckpointDirection) throws(StoreError) -> Int64 {
+        try locked { db throws(StoreError) in
+            let s = try db.statement("SELECT sequence FROM checkpoints WHERE peer_id = ? AND collection_id = ? AND direction = ?")
+            try s.bind(0, peer)
+            try s.bind(1, try collectionID(collection))
+            try s.bind(2, direction.rawValue)
+            let value = try s.step() ? s.int64(0) : 0
+            try s.run()
+            return value
+        }
+    }
+
+    public func setCheckpoint(peer: String, collection: CollectionName, direction: CheckpointDirection, sequence: Int64) throws(StoreError) {
+        try locked { db throws(StoreError) in
+            let s = try db.statement("""
+                INSERT INTO checkpoints(peer_id, collection_id, direction, sequence, updated_at) VALUES (?, ?, ?, ?, ?)
+                ON CONFLICT(peer_id, collection_id, direction) DO UPDATE SET sequence = excluded.sequence, updated_at = excluded.updated_at
+                """)
+            try s.bind(0, peer)
+            try s.bind(1, try collectionID(collection))
+            try s.bind(2, direction.rawValue)
+            try s.bind(3, sequence)
+            try s.bind(4, DocumentStore.nowMillis())
+            try s.run()
+        }
+    }
+
+    public func metadata(_ key: String) throws(StoreError) -> String? {
+        try locked { db throws(StoreError) in
+            let s = try db.statement("SELECT value FROM meta WHERE key = ?")
+            try s.bind(0, key)
+            let value = try s.step() ? s.text(0) : nil
+            try s.run()
+            return value
+        }
+    }
+
+    public func setMetadata(_ key: String, _ value: String) throws(StoreError) {
+        try locked { db throws(StoreError) in
+            let s = try db.statement("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value")
+            try s.bind(0, key)
+            try s.bind(1, value)
+            try s.run()
+        }
+    }
+
+    /// `PRAGMA quick_check` (or the full `integrity_check`): empty when the file is sound.
+    public func integrityProblems(full: Bool = false) throws(StoreError) -> [String] {
+        try locked { db throws(StoreError) in
+            let rows = try db.strings(full ? "PRAGMA integrity_check" : "PRAGMA quick_check").compactMap { $0.first ?? nil }
+            return rows == ["ok"] ? [] : rows
+        }
+    }
+
+    public func stats() throws(StoreError) -> StoreStats {
+        try locked { db throws(StoreError) in
+            let s = try db.statement("SELECT COALESCE(SUM(deleted = 0), 0), COALESCE(SUM(deleted), 0) FROM documents")
+            _ = try s.step()
+            let stats = StoreStats(documents: s.int64(0), tombstones: s.int64(1), collections: Int64(collectionIDs.count), lastSequence: lastSequenceValue)
+            try s.run()
+            return stats
+        }
+    }
+
+    /// A cheap round trip through SQLite, for the store service's heartbeat.
+    public func ping() throws(StoreError) {
+        try locked { db throws(StoreError) in
+            let s = try db.statement("SELECT 1")
+            try s.run()
+        }
+    }
+}
+
+extension JSONValue {
+    var kindName: String {
+        switch self {
+        case .null: "null"
+        case .bool: "a boolean"
+        case .number: "a number"
+        case .string: "a string"
+        case .array: "an array"
+        case .object: "an object"
+        }
+    }
+}

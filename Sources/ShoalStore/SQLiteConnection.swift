@@ -1,0 +1,132 @@
+import CSQLite
+
+/// One SQLite connection and its prepared statements. The single choke point for SQLite calls:
+/// every result code is checked, and an error names the call and carries SQLite's message.
+/// Not thread-safe by itself; `DocumentStore` serializes all use under its lock.
+final class SQLiteConnection {
+    private(set) var handle: OpaquePointer?
+    private var statements: [String: OpaquePointer] = [:]
+    let path: String
+
+    init(path: String) throws(StoreError) {
+        self.path = path
+        var db: OpaquePointer?
+        let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
+        let rc = sqlite3_open_v2(path, &db, flags, nil)
+        guard rc == SQLITE_OK, let db else {
+            let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? "out of memory"
+            sqlite3_close_v2(db)
+            throw .sqlite(call: "sqlite3_open_v2(\(path))", code: rc, message: message)
+        }
+        sqlite3_extended_result_codes(db, 1)
+        sqlite3_busy_timeout(db, 5000)
+        handle = db
+    }
+
+    deinit { close() }
+
+    func close() {
+        for (_, s) in statements { sqlite3_finalize(s) }
+        statements.removeAll()
+        if let handle { sqlite3_close_v2(handle) }
+        handle = nil
+    }
+
+    func check(_ rc: Int32, _ call: @autoclosure () -> String) throws(StoreError) {
+        guard rc == SQLITE_OK || rc == SQLITE_ROW || rc == SQLITE_DONE else {
+            let message = handle.map { String(cString: sqlite3_errmsg($0)) } ?? "closed"
+            throw .sqlite(call: call(), code: rc, message: message)
+        }
+    }
+
+    /// Runs one or more statements that return no rows.
+    func exec(_ sql: String) throws(StoreError) {
+        guard let handle else { throw .closed }
+        var err: UnsafeMutablePointer<CChar>?
+        let rc = sqlite3_exec(handle, sql, nil, nil, &err)
+        if rc != SQLITE_OK {
+            let message = err.map { String(cString: $0) } ?? String(cString: sqlite3_errmsg(handle))
+            sqlite3_free(err)
+            throw .sqlite(call: "sqlite3_exec(\(sql.prefix(60)))", code: rc, message: message)
+        }
+    }
+
+    /// A cached prepared statement, reset and with bindings cleared.
+    func statement(_ sql: String) throws(StoreError) -> Statement {
+        guard let handle else { throw .closed }
+        if let s = statements[sql] {
+            sqlite3_reset(s)
+            sqlite3_clear_bindings(s)
+            return Statement(raw: s, connection: self)
+        }
+        var s: OpaquePointer?
+        try check(sqlite3_prepare_v3(handle, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &s, nil), "sqlite3_prepare_v3(\(sql.prefix(60)))")
+        guard let s else { throw .sqlite(call: "sqlite3_prepare_v3", code: SQLITE_MISUSE, message: "empty statement") }
+        statements[sql] = s
+        return Statement(raw: s, connection: self)
+    }
+
+    /// Rows of a query as strings (for PRAGMAs and small reads).
+    func strings(_ sql: String) throws(StoreError) -> [[String?]] {
+        let s = try statement(sql)
+        var rows: [[String?]] = []
+        while try s.step() {
+            rows.append((0..<s.columnCount).map { s.text($0) })
+        }
+        return rows
+    }
+
+    var changes: Int { handle.map { Int(sqlite3_changes($0)) } ?? 0 }
+}
+
+/// A borrowed prepared statement. Columns and parameters are 0-based here (SQLite binds 1-based).
+struct Statement {
+    let raw: OpaquePointer
+    unowned let connection: SQLiteConnection
+
+    func bind(_ i: Int32, _ value: Int64) throws(StoreError) {
+        try connection.check(sqlite3_bind_int64(raw, i + 1, value), "sqlite3_bind_int64")
+    }
+    func bind(_ i: Int32, _ value: String) throws(StoreError) {
+        try connection.check(sqlite3_bind_text(raw, i + 1, value, -1, shoal_sqlite_transient()), "sqlite3_bind_text")
+    }
+    func bind(_ i: Int32, _ value: String?) throws(StoreError) {
+        if let value { try bind(i, value) } else { try connection.check(sqlite3_bind_null(raw, i + 1), "sqlite3_bind_null") }
+    }
+    func bind(_ i: Int32, blob: [UInt8]) throws(StoreError) {
+        let rc = blob.withUnsafeBytes { p in
+            sqlite3_bind_blob(raw, i + 1, p.baseAddress ?? UnsafeRawPointer(bitPattern: 1), Int32(p.count), shoal_sqlite_transient())
+        }
+        try connection.check(rc, "sqlite3_bind_blob")
+    }
+
+    /// Steps once: true if a row is available, false when done.
+    func step() throws(StoreError) -> Bool {
+        let rc = sqlite3_step(raw)
+        if rc == SQLITE_ROW { return true }
+        if rc == SQLITE_DONE { return false }
+        let message = String(cString: sqlite3_errmsg(connection.handle))
+        sqlite3_reset(raw)
+        throw .sqlite(call: "sqlite3_step(\(String(cString: sqlite3_sql(raw)).prefix(60)))", code: rc, message: message)
+    }
+
+    func run() throws(StoreError) { while try step() {} }
+
+    var columnCount: Int32 { sqlite3_column_count(raw) }
+    func int64(_ i: Int32) -> Int64 { sqlite3_column_int64(raw, i) }
+    func isNull(_ i: Int32) -> Bool { sqlite3_column_type(raw, i) == SQLITE_NULL }
+    func text(_ i: Int32) -> String? {
+        guard let p = sqlite3_column_text(raw, i) else { return nil }
+        return String(cString: p)
+    }
+    func blob(_ i: Int32) -> [UInt8] {
+        let n = Int(sqlite3_column_bytes(raw, i))
+        guard n > 0, let p = sqlite3_column_blob(raw, i) else { return [] }
+        return Array(UnsafeRawBufferPointer(start: p, count: n))
+    }
+}
+
+/// The SQLite library this binary is linked against.
+public enum SQLiteLibrary {
+    public static var version: String { String(cString: sqlite3_libversion()) }
+}

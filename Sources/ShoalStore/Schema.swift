@@ -1,0 +1,51 @@
+/// The store's schema, as numbered migrations. `PRAGMA user_version` holds the number of the last
+/// one applied; each runs in its own transaction, so a crash mid-migration leaves the previous
+/// version intact. Never edit a shipped migration: add the next one.
+enum Schema {
+    static let migrations: [(version: Int, sql: String)] = [
+        (1, """
+        CREATE TABLE meta(
+            key   TEXT PRIMARY KEY,
+            value TEXT NOT NULL
+        );
+        CREATE TABLE collections(
+            id         INTEGER PRIMARY KEY,
+            scope      TEXT NOT NULL,
+            name       TEXT NOT NULL,
+            created_at INTEGER NOT NULL,
+            UNIQUE(scope, name)
+        );
+        INSERT INTO collections(id, scope, name, created_at) VALUES (1, '_default', '_default', 0);
+        -- One row per document: its current body (NULL for a tombstone), its revision (local
+        -- write count), its version (opaque here; the replicator stores a version vector) and
+        -- the node-local sequence of its last change.
+        CREATE TABLE documents(
+            collection_id INTEGER NOT NULL REFERENCES collections(id),
+            doc_id        TEXT NOT NULL,
+            body          TEXT,
+            deleted       INTEGER NOT NULL DEFAULT 0,
+            revision      INTEGER NOT NULL,
+            version       BLOB NOT NULL DEFAULT x'',
+            sequence      INTEGER NOT NULL,
+            updated_at    INTEGER NOT NULL,
+            UNIQUE(collection_id, doc_id)
+        );
+        """),
+        (2, """
+        -- The change feed reads documents by sequence; the sequence is unique per node.
+        CREATE UNIQUE INDEX documents_by_sequence ON documents(sequence);
+        -- How far each peer's changes to a collection have been received (pull) or acknowledged
+        -- by that peer (push).
+        CREATE TABLE checkpoints(
+            peer_id       TEXT NOT NULL,
+            collection_id INTEGER NOT NULL REFERENCES collections(id),
+            direction     TEXT NOT NULL CHECK (direction IN ('push', 'pull')),
+            sequence      INTEGER NOT NULL,
+            updated_at    INTEGER NOT NULL,
+            PRIMARY KEY(peer_id, collection_id, direction)
+        );
+        """),
+    ]
+
+    static var latestVersion: Int { migrations.last!.version }
+}

@@ -1,0 +1,77 @@
+import ShoalCore
+
+/// How hard a commit tries to survive power loss (SQLite's `synchronous` in WAL mode).
+public enum Durability: String, Sendable, CaseIterable {
+    /// Every commit is on disk when it returns: an acknowledged write survives power loss. Default.
+    case full
+    /// Commits are atomic and survive a crash of the process, but the last commits before a power
+    /// loss may roll back. Faster on slow SD cards; replication refills what was lost from peers.
+    case normal
+}
+
+public struct StoreOptions: Sendable {
+    public var path: String
+    public var durability: Durability
+    /// Largest document body accepted, in bytes.
+    public var maxBodyBytes: Int
+
+    public init(path: String, durability: Durability = .full, maxBodyBytes: Int = 1 << 20) {
+        self.path = path
+        self.durability = durability
+        self.maxBodyBytes = maxBodyBytes
+    }
+}
+
+/// A document as stored: the body is nil for a tombstone.
+public struct StoredDocument: Sendable, Equatable {
+    public let collection: CollectionName
+    public let id: String
+    public let body: String?
+    public let revision: Int64
+    public let version: [UInt8]
+    public let sequence: Int64
+    public let updatedAtMillis: Int64
+    public var isDeleted: Bool { body == nil }
+}
+
+/// One entry of the change feed: the latest change of a document, at its sequence.
+public struct Change: Sendable, Equatable {
+    public let sequence: Int64
+    public let collection: CollectionName
+    public let id: String
+    public let deleted: Bool
+    public let revision: Int64
+    public let version: [UInt8]
+}
+
+/// One write of a batch: a body to store, or nil to delete (leave a tombstone).
+public struct DocumentWrite: Sendable {
+    public var collection: CollectionName
+    public var id: DocumentID
+    public var body: String?
+    public var version: [UInt8]
+
+    public init(collection: CollectionName, id: DocumentID, body: String?, version: [UInt8] = []) {
+        self.collection = collection
+        self.id = id
+        self.body = body
+        self.version = version
+    }
+}
+
+public enum CheckpointDirection: String, Sendable { case push, pull }
+
+/// What happened while opening: a migration, a corrupt file moved aside.
+public struct OpenReport: Sendable {
+    public var schemaVersionFound: Int
+    public var schemaVersion: Int
+    public var movedAsideTo: String?
+    public var reason: String?
+}
+
+public struct StoreStats: Sendable {
+    public var documents: Int64
+    public var tombstones: Int64
+    public var collections: Int64
+    public var lastSequence: Int64
+}

@@ -1,0 +1,50 @@
+/// ShoalTLS: the one importer of mbedTLS 2.28. Today it holds the SHA-256 digests Shoal names
+/// things with (the DNS-SD service type of a group; peer ids, which are digests of certificates).
+/// Identities and mutual TLS over it come with the TLS issue.
+import CMbedTLS
+
+public enum Digest {
+    /// SHA-256 of `bytes`.
+    public static func sha256(_ bytes: [UInt8]) -> [UInt8] {
+        var out = [UInt8](repeating: 0, count: 32)
+        let rc = bytes.withUnsafeBufferPointer { input in
+            out.withUnsafeMutableBufferPointer { output in
+                mbedtls_sha256_ret(input.baseAddress, input.count, output.baseAddress, 0)
+            }
+        }
+        // mbedtls_sha256_ret fails only on a hardware-accelerator fault; nothing sane to fall back to.
+        precondition(rc == 0, "mbedtls_sha256_ret failed: \(rc)")
+        return out
+    }
+
+    public static func hex(_ bytes: some Sequence<UInt8>, uppercase: Bool = false) -> String {
+        let digits = Array((uppercase ? "0123456789ABCDEF" : "0123456789abcdef").utf8)
+        var out: [UInt8] = []
+        for b in bytes {
+            out.append(digits[Int(b >> 4)])
+            out.append(digits[Int(b & 0xF)])
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+}
+
+/// A group id (Couchbase's peerGroupID, ObjectBox's meshId) and what is derived from it.
+public struct GroupID: Sendable, Equatable, CustomStringConvertible {
+    public let rawValue: String
+    public init(_ rawValue: String) { self.rawValue = rawValue }
+    public var description: String { rawValue }
+
+    /// The DNS-SD service type: `_` + the first 6 bytes of SHA-256(group id) in upper-case hex +
+    /// `._tcp`, as in the ObjectBox seed (`com.example.myapp.mesh` gives `_C17B206CE9F6._tcp`).
+    public var serviceType: String {
+        "_" + Digest.hex(Digest.sha256(Array(rawValue.utf8)).prefix(6), uppercase: true) + "._tcp"
+    }
+}
+
+public enum MbedTLSLibrary {
+    public static var version: String {
+        var buffer = [CChar](repeating: 0, count: 32)
+        mbedtls_version_get_string(&buffer)
+        return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+}

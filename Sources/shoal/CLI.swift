@@ -1,0 +1,282 @@
+import Glibc
+import ShoalConfig
+import ShoalCore
+import ShoalLinux
+import ShoalRuntime
+import ShoalStatus
+import ShoalStore
+import ShoalTLS
+import ShoalWire
+import ShoalYAML
+
+enum ExitCode {
+    static let ok: Int32 = 0
+    static let failure: Int32 = 1
+    static let usage: Int32 = 2
+    static let config: Int32 = 3
+    static let notFound: Int32 = 4
+    static let unreachable: Int32 = 5
+    static let rejected: Int32 = 6
+}
+
+/// Writes straight to a file descriptor: unbuffered, so `changes --follow` shows each change at once
+/// and the crash test's acknowledgements are out before the next write starts.
+func writeFD(_ fd: Int32, _ text: String) {
+    let bytes = Array(text.utf8)
+    var offset = 0
+    while offset < bytes.count {
+        let n = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + offset, bytes.count - offset) }
+        if n < 0 { if errno == EINTR { continue }; return }
+        offset += n
+    }
+}
+
+func out(_ text: String, newline: Bool = true) { writeFD(STDOUT_FILENO, newline ? text + "\n" : text) }
+func printError(_ message: String) { writeFD(STDERR_FILENO, message + "\n") }
+
+enum CLI {
+    static func main(_ args: [String]) async -> Int32 {
+        guard let command = args.first else {
+            out(Help.main)
+            return ExitCode.usage
+        }
+        let rest = Array(args.dropFirst())
+        do {
+            switch command {
+            case "-h", "--help", "help":
+                if let topic = rest.first {
+                    guard let text = Help.commands[topic] else { throw UsageError(command: "help", message: "no command \"\(topic)\"") }
+                    out(text)
+                } else {
+                    out(Help.main)
+                }
+                return ExitCode.ok
+            case "--version", "version": return try version(rest)
+            case "run": return try await run(rest)
+            case "status": return try status(rest)
+            case "doc": return try doc(rest)
+            case "changes": return try changes(rest)
+            case "log": return try log(rest)
+            case "board": return try board(rest)
+            case "bench": return try bench(rest)
+            case "_crash-writer": return try CrashWriter.main(rest)
+            default:
+                throw UsageError(command: command, message: "unknown command; commands: run, status, doc, changes, log, board, bench, version, help")
+            }
+        } catch let e as UsageError {
+            printError(e.description)
+            return ExitCode.usage
+        } catch let e as ControlClient.Failure {
+            printError("shoal \(command): \(e)")
+            switch e {
+            case .unreachable: return ExitCode.unreachable
+            case .remote(let r):
+                switch r.code {
+                case .notFound: return ExitCode.notFound
+                case .badRequest, .invalidDocument: return ExitCode.rejected
+                default: return ExitCode.failure
+                }
+            case .protocolError: return ExitCode.failure
+            }
+        } catch let e as ConfigError {
+            printError(e.description)
+            return ExitCode.config
+        } catch let e as ConfigurationFailure {
+            printError(e.description)
+            return ExitCode.config
+        } catch let e as JSONError {
+            printError("shoal \(command): \(e)")
+            return ExitCode.rejected
+        } catch {
+            printError("shoal \(command): \(error)")
+            return ExitCode.failure
+        }
+    }
+
+    static func helpIfAsked(_ a: Arguments, _ command: String) -> Bool {
+        if a.wantsHelp { out(Help.commands[command] ?? Help.main) }
+        return a.wantsHelp
+    }
+
+    static func output(_ value: JSONValue) { out(value.prettyText) }
+
+    // MARK: run
+
+    static func run(_ args: [String]) async throws -> Int32 {
+        let a = try Arguments.parse(args, command: "run", valueOptions: ["--board", "--config", "--data-dir", "--socket", "--log-level", "--board-dir"])
+        if helpIfAsked(a, "run") { return ExitCode.ok }
+        try a.expectPositionals(0...0, command: "run", usage: "run [--board NAME] [--config FILE]")
+        var options = RuntimeOptions()
+        options.board = a.values["--board"] ?? "auto"
+        options.configPath = a.values["--config"]
+        options.dataDir = a.values["--data-dir"]
+        options.socketPath = a.values["--socket"]
+        if let dir = a.values["--board-dir"] { options.boardDirectories = [dir] }
+        if let text = a.values["--log-level"] {
+            guard let level = LogLevel(name: text) else {
+                throw UsageError(command: "run", message: "--log-level is one of debug, verbose, info, warning, error, none")
+            }
+            options.logLevel = level
+        }
+        return await GatewayRuntime.run(options)
+    }
+
+    // MARK: status
+
+    static func client(_ a: Arguments) throws -> ControlClient {
+        try ControlClient(path: ControlClient.resolveSocket(a.values["--socket"]))
+    }
+
+    static func status(_ args: [String]) throws -> Int32 {
+        let a = try Arguments.parse(args, command: "status", valueOptions: ["--socket"], flagOptions: ["--json"])
+        if helpIfAsked(a, "status") { return ExitCode.ok }
+        try a.expectPositionals(0...0, command: "status", usage: "status [--json]")
+        let result = try client(a).call(["op": "status"])
+        if a.flags.contains("--json") { output(result); return ExitCode.ok }
+        out(GatewayStatus(json: result)?.text ?? result.prettyText)
+        return ExitCode.ok
+    }
+
+    // MARK: doc
+
+    static func doc(_ args: [String]) throws -> Int32 {
+        guard let sub = args.first, !sub.hasPrefix("-") else {
+            let a = try Arguments.parse(args, command: "doc")
+            if helpIfAsked(a, "doc") { return ExitCode.ok }
+            throw UsageError(command: "doc", message: "missing subcommand: put, get, delete or list")
+        }
+        let command = "doc \(sub)"
+        let rest = Array(args.dropFirst())
+        switch sub {
+        case "put":
+            let a = try Arguments.parse(rest, command: command, valueOptions: ["--socket"], flagOptions: ["--json"])
+            if helpIfAsked(a, "doc") { return ExitCode.ok }
+            try a.expectPositionals(3...3, command: command, usage: "doc put <collection> <id> <json|->")
+            let text = a.positionals[2] == "-" ? try readStandardInput(limit: 1 << 20) : a.positionals[2]
+            let body = try JSONValue.parse(text)
+            guard body.isObject else { throw JSONError(offset: 0, reason: "a document body is a JSON object") }
+            let result = try client(a).call(["op": "doc.put", "collection": .string(a.positionals[0]), "id": .string(a.positionals[1]), "body": body])
+            if a.flags.contains("--json") { output(result) } else { out(ChangeText.line(result)) }
+        case "get":
+            let a = try Arguments.parse(rest, command: command, valueOptions: ["--socket"], flagOptions: ["--json"])
+            if helpIfAsked(a, "doc") { return ExitCode.ok }
+            try a.expectPositionals(2...2, command: command, usage: "doc get <collection> <id>")
+            let result = try client(a).call(["op": "doc.get", "collection": .string(a.positionals[0]), "id": .string(a.positionals[1])])
+            output(a.flags.contains("--json") ? result : (result["body"] ?? .null))
+        case "delete":
+            let a = try Arguments.parse(rest, command: command, valueOptions: ["--socket"], flagOptions: ["--json"])
+            if helpIfAsked(a, "doc") { return ExitCode.ok }
+            try a.expectPositionals(2...2, command: command, usage: "doc delete <collection> <id>")
+            let result = try client(a).call(["op": "doc.delete", "collection": .string(a.positionals[0]), "id": .string(a.positionals[1])])
+            if a.flags.contains("--json") { output(result) } else { out(ChangeText.line(result)) }
+        case "list":
+            let a = try Arguments.parse(rest, command: command, valueOptions: ["--socket", "--limit", "--after"], flagOptions: ["--json", "--deleted"])
+            if helpIfAsked(a, "doc") { return ExitCode.ok }
+            try a.expectPositionals(1...1, command: command, usage: "doc list <collection>")
+            let limit = try a.int("--limit", command: command, default: 100, range: 1...10_000)
+            var request: JSONValue = ["op": "doc.list", "collection": .string(a.positionals[0]), "limit": .int(limit),
+                                      "includeDeleted": .bool(a.flags.contains("--deleted"))]
+            if let after = a.values["--after"], case .object(var o) = request { o["after"] = .string(after); request = .object(o) }
+            let result = try client(a).call(request)
+            if a.flags.contains("--json") { output(result); return ExitCode.ok }
+            for d in result["documents"]?.arrayValue ?? [] {
+                let id = d["id"]?.stringValue ?? "?"
+                let state = d["deleted"]?.boolValue == true ? "deleted" : "rev \(d["revision"]?.int64Value ?? 0)"
+                out("\(id)\t\(state)\tseq \(d["sequence"]?.int64Value ?? 0)")
+            }
+        default:
+            throw UsageError(command: "doc", message: "unknown subcommand \"\(sub)\": put, get, delete or list")
+        }
+        return ExitCode.ok
+    }
+
+    static func readStandardInput(limit: Int) throws -> String {
+        var input: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let n = chunk.withUnsafeMutableBytes { read(STDIN_FILENO, $0.baseAddress, 65536) }
+            if n < 0 { if errno == EINTR { continue }; throw SystemError(call: "read(stdin)", code: errno) }
+            if n == 0 { break }
+            input.append(contentsOf: chunk.prefix(n))
+            if input.count > limit { throw JSONError(offset: limit, reason: "standard input is over \(limit) bytes") }
+        }
+        return String(decoding: input, as: UTF8.self)
+    }
+
+    // MARK: changes
+
+    static func changes(_ args: [String]) throws -> Int32 {
+        let a = try Arguments.parse(args, command: "changes", valueOptions: ["--socket", "--since", "--limit"], flagOptions: ["--json", "--follow"])
+        if helpIfAsked(a, "changes") { return ExitCode.ok }
+        try a.expectPositionals(0...0, command: "changes", usage: "changes [--since SEQ] [--follow]")
+        let since = try a.int("--since", command: "changes", default: 0, range: 0...Int.max)
+        let limit = try a.int("--limit", command: "changes", default: 1000, range: 1...10_000)
+        let json = a.flags.contains("--json")
+        let c = try client(a)
+        if a.flags.contains("--follow") {
+            try c.send(["op": "changes", "since": .int(since), "follow": true])
+            guard let first = try c.receive() else { return ExitCode.failure }
+            _ = try ControlClient.unwrap(first)
+            while let frame = try c.receive(timeoutMillis: Int32.max) {
+                guard let change = frame["change"] else { _ = try ControlClient.unwrap(frame); continue }
+                out(json ? change.compactText : ChangeText.line(change))
+            }
+            return ExitCode.ok
+        }
+        let result = try c.call(["op": "changes", "since": .int(since), "limit": .int(limit)])
+        if json { output(result); return ExitCode.ok }
+        for change in result["changes"]?.arrayValue ?? [] { out(ChangeText.line(change)) }
+        return ExitCode.ok
+    }
+
+    // MARK: log
+
+    static func log(_ args: [String]) throws -> Int32 {
+        let a = try Arguments.parse(args, command: "log", valueOptions: ["--socket"], flagOptions: ["--json"])
+        if helpIfAsked(a, "log") { return ExitCode.ok }
+        guard let sub = a.positionals.first else { throw UsageError(command: "log", message: "missing subcommand: level or levels") }
+        let result: JSONValue
+        switch sub {
+        case "level":
+            try a.expectPositionals(3...3, command: "log level", usage: "log level DOMAIN|all LEVEL")
+            result = try client(a).call(["op": "log.level", "domain": .string(a.positionals[1]), "level": .string(a.positionals[2])])
+        case "levels":
+            try a.expectPositionals(1...1, command: "log levels", usage: "log levels")
+            result = try client(a).call(["op": "log.levels"])
+        default:
+            throw UsageError(command: "log", message: "unknown subcommand \"\(sub)\": level or levels")
+        }
+        if a.flags.contains("--json") { output(result); return ExitCode.ok }
+        for (domain, level) in (result.objectValue ?? [:]).sorted(by: { $0.key < $1.key }) {
+            out("\(domain)\t\(level.stringValue ?? "?")")
+        }
+        return ExitCode.ok
+    }
+
+    // MARK: version
+
+    static func version(_ args: [String]) throws -> Int32 {
+        let a = try Arguments.parse(args, command: "version", flagOptions: ["--json"])
+        if helpIfAsked(a, "version") { return ExitCode.ok }
+        let v: [(String, String)] = [
+            ("shoal", ShoalVersion.current), ("sqlite", SQLiteLibrary.version), ("mbedtls", MbedTLSLibrary.version),
+            ("libyaml", YAMLParser.libraryVersion), ("libgpiod", HardwareProbe.libgpiodVersion),
+        ]
+        if a.flags.contains("--json") {
+            var o: [String: JSONValue] = [:]
+            for (k, x) in v { o[k] = .string(x) }
+            output(.object(o))
+        } else {
+            for (k, x) in v { out("\(k) \(x)") }
+        }
+        return ExitCode.ok
+    }
+}
+
+/// Human-readable forms of control-socket results.
+enum ChangeText {
+    static func line(_ c: JSONValue) -> String {
+        let kind = c["deleted"]?.boolValue == true ? "delete" : "put"
+        return "seq \(c["sequence"]?.int64Value ?? 0)\t\(kind)\t\(c["collection"]?.stringValue ?? "?")/\(c["id"]?.stringValue ?? "?")\trev \(c["revision"]?.int64Value ?? 0)"
+    }
+}

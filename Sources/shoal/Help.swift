@@ -1,0 +1,107 @@
+/// The text of `shoal --help` and of each command's `--help`.
+enum Help {
+    static let main = """
+        shoal — a peer-to-peer data runtime for Linux IoT gateways
+
+        Usage: shoal <command> [options]
+
+        Commands:
+          run        Run the gateway until stopped (store, status console, control socket)
+          status     Show the running gateway's state
+          doc        Write and read documents: put | get | delete | list
+          changes    Show the change feed; --follow keeps streaming
+          log        Log levels of a running gateway: level DOMAIN LEVEL | levels
+          board      Board files: list | show NAME | check FILE
+          bench      Benchmarks that print figures: store
+          version    Versions of shoal and of the C libraries it uses
+          help       This text, or `shoal help COMMAND`
+
+        Commands that talk to a running gateway take --socket PATH (default: $SHOAL_SOCKET,
+        then /run/shoal/control.sock, then .shoal/sim/control.sock if they exist).
+        Read commands take --json for machine-readable output.
+
+        Exit codes:
+          0  success
+          1  failure (the gateway's root supervisor gave up, or an unexpected error)
+          2  usage error (unknown command or option, missing argument)
+          3  configuration error (board or site file; the message names file:line: key)
+          4  not found (document, collection, board)
+          5  no running gateway answers on the control socket
+          6  request rejected (invalid document or JSON, bad request)
+        """
+
+    static let commands: [String: String] = [
+        "run": """
+            Usage: shoal run [--board NAME|PATH|auto] [--config FILE] [--data-dir DIR] [--socket PATH]
+                             [--log-level LEVEL] [--board-dir DIR]
+
+            Runs the gateway: the supervision tree (store, control socket, status console) until
+            SIGTERM or SIGINT, which stop it gracefully (a second signal exits at once).
+
+              --board NAME|PATH|auto  board file (default auto: match /proc/device-tree/model,
+                                      else generic-linux). Names are looked up in --board-dir
+                                      (default /etc/shoal/boards), then in the built-in boards.
+              --config FILE           site file (default /etc/shoal/shoal.yaml if present, else
+                                      the built-in demo site: group shoal.demo)
+              --data-dir DIR          overrides the board's storage.path; the control socket
+                                      moves to DIR/control.sock unless --socket is given
+              --socket PATH           control socket path (default: the board's control.socket)
+              --log-level LEVEL       debug, verbose, info, warning, error or none, all domains
+              --board-dir DIR         where board files are looked up first
+
+            Under systemd (Type=notify) it sends READY=1 once every part started, and WATCHDOG=1
+            only while the supervision tree is healthy. Exit: 0 stopped, 1 gave up, 3 bad config.
+            """,
+        "status": """
+            Usage: shoal status [--json] [--socket PATH]
+
+            The running gateway's state, board, group, store figures and supervision tree.
+            """,
+        "doc": """
+            Usage: shoal doc put <collection> <id> <json|->   [--socket PATH] [--json]
+                   shoal doc get <collection> <id>            [--socket PATH] [--json]
+                   shoal doc delete <collection> <id>         [--socket PATH] [--json]
+                   shoal doc list <collection> [--limit N] [--after ID] [--deleted] [--socket PATH] [--json]
+
+            A collection is `scope.collection`, or `collection` in the default scope (`_default`
+            alone is `_default._default`). A body is a JSON object of at most 1 MiB; `-` reads it
+            from standard input. get prints the body; --json prints the whole record. delete
+            leaves a tombstone, so the deletion replicates. list --deleted includes tombstones.
+            """,
+        "changes": """
+            Usage: shoal changes [--since SEQ] [--limit N] [--follow] [--json] [--socket PATH]
+
+            The change feed: the latest change of each document changed after SEQ, in sequence
+            order. --follow keeps the connection open and prints changes as they commit (Ctrl-C
+            ends it). With --json, one JSON object per line.
+            """,
+        "log": """
+            Usage: shoal log level DOMAIN|all LEVEL [--socket PATH]
+                   shoal log levels [--json] [--socket PATH]
+
+            Changes a running gateway's log level. Domains: peerDiscovery, mesh, replication,
+            store, tls, board, status, supervision, control, runtime. Levels: debug, verbose,
+            info, warning, error, none. Logs name message kinds and ids, never document bodies.
+            """,
+        "board": """
+            Usage: shoal board list [--json] [--board-dir DIR]
+                   shoal board show NAME|PATH [--json] [--board-dir DIR]
+                   shoal board check FILE [--config SITE] [--board-dir DIR]
+
+            list: every board shoal knows (built-in and in --board-dir). show: a board after its
+            `extends:` chain is merged. check: validates a board file (and a site file); errors
+            name file:line: key. Exit 3 if invalid.
+            """,
+        "bench": """
+            Usage: shoal bench store [--docs N] [--batch N] [--rounds N] [--durability full|normal] [--dir DIR]
+
+            Writes N (default 20000) ~1 KB JSON documents in transactions of --batch (default 100)
+            through the store, and the same statement through a bare SQLite C-API loop, alternately
+            on fresh files in DIR (default /tmp), --rounds times (default 3); prints documents per
+            second for both (medians) and their ratio. Figures, not a pass/fail test.
+            """,
+        "version": """
+            Usage: shoal version [--json]
+            """,
+    ]
+}
