@@ -14,6 +14,7 @@ out=Sources/ShoalRuntime/EmbeddedBoards.swift
     name=$(basename "$f" .yaml)
     echo "        \"$name\": #\"\"\""
     cat "$f"
+    echo ""   # a multi-line literal drops the newline before its closing quotes; keep the file's own
     echo "\"\"\"#,"
   done
   echo "    ]"

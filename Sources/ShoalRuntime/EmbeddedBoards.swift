@@ -25,6 +25,7 @@ control:
   socket: /run/shoal/control.sock
 log:
   level: info
+
 """#,
         "cm4": #"""
 extends: base
@@ -39,6 +40,7 @@ led:
   activeLow: false
 console:
   device: /dev/serial0
+
 """#,
         "generic-linux": #"""
 extends: base
@@ -51,6 +53,7 @@ console:
   device: none
 wifi:
   interface: wlan0
+
 """#,
         "pi-zero-2w": #"""
 extends: base
@@ -65,6 +68,7 @@ console:
   device: /dev/serial0
 mesh:
   maxConnectionCount: 2            # 512 MB of RAM and one radio for Wi-Fi and BLE: fewer links
+
 """#,
         "pi4b": #"""
 extends: base
@@ -79,6 +83,7 @@ led:
   activeLow: false
 console:
   device: /dev/serial0
+
 """#,
         "pi5": #"""
 extends: base
@@ -93,6 +98,7 @@ led:
   activeLow: false
 console:
   device: /dev/serial0
+
 """#,
         "sim": #"""
 extends: base
@@ -112,6 +118,7 @@ storage:
   path: .shoal/sim                 # relative paths are taken from the directory shoal runs in
 control:
   socket: .shoal/sim/control.sock
+
 """#,
     ]
 }

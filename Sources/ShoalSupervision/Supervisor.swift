@@ -265,7 +265,9 @@ extension Supervisor {
             case .hung: "hung (missed heartbeat)"
             }
             sup.report.update(p) {
-                $0.state = restart ? .restarting : (outcome.isAbnormal ? .failed : .stopped)
+                // A temporary child that crashed is gone, as in OTP; it does not make the tree
+                // unhealthy. Its error stays in the report.
+                $0.state = restart ? .restarting : .stopped
                 if let reason { $0.lastError = reason }
             }
             guard restart else { return }

@@ -1,0 +1,237 @@
+import Glibc
+import ShoalConfig
+import ShoalCore
+import ShoalRuntime
+import ShoalTLS
+import ShoalYAML
+import Testing
+
+/// The repository's board-configs/ directory.
+let repoBoards: String = {
+    var parts = #filePath.split(separator: "/").map(String.init)
+    parts.removeLast(3)
+    return "/" + parts.joined(separator: "/") + "/board-configs"
+}()
+
+let repoLoader = ConfigLoader(parse: YAMLParser.parse, source: BoardFiles(directories: [repoBoards]))
+
+func readFile(_ path: String) -> String? {
+    guard let f = fopen(path, "r") else { return nil }
+    defer { fclose(f) }
+    var out: [UInt8] = []
+    var buf = [UInt8](repeating: 0, count: 4096)
+    while true {
+        let n = fread(&buf, 1, buf.count, f)
+        if n <= 0 { break }
+        out += buf.prefix(n)
+    }
+    return String(decoding: out, as: UTF8.self)
+}
+
+/// A directory of board files made for one test.
+struct BoardDir {
+    let path: String
+    init(_ files: [String: String]) {
+        var template = Array("/tmp/shoal-boards-XXXXXX".utf8CString)
+        path = String(cString: mkdtemp(&template)!)
+        for (name, text) in files {
+            let f = fopen("\(path)/\(name).yaml", "w")!
+            fputs(text, f)
+            fclose(f)
+        }
+    }
+    var loader: ConfigLoader { ConfigLoader(parse: YAMLParser.parse, source: BoardFiles(directories: [path])) }
+    func remove() {
+        for name in (try? listNames()) ?? [] { unlink("\(path)/\(name)") }
+        rmdir(path)
+    }
+    func listNames() throws -> [String] {
+        guard let d = opendir(path) else { return [] }
+        defer { closedir(d) }
+        var names: [String] = []
+        while let e = readdir(d) {
+            let n = withUnsafeBytes(of: e.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+            if n != "." && n != ".." { names.append(n) }
+        }
+        return names
+    }
+}
+
+func configError(_ body: () throws -> Void) -> ConfigError? {
+    do { try body() } catch let e as ConfigError { return e } catch { Issue.record("unexpected error \(error)") }
+    return nil
+}
+
+let shippedBoards = ["base", "pi4b", "pi5", "pi-zero-2w", "cm4", "generic-linux", "sim"]
+
+@Suite("Board files")
+struct BoardConfigTests {
+    @Test("every shipped board file loads", arguments: shippedBoards)
+    func shippedBoardLoads(_ name: String) throws {
+        let board = try repoLoader.loadBoard(name)
+        #expect(board.id == name)
+        #expect(!board.name.isEmpty)
+        #expect(board.sources.last?.hasSuffix("/\(name).yaml") == true)
+        if name != "base" { #expect(board.sources.first?.hasSuffix("/base.yaml") == true) }
+    }
+
+    @Test("the binary's built-in boards are exactly the files in board-configs/ (run `make` after editing them)")
+    func builtInsMatchFiles() throws {
+        #expect(BoardFiles.builtInNames == shippedBoards.sorted())
+        for name in shippedBoards {
+            #expect(BoardFiles.builtIn(name) == readFile("\(repoBoards)/\(name).yaml"), "built-in \(name) differs from board-configs/\(name).yaml")
+        }
+    }
+
+    @Test("extends merges a small delta over the base")
+    func extendsMerges() throws {
+        let zero = try repoLoader.loadBoard("pi-zero-2w")
+        #expect(zero.support == .supported)
+        #expect(zero.led.driver == .sysfs && zero.led.name == "ACT")
+        #expect(zero.console.device == "/dev/serial0")
+        #expect(zero.console.baud == 115_200)              // from base
+        #expect(zero.wifiInterface == "wlan0")              // from base
+        #expect(zero.storagePath == "/var/lib/shoal")       // from base
+        #expect(zero.mesh.maxConnectionCount == 2)          // the board's override
+        #expect(zero.mesh.backoffMillis == 10_000)          // the seed's default
+        let pi5 = try repoLoader.loadBoard("pi5")
+        #expect(pi5.led.driver == .gpiod && pi5.led.chip == "gpiochip4" && pi5.led.line == 17)
+        let sim = try repoLoader.loadBoard("sim")
+        #expect(sim.wifiInterface == nil && sim.bluetoothAdapter == nil && sim.console.device == "stdout")
+        #expect(try repoLoader.loadBoard("base").support == .abstract)
+    }
+
+    @Test("a value of the wrong type names the file, the line and the key")
+    func wrongTypeNamesFileLineKey() throws {
+        let dir = BoardDir(["base": "board:\n  name: b\n  support: abstract\n",
+                            "broken": "extends: base\nboard:\n  name: Broken\nled:\n  driver: gpiod\n  chip: gpiochip0\n  line: seventeen\n"])
+        defer { dir.remove() }
+        let e = try #require(configError { _ = try dir.loader.loadBoard("broken") })
+        #expect(e.mark.file == "\(dir.path)/broken.yaml")
+        #expect(e.mark.line == 7)
+        #expect(e.key == "led.line")
+        #expect(e.description.hasPrefix("\(dir.path)/broken.yaml:7: led.line: expected a whole number"))
+    }
+
+    @Test("an unknown key is an error, not ignored", arguments: [
+        ("ledd:\n  driver: none\n", "ledd", 4), ("led:\n  drivr: none\n", "led.drivr", 5), ("mesh:\n  maxConnections: 4\n", "mesh.maxConnections", 5),
+    ])
+    func unknownKeyRejected(_ extra: String, _ key: String, _ line: Int) throws {
+        let dir = BoardDir(["b": "board:\n  name: B\n  support: community\n" + extra])
+        defer { dir.remove() }
+        let e = try #require(configError { _ = try dir.loader.loadBoard("b") })
+        #expect(e.key == key)
+        #expect(e.mark.line == line)
+        #expect(e.message.contains("unknown"))
+    }
+
+    @Test("values out of range and bad choices are refused with their key", arguments: [
+        ("mesh:\n  maxConnectionCount: 0\n", "mesh.maxConnectionCount"),
+        ("mesh:\n  discoveryPauseSeconds: 10\n  discoveryPauseJitterSeconds: 20\n", "mesh.discoveryPauseJitterSeconds"),
+        ("led:\n  driver: laser\n", "led.driver"),
+        ("led:\n  driver: gpiod\n", "led"),
+        ("console:\n  baud: 12345\n", "console.baud"),
+        ("storage:\n  path: /x\n  durability: maybe\n", "storage.durability"),
+        ("log:\n  domains:\n    radio: debug\n", "log.domains.radio"),
+    ])
+    func badValues(_ extra: String, _ key: String) throws {
+        let dir = BoardDir(["b": "board:\n  name: B\n" + extra])
+        defer { dir.remove() }
+        let e = try #require(configError { _ = try dir.loader.loadBoard("b") })
+        #expect(e.key == key)
+        #expect(e.mark.file.hasSuffix("b.yaml"))
+    }
+
+    @Test("YAML syntax errors, anchors, duplicate keys and extends loops give file:line errors", arguments: [
+        ("board: [unclosed\n", "YAML"), ("board: &a\n  name: x\nled: *a\n", "anchors"),
+        ("board:\n  name: x\n  name: y\n", "duplicate"), ("extends: loop2\nboard:\n  name: x\n", "loops"),
+        ("extends: missing\nboard:\n  name: x\n", "no board"), ("- a\n- b\n", "mapping"),
+    ])
+    func malformedFiles(_ text: String, _ needle: String) throws {
+        let dir = BoardDir(["b": text, "loop2": "extends: b\nboard:\n  name: l\n"])
+        defer { dir.remove() }
+        let e = try #require(configError { _ = try dir.loader.loadBoard("b") })
+        #expect(e.description.contains(needle), "\(e)")
+        #expect(e.mark.line >= 1 || e.mark.file == "--board")
+    }
+
+    @Test("--board auto picks the board whose model string prefixes the device-tree model")
+    func autoMatch() {
+        #expect(repoLoader.boardMatching(model: "Raspberry Pi 4 Model B Rev 1.4\0") == "pi4b")
+        #expect(repoLoader.boardMatching(model: "Raspberry Pi 5 Model B Rev 1.0") == "pi5")
+        #expect(repoLoader.boardMatching(model: "Raspberry Pi Zero 2 W Rev 1.0") == "pi-zero-2w")
+        #expect(repoLoader.boardMatching(model: "Raspberry Pi Compute Module 4 Rev 1.1") == "cm4")
+        #expect(repoLoader.boardMatching(model: "Some Other Board") == nil)
+    }
+}
+
+@Suite("Site files")
+struct SiteConfigTests {
+    @Test("a site file sets group, identity and collections and overrides the board's mesh and log")
+    func siteOverrides() throws {
+        let text = """
+            group: com.example.gateways
+            identity:
+              label: field-7
+            collections:
+              - name: sensors.readings
+                push: true
+                pull: false
+              - name: alarms
+                resolver: remoteWins
+            mesh:
+              maxConnectionCount: 4
+            log:
+              level: warning
+              domains:
+                replication: verbose
+            """
+        let site = try repoLoader.loadSite(text: text, file: "/etc/shoal/shoal.yaml")
+        #expect(site.group == "com.example.gateways")
+        #expect(site.identityLabel == "field-7")
+        #expect(site.collections.map(\.name.description) == ["_default._default", "sensors.readings", "_default.alarms"])
+        #expect(site.collections[1].pull == false)
+        let board = try repoLoader.applying(site, to: try repoLoader.loadBoard("pi-zero-2w"))
+        #expect(board.mesh.maxConnectionCount == 4)
+        #expect(board.log.level == .warning && board.log.domains[.replication] == .verbose)
+    }
+
+    @Test("site errors name the site file, line and key", arguments: [
+        ("identity:\n  label: x\n", "group"),
+        ("group: g\ncollections:\n  - name: a.b.c\n", "collections[0].name"),
+        ("group: g\ncollections:\n  - name: a\n  - name: _default.a\n", "collections[1].name"),
+        ("group: g\ncollections:\n  - name: a\n    resolver: coinFlip\n", "collections[0].resolver"),
+        ("group: g\nmesh:\n  txLogBatchMaxCount: 0\n", "mesh.txLogBatchMaxCount"),
+        ("group: g\nwifi:\n  interface: wlan1\n", "wifi"),
+    ])
+    func siteErrors(_ text: String, _ key: String) throws {
+        let e = try #require(configError { _ = try repoLoader.loadSite(text: text, file: "site.yaml") })
+        #expect(e.key == key, "\(e)")
+        #expect(e.mark.file == "site.yaml")
+    }
+
+    @Test("the built-in site file is valid")
+    func embeddedSite() throws {
+        let site = try repoLoader.loadSite(text: SiteConfig.embeddedDefault, file: "<built-in>")
+        #expect(site.group == "shoal.demo")
+    }
+
+    @Test("the DNS-SD service type is derived from the group id as in the ObjectBox seed")
+    func serviceType() {
+        #expect(GroupID("com.example.myapp.mesh").serviceType == "_C17B206CE9F6._tcp")
+    }
+
+    @Test("every mesh option has the seed's default")
+    func meshDefaults() {
+        let m = MeshOptions()
+        let expected: [(String, Int64)] = [
+            ("maxConnectionCount", 3), ("backoffMillis", 10000), ("evictionBackoffMillis", 30000), ("randomSeed", 0),
+            ("requestTimeoutMillis", 5000), ("advertisingDelayMillis", 2000), ("advertisingRetryMillis", 5000),
+            ("advertisingRetryMaxMillis", 60000), ("connectDelayMillis", 1000), ("initialDiscoveryDurationSeconds", 30),
+            ("discoveryDurationSeconds", 15), ("discoveryPauseSeconds", 45), ("discoveryPauseJitterSeconds", 15),
+            ("txLogBatchSizeKb", 100), ("txLogBatchMaxCount", 1000), ("txLogMaxAgeSeconds", 28800),
+        ]
+        #expect(m.all.map(\.0) == expected.map(\.0))
+        #expect(m.all.map(\.1) == expected.map(\.1))
+    }
+}

@@ -1,0 +1,245 @@
+import CSQLite
+import Glibc
+import ShoalCore
+import ShoalStore
+import ShoalTesting
+import Testing
+
+let quietLogger = Logger(sink: MemoryLogSink(), level: .none)
+let readings = try! CollectionName(parsing: "sensors.readings")
+
+func withStore(durability: Durability = .full, _ body: (DocumentStore, TemporaryDirectory) throws -> Void) throws {
+    let dir = TemporaryDirectory()
+    defer { dir.remove() }
+    let store = try DocumentStore.open(StoreOptions(path: dir.file("shoal.db"), durability: durability), logger: quietLogger)
+    defer { store.close() }
+    try body(store, dir)
+}
+
+func id(_ s: String) -> DocumentID { try! DocumentID(s) }
+
+@Suite("Document store")
+struct DocumentStoreTests {
+    @Test("_default._default always exists and other collections are created on demand")
+    func collections() throws {
+        try withStore { (store, _) throws in
+            #expect(try store.collections() == [.default])
+            #expect(try store.createCollection(readings))
+            #expect(try !store.createCollection(readings))
+            #expect(try store.collections() == [.default, readings])
+            #expect(throws: StoreError.unknownCollection("other._default")) {
+                try store.put(CollectionName(scope: "other", name: "_default"), id: id("x"), body: "{}")
+            }
+        }
+    }
+
+    @Test("put, get, replace and delete a document; a delete leaves a tombstone")
+    func crud() throws {
+        try withStore { (store, _) throws in
+            try store.createCollection(readings)
+            let c1 = try store.put(readings, id: id("r1"), body: #"{"t":21}"#)
+            #expect(c1.sequence == 1 && c1.revision == 1 && !c1.deleted)
+            #expect(try store.get(readings, id: id("r1"))?.body == #"{"t":21}"#)
+            let c2 = try store.put(readings, id: id("r1"), body: #"{"t":22}"#, version: [1, 2, 3])
+            #expect(c2.sequence == 2 && c2.revision == 2)
+            #expect(try store.get(readings, id: id("r1"))?.version == [1, 2, 3])
+            let c3 = try store.delete(readings, id: id("r1"))
+            #expect(c3.deleted && c3.revision == 3 && c3.sequence == 3)
+            let tomb = try #require(try store.get(readings, id: id("r1")))
+            #expect(tomb.isDeleted && tomb.body == nil)
+            #expect(throws: StoreError.notFound(collection: "sensors.readings", id: "r1")) { try store.delete(readings, id: id("r1")) }
+            #expect(try store.get(readings, id: id("never")) == nil)
+            #expect(try store.list(readings).isEmpty)
+            #expect(try store.list(readings, includeDeleted: true).map(\.id) == ["r1"])
+            let stats = try store.stats()
+            #expect(stats.documents == 0 && stats.tombstones == 1 && stats.lastSequence == 3)
+        }
+    }
+
+    @Test("a body must be a JSON object within the size limit", arguments: ["[1]", "1", "\"x\"", "{", "{\"a\":1,\"a\":2}", "null"])
+    func rejectsBadBodies(_ body: String) throws {
+        try withStore { (store, _) throws in
+            #expect(throws: StoreError.self) { try store.put(.default, id: id("x"), body: body) }
+            #expect(store.lastSequence == 0)
+        }
+    }
+
+    @Test("a body over the limit is refused")
+    func sizeLimit() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let store = try DocumentStore.open(StoreOptions(path: dir.file("s.db"), maxBodyBytes: 64), logger: quietLogger)
+        defer { store.close() }
+        #expect(throws: StoreError.self) { try store.put(.default, id: id("big"), body: "{\"a\":\"\(String(repeating: "x", count: 100))\"}") }
+    }
+
+    @Test("a batch is one transaction: one bad write and nothing of the batch is stored")
+    func batchAtomicity() throws {
+        try withStore { (store, _) throws in
+            try store.createCollection(readings)
+            let good = DocumentWrite(collection: readings, id: id("a"), body: "{}")
+            let unknown = DocumentWrite(collection: try CollectionName(parsing: "nope"), id: id("b"), body: "{}")
+            #expect(throws: StoreError.self) { try store.write([good, unknown]) }
+            #expect(try store.get(readings, id: id("a")) == nil)
+            #expect(store.lastSequence == 0)
+            let changes = try store.write([good, DocumentWrite(collection: readings, id: id("b"), body: "{}")])
+            #expect(changes.map(\.sequence) == [1, 2])
+        }
+    }
+
+    @Test("the change feed lists each document's latest change in sequence order, resumable from any point")
+    func changeFeed() throws {
+        try withStore { (store, _) throws in
+            try store.createCollection(readings)
+            try store.put(readings, id: id("a"), body: "{}")      // 1
+            try store.put(.default, id: id("b"), body: "{}")      // 2
+            try store.put(readings, id: id("a"), body: "{\"v\":2}") // 3 replaces a's change
+            try store.delete(.default, id: id("b"))              // 4 replaces b's change
+            try store.put(readings, id: id("c"), body: "{}")      // 5
+            let all = try store.changes(since: 0)
+            #expect(all.map(\.sequence) == [3, 4, 5])
+            #expect(all.map(\.id) == ["a", "b", "c"])
+            #expect(all.map(\.deleted) == [false, true, false])
+            #expect(try store.changes(since: 3).map(\.id) == ["b", "c"])
+            #expect(try store.changes(since: 0, limit: 1).map(\.id) == ["a"])
+            #expect(try store.changes(since: 5).isEmpty)
+        }
+    }
+
+    @Test("sequences and documents survive closing and reopening")
+    func reopen() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let path = dir.file("s.db")
+        do {
+            let store = try DocumentStore.open(StoreOptions(path: path), logger: quietLogger)
+            try store.createCollection(readings)
+            for i in 0..<10 { try store.put(readings, id: id("d\(i)"), body: "{\"i\":\(i)}") }
+            store.close()
+        }
+        let store = try DocumentStore.open(StoreOptions(path: path, durability: .normal), logger: quietLogger)
+        defer { store.close() }
+        #expect(store.lastSequence == 10)
+        #expect(try store.put(readings, id: id("d0"), body: "{}").sequence == 11)
+        #expect(try store.list(readings, limit: 3).map(\.id) == ["d0", "d1", "d2"])
+        #expect(try store.list(readings, after: "d8").map(\.id) == ["d9"])
+    }
+
+    @Test("checkpoints are kept per peer, collection and direction; metadata is a key-value table")
+    func checkpointsAndMetadata() throws {
+        try withStore { (store, _) throws in
+            try store.createCollection(readings)
+            #expect(try store.checkpoint(peer: "p1", collection: readings, direction: .pull) == 0)
+            try store.setCheckpoint(peer: "p1", collection: readings, direction: .pull, sequence: 42)
+            try store.setCheckpoint(peer: "p1", collection: readings, direction: .push, sequence: 7)
+            try store.setCheckpoint(peer: "p2", collection: readings, direction: .pull, sequence: 1)
+            try store.setCheckpoint(peer: "p1", collection: readings, direction: .pull, sequence: 43)
+            #expect(try store.checkpoint(peer: "p1", collection: readings, direction: .pull) == 43)
+            #expect(try store.checkpoint(peer: "p1", collection: readings, direction: .push) == 7)
+            #expect(try store.checkpoint(peer: "p2", collection: readings, direction: .pull) == 1)
+            #expect(try store.metadata("hlc") == nil)
+            try store.setMetadata("hlc", "123")
+            try store.setMetadata("hlc", "124")
+            #expect(try store.metadata("hlc") == "124")
+        }
+    }
+
+    @Test("a store of schema version 1 is migrated to the latest with its data intact")
+    func migratesFromVersion1() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let path = dir.file("old.db")
+        // Build a version-1 file by hand, as the first release of the schema wrote it.
+        var db: OpaquePointer?
+        #expect(sqlite3_open(path, &db) == SQLITE_OK)
+        let v1 = """
+            CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+            CREATE TABLE collections(id INTEGER PRIMARY KEY, scope TEXT NOT NULL, name TEXT NOT NULL, created_at INTEGER NOT NULL, UNIQUE(scope, name));
+            INSERT INTO collections VALUES (1, '_default', '_default', 0);
+            CREATE TABLE documents(collection_id INTEGER NOT NULL REFERENCES collections(id), doc_id TEXT NOT NULL, body TEXT,
+                deleted INTEGER NOT NULL DEFAULT 0, revision INTEGER NOT NULL, version BLOB NOT NULL DEFAULT x'',
+                sequence INTEGER NOT NULL, updated_at INTEGER NOT NULL, UNIQUE(collection_id, doc_id));
+            INSERT INTO documents VALUES (1, 'old', '{"kept":true}', 0, 4, x'', 9, 0);
+            PRAGMA user_version=1;
+            """
+        #expect(sqlite3_exec(db, v1, nil, nil, nil) == SQLITE_OK)
+        sqlite3_close(db)
+
+        let log = MemoryLogSink()
+        let store = try DocumentStore.open(StoreOptions(path: path), logger: Logger(sink: log))
+        defer { store.close() }
+        #expect(store.openReport.schemaVersionFound == 1)
+        #expect(store.openReport.schemaVersion == 2)
+        #expect(log.contains("migrated schema to version 2"))
+        #expect(try store.get(.default, id: id("old"))?.body == #"{"kept":true}"#)
+        #expect(store.lastSequence == 9)
+        try store.setCheckpoint(peer: "p", collection: .default, direction: .pull, sequence: 1)  // a v2 table
+        #expect(try store.integrityProblems(full: true).isEmpty)
+    }
+
+    @Test("a store from a newer shoal is refused, not touched")
+    func refusesNewerSchema() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let path = dir.file("new.db")
+        var db: OpaquePointer?
+        sqlite3_open(path, &db)
+        sqlite3_exec(db, "CREATE TABLE x(y); PRAGMA user_version=99;", nil, nil, nil)
+        sqlite3_close(db)
+        #expect(throws: StoreError.schemaTooNew(found: 99, supported: 2, path: path)) {
+            try DocumentStore.open(StoreOptions(path: path), logger: quietLogger)
+        }
+        #expect(access(path, F_OK) == 0)
+    }
+
+    @Test("a corrupt file is moved aside with a clear log line and the store starts empty", arguments: ["garbage", "damaged pages"])
+    func corruptMovedAside(_ kind: String) throws {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let path = dir.file("shoal.db")
+        if kind == "garbage" {
+            let fd = open(path, O_WRONLY | O_CREAT, 0o600)
+            let junk = Array(repeating: UInt8(0x5A), count: 8192)
+            _ = junk.withUnsafeBytes { write(fd, $0.baseAddress, junk.count) }
+            close(fd)
+        } else {
+            let store = try DocumentStore.open(StoreOptions(path: path), logger: quietLogger)
+            for i in 0..<2000 { try store.put(.default, id: id("d\(i)"), body: "{\"pad\":\"\(String(repeating: "x", count: 200))\"}") }
+            store.close()
+            // Checkpoint the WAL into the main file, then overwrite pages in the middle of it.
+            var db: OpaquePointer?
+            sqlite3_open(path, &db)
+            sqlite3_exec(db, "PRAGMA wal_checkpoint(TRUNCATE)", nil, nil, nil)
+            sqlite3_close(db)
+            let fd = open(path, O_WRONLY)
+            let junk = Array(repeating: UInt8(0xA5), count: 4096 * 4)
+            _ = junk.withUnsafeBytes { pwrite(fd, $0.baseAddress, junk.count, 4096 * 3) }
+            close(fd)
+        }
+        let log = MemoryLogSink()
+        let store = try DocumentStore.open(StoreOptions(path: path), logger: Logger(sink: log))
+        defer { store.close() }
+        let moved = try #require(store.openReport.movedAsideTo)
+        #expect(moved.hasPrefix(path + ".corrupt-"))
+        #expect(access(moved, F_OK) == 0)
+        #expect(log.contains("is corrupt"))
+        #expect(log.contains("moved it aside to \(moved)"))
+        #expect(try store.stats().documents == 0)
+        try store.put(.default, id: id("fresh"), body: "{}")
+        #expect(try store.integrityProblems(full: true).isEmpty)
+    }
+
+    @Test("waitForChange wakes a waiting thread when a write commits")
+    func waitForChange() async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let store = try DocumentStore.open(StoreOptions(path: dir.file("s.db")), logger: quietLogger)
+        defer { store.close() }
+        let thread = BlockingThread(name: "waiter")
+        defer { thread.shutdown() }
+        let waiter = Task { try await thread.run { store.waitForChange(after: 0, timeoutMillis: 20_000) } }
+        try await Task.sleep(for: .milliseconds(20))
+        try store.put(.default, id: id("x"), body: "{}")
+        #expect(try await waiter.value == 1)
+    }
+}

@@ -1,0 +1,268 @@
+import ShoalCore
+import ShoalSupervision
+import ShoalTesting
+import Synchronization
+import Testing
+
+/// Records what the services under test did, in order.
+final class Journal: Sendable {
+    private let entries = Mutex<[String]>([])
+    func add(_ e: String) { entries.withLock { $0.append(e) } }
+    var all: [String] { entries.withLock { $0 } }
+    func count(_ e: String) -> Int { all.filter { $0 == e }.count }
+    func after(_ marker: String) -> [String] {
+        let a = all
+        guard let i = a.firstIndex(of: marker) else { return [] }
+        return Array(a[(i + 1)...])
+    }
+}
+
+/// Counts runs per child name across restarts.
+final class Runs: Sendable {
+    private let counts = Mutex<[String: Int]>([:])
+    func next(_ name: String) -> Int { counts.withLock { c in c[name, default: 0] += 1; return c[name]! } }
+}
+
+struct Crash: Error, CustomStringConvertible {
+    let name: String
+    var description: String { "\(name) crashed on purpose" }
+}
+
+/// A child that records start/stop and crashes on the runs `crashOn` says.
+func child(_ name: String, journal: Journal, runs: Runs, restart: RestartPolicy = .permanent,
+           crashOn: @escaping @Sendable (Int) -> Bool = { _ in false }) -> ChildSpec {
+    ChildSpec(name: name, restart: restart, shutdownTimeout: .milliseconds(500)) {
+        ClosureService { ctx in
+            let run = runs.next(name)
+            journal.add("start \(name)")
+            if crashOn(run) {
+                try await Task.sleep(for: .milliseconds(5))
+                journal.add("crash \(name)")
+                throw Crash(name: name)
+            }
+            await ctx.waitForShutdown()
+            journal.add("stop \(name)")
+        }
+    }
+}
+
+/// Waits (a hang guard, not a performance limit) until `condition` holds.
+func eventually(_ what: String, within seconds: Int = 20, _ condition: () -> Bool) async throws {
+    let deadline = ContinuousClock.now + .seconds(seconds)
+    while !condition() {
+        if ContinuousClock.now > deadline {
+            Issue.record("timed out waiting for: \(what)")
+            throw Crash(name: "eventually(\(what))")
+        }
+        try await Task.sleep(for: .milliseconds(5))
+    }
+}
+
+let fastIntensity = RestartIntensity(maxRestarts: 5, within: .seconds(60), backoffInitial: .milliseconds(1), backoffMax: .milliseconds(5))
+
+func start(_ sup: Supervisor, logger: Logger = Logger(sink: MemoryLogSink(), level: .debug)) -> (ServiceContext, Task<Void, any Error>) {
+    let ctx = ServiceContext(name: "root", path: "root", logger: logger, clock: SystemClock())
+    let task = Task { try await sup.run(context: ctx) }
+    return (ctx, task)
+}
+
+@Suite("Supervisor")
+struct SupervisorTests {
+    @Test("one_for_one restarts only the crashed child; stop order is the reverse of start order")
+    func oneForOne() async throws {
+        let j = Journal(), runs = Runs()
+        let sup = Supervisor(name: "root", strategy: .oneForOne, intensity: fastIntensity, children: [
+            child("a", journal: j, runs: runs), child("b", journal: j, runs: runs, crashOn: { $0 == 1 }), child("c", journal: j, runs: runs),
+        ], report: SupervisionReport())
+        let (ctx, task) = start(sup)
+        try await eventually("b restarted") { j.count("start b") == 2 && j.count("start c") == 1 }
+        ctx.requestShutdown()
+        try await task.value
+        #expect(Array(j.all.prefix(3)) == ["start a", "start b", "start c"])
+        #expect(j.after("crash b") == ["start b", "stop c", "stop b", "stop a"])
+        #expect(j.count("start a") == 1 && j.count("start c") == 1)
+        #expect(sup.report.snapshot.first { $0.path == "root/b" }?.restarts == 1)
+    }
+
+    @Test("one_for_all stops the others in reverse order and starts everyone again in order")
+    func oneForAll() async throws {
+        let j = Journal(), runs = Runs()
+        let sup = Supervisor(name: "root", strategy: .oneForAll, intensity: fastIntensity, children: [
+            child("a", journal: j, runs: runs), child("b", journal: j, runs: runs, crashOn: { $0 == 1 }), child("c", journal: j, runs: runs),
+        ], report: SupervisionReport())
+        let (ctx, task) = start(sup)
+        try await eventually("all restarted") { j.count("start c") == 2 }
+        ctx.requestShutdown()
+        try await task.value
+        #expect(j.after("crash b") == ["stop c", "stop a", "start a", "start b", "start c", "stop c", "stop b", "stop a"])
+    }
+
+    @Test("rest_for_one restarts the crashed child and those started after it, not those before")
+    func restForOne() async throws {
+        let j = Journal(), runs = Runs()
+        let sup = Supervisor(name: "root", strategy: .restForOne, intensity: fastIntensity, children: [
+            child("a", journal: j, runs: runs), child("b", journal: j, runs: runs, crashOn: { $0 == 1 }), child("c", journal: j, runs: runs),
+        ], report: SupervisionReport())
+        let (ctx, task) = start(sup)
+        try await eventually("b and c restarted") { j.count("start c") == 2 }
+        ctx.requestShutdown()
+        try await task.value
+        #expect(j.after("crash b") == ["stop c", "start b", "start c", "stop c", "stop b", "stop a"])
+        #expect(j.count("start a") == 1)
+    }
+
+    @Test("more restarts than the intensity allows makes the supervisor give up and escalate")
+    func intensityEscalates() async throws {
+        let j = Journal(), runs = Runs()
+        let sup = Supervisor(name: "root", strategy: .oneForOne,
+                             intensity: RestartIntensity(maxRestarts: 3, within: .seconds(60), backoffInitial: .milliseconds(1), backoffMax: .milliseconds(2)),
+                             children: [child("ok", journal: j, runs: runs), child("bad", journal: j, runs: runs, crashOn: { _ in true })],
+                             report: SupervisionReport())
+        let (_, task) = start(sup)
+        await #expect(throws: SupervisorError.self) { try await task.value }
+        #expect(j.count("start bad") == 4)  // the first run and 3 restarts
+        #expect(j.all.last == "stop ok")    // the survivors are stopped before escalating
+    }
+
+    @Test("restarts outside the intensity window do not add up")
+    func intensityWindow() async throws {
+        let j = Journal(), runs = Runs()
+        let sup = Supervisor(name: "root", strategy: .oneForOne,
+                             intensity: RestartIntensity(maxRestarts: 1, within: .milliseconds(30), backoffInitial: .milliseconds(60), backoffMax: .milliseconds(60)),
+                             children: [child("flaky", journal: j, runs: runs, crashOn: { $0 <= 4 })], report: SupervisionReport())
+        let (ctx, task) = start(sup)
+        try await eventually("fifth run") { j.count("start flaky") == 5 }
+        ctx.requestShutdown()
+        try await task.value
+    }
+
+    @Test("a child that stops sending heartbeats is treated as hung and restarted")
+    func hungChild() async throws {
+        let j = Journal(), runs = Runs()
+        let spec = ChildSpec(name: "worker", heartbeatTimeout: .milliseconds(60)) {
+            ClosureService { ctx in
+                let run = runs.next("worker")
+                j.add("start worker \(run)")
+                if run == 1 {
+                    // Hangs: no heartbeat, and deaf to shutdown and cancellation for a while.
+                    let until = ContinuousClock.now + .seconds(2)
+                    while ContinuousClock.now < until { try? await Task.sleep(for: .milliseconds(10)) }
+                    return
+                }
+                while await ctx.pause(for: .milliseconds(10)) { ctx.heartbeat() }
+            }
+        }
+        let report = SupervisionReport()
+        let sup = Supervisor(name: "root", strategy: .oneForOne, intensity: fastIntensity, children: [spec], report: report)
+        let (ctx, task) = start(sup)
+        try await eventually("restart after hang") { j.all.contains("start worker 2") }
+        let entry = report.snapshot.first { $0.path == "root/worker" }
+        #expect(entry?.restarts == 1)
+        #expect(entry?.lastError?.contains("hung") == true)
+        try await eventually("healthy again") { report.isHealthy }
+        ctx.requestShutdown()
+        try await task.value
+    }
+
+    @Test("transient children that end normally and temporary children are not restarted")
+    func restartPolicies() async throws {
+        let j = Journal(), runs = Runs()
+        let done = ChildSpec(name: "once", restart: .transient) { ClosureService { _ in j.add("once ran") } }
+        let temp = child("temp", journal: j, runs: runs, restart: .temporary, crashOn: { _ in true })
+        let failing = child("transientBad", journal: j, runs: runs, restart: .transient, crashOn: { $0 == 1 })
+        let report = SupervisionReport()
+        let sup = Supervisor(name: "root", strategy: .oneForOne, intensity: fastIntensity, children: [done, temp, failing], report: report)
+        let (ctx, task) = start(sup)
+        try await eventually("transient restarted after its crash") { j.count("start transientBad") == 2 }
+        try await Task.sleep(for: .milliseconds(50))
+        ctx.requestShutdown()
+        try await task.value
+        #expect(j.count("once ran") == 1)
+        #expect(j.count("start temp") == 1)
+        let states = Dictionary(uniqueKeysWithValues: report.snapshot.map { ($0.path, $0.state) })
+        #expect(states["root/once"] == .stopped)
+        #expect(states["root/temp"] == .stopped)
+    }
+
+    @Test("graceful shutdown comes first; a child that ignores it is cancelled after its shutdown timeout")
+    func gracefulThenCancel() async throws {
+        let j = Journal()
+        let polite = ChildSpec(name: "polite", shutdownTimeout: .seconds(5)) {
+            ClosureService { ctx in
+                await ctx.waitForShutdown()
+                j.add("polite finished its work")
+            }
+        }
+        let deaf = ChildSpec(name: "deaf", shutdownTimeout: .milliseconds(50)) {
+            ClosureService { _ in
+                do { try await Task.sleep(for: .seconds(60)) } catch { j.add("deaf cancelled") }
+            }
+        }
+        let sup = Supervisor(name: "root", strategy: .oneForOne, intensity: fastIntensity, children: [polite, deaf], report: SupervisionReport())
+        let (ctx, task) = start(sup)
+        try await Task.sleep(for: .milliseconds(20))
+        ctx.requestShutdown()
+        try await task.value
+        #expect(j.all == ["deaf cancelled", "polite finished its work"])
+    }
+
+    @Test("a child supervisor that gives up is restarted by its parent")
+    func nestedEscalation() async throws {
+        let j = Journal(), runs = Runs()
+        let report = SupervisionReport()
+        let inner = ChildSpec(name: "inner") {
+            Supervisor(name: "inner", strategy: .oneForOne,
+                       intensity: RestartIntensity(maxRestarts: 1, within: .seconds(60), backoffInitial: .milliseconds(1), backoffMax: .milliseconds(1)),
+                       children: [child("leaf", journal: j, runs: runs, crashOn: { $0 <= 2 })], report: report)
+        }
+        let sup = Supervisor(name: "root", strategy: .oneForOne, intensity: fastIntensity, children: [inner], report: report)
+        let (ctx, task) = start(sup)
+        try await eventually("leaf runs a third time") { j.count("start leaf") == 3 }
+        #expect(report.snapshot.first { $0.path == "root/inner" }?.restarts == 1)
+        ctx.requestShutdown()
+        try await task.value
+    }
+
+    @Test("a child that signals readiness is ready before its next sibling starts")
+    func readinessOrder() async throws {
+        let j = Journal(), runs = Runs()
+        let slow = ChildSpec(name: "slow", readyTimeout: .seconds(5)) {
+            ClosureService { ctx in
+                try await Task.sleep(for: .milliseconds(30))
+                j.add("slow ready")
+                ctx.markReady()
+                await ctx.waitForShutdown()
+            }
+        }
+        let sup = Supervisor(name: "root", strategy: .oneForOne, intensity: fastIntensity,
+                             children: [slow, child("next", journal: j, runs: runs)], report: SupervisionReport())
+        let (ctx, task) = start(sup)
+        #expect(await ctx.waitUntilReady(timeout: .seconds(10)))
+        ctx.requestShutdown()
+        try await task.value
+        #expect(Array(j.all.prefix(2)) == ["slow ready", "start next"])
+    }
+}
+
+@Suite("Latch and manual clock")
+struct LatchTests {
+    @Test("a latch wait times out on the injected clock, and opens for every waiter")
+    func latchTimeout() async throws {
+        let clock = ManualClock()
+        let latch = Latch()
+        let waiter = Task { await latch.wait(timeout: .seconds(10), clock: clock) }
+        try await eventually("waiter asleep") { clock.sleeperCount == 1 }
+        clock.advance(by: .seconds(9))
+        #expect(clock.sleeperCount == 1)
+        clock.advance(by: .seconds(1))
+        #expect(await waiter.value == false)
+
+        let a = Task { await latch.wait() }
+        let b = Task { await latch.wait(timeout: .seconds(100), clock: clock) }
+        try await Task.sleep(for: .milliseconds(10))
+        latch.open()
+        #expect(await a.value == true)
+        #expect(await b.value == true)
+        #expect(await latch.wait() == true)
+    }
+}
