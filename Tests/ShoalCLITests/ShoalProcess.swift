@@ -1,0 +1,106 @@
+import Foundation
+import Testing
+
+/// Runs the built `shoal` binary (it sits beside the test bundle in .build/…/debug).
+enum Shoal {
+    static let binary: String = {
+        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        var dir = (exe as NSString).deletingLastPathComponent
+        if dir.hasSuffix(".xctest") || dir.contains(".xctest/") {
+            while dir.contains(".xctest") { dir = (dir as NSString).deletingLastPathComponent }
+        }
+        return dir + "/shoal"
+    }()
+
+    struct Result {
+        var status: Int32
+        var stdout: String
+        var stderr: String
+    }
+
+    /// Runs shoal to completion (a hang guard of `timeout` seconds kills it).
+    @discardableResult
+    static func run(_ args: [String], stdin: String? = nil, cwd: String? = nil, env: [String: String] = [:], timeout: Double = 60) throws -> Result {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: binary)
+        p.arguments = args
+        if let cwd { p.currentDirectoryURL = URL(fileURLWithPath: cwd) }
+        var environment = ProcessInfo.processInfo.environment
+        environment.removeValue(forKey: "SHOAL_SOCKET")
+        for (k, v) in env { environment[k] = v }
+        p.environment = environment
+        let out = Pipe(), err = Pipe()
+        p.standardOutput = out
+        p.standardError = err
+        let input = Pipe()
+        p.standardInput = input
+        try p.run()
+        if let stdin { input.fileHandleForWriting.write(stdin.data(using: .utf8)!) }
+        try? input.fileHandleForWriting.close()
+        let guardTimer = DispatchWorkItem { if p.isRunning { p.terminate() } }
+        DispatchQueue.global().asyncAfter(deadline: .now() + timeout, execute: guardTimer)
+        let o = out.fileHandleForReading.readDataToEndOfFile()
+        let e = err.fileHandleForReading.readDataToEndOfFile()
+        p.waitUntilExit()
+        guardTimer.cancel()
+        return Result(status: p.terminationStatus, stdout: String(decoding: o, as: UTF8.self), stderr: String(decoding: e, as: UTF8.self))
+    }
+
+    /// Parses a command's JSON output.
+    static func json(_ r: Result) throws -> Any {
+        try JSONSerialization.jsonObject(with: r.stdout.data(using: .utf8)!, options: [.fragmentsAllowed])
+    }
+}
+
+/// A fresh temporary directory, removed by `remove()`.
+struct TempDir {
+    let path: String
+    init() {
+        path = NSTemporaryDirectory() + "shoal-cli-" + UUID().uuidString.prefix(8)
+        try! FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+    }
+    func remove() { try? FileManager.default.removeItem(atPath: path) }
+}
+
+/// A `shoal run` in the background, stopped by `stop()`.
+final class RunningGateway {
+    let process = Process()
+    let dir: TempDir
+    let stdout = Pipe(), stderr = Pipe()
+    var socket: String { dir.path + "/control.sock" }
+
+    init(extraArgs: [String] = []) throws {
+        dir = TempDir()
+        process.executableURL = URL(fileURLWithPath: Shoal.binary)
+        process.arguments = ["run", "--board", "sim", "--data-dir", dir.path, "--log-level", "verbose"] + extraArgs
+        process.currentDirectoryURL = URL(fileURLWithPath: dir.path)
+        process.standardOutput = stdout
+        process.standardError = stderr
+        try process.run()
+        let deadline = Date().addingTimeInterval(30)
+        while Date() < deadline {
+            if FileManager.default.fileExists(atPath: socket),
+               (try? Shoal.run(["status", "--socket", socket]).status) == 0 { return }
+            guard process.isRunning else { break }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        Issue.record("gateway did not come up: \(String(decoding: stderr.fileHandleForReading.availableData, as: UTF8.self))")
+    }
+
+    func cli(_ args: [String], stdin: String? = nil) throws -> Shoal.Result {
+        try Shoal.run(args + ["--socket", socket], stdin: stdin)
+    }
+
+    /// SIGTERM, then waits; returns the exit status and what the gateway printed.
+    func stop(signal: Int32 = SIGTERM) -> (status: Int32, stdout: String, stderr: String) {
+        kill(process.processIdentifier, signal)
+        let deadline = Date().addingTimeInterval(30)
+        while process.isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        process.waitUntilExit()
+        let o = String(decoding: stdout.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        let e = String(decoding: stderr.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        dir.remove()
+        return (process.terminationStatus, o, e)
+    }
+}
