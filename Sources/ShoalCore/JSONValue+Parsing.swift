@@ -31,10 +31,27 @@ extension JSONValue {
     }
 
     public static func parse(utf8 buffer: UnsafeBufferPointer<UInt8>, limits: ParseLimits = ParseLimits()) throws(JSONError) -> JSONValue {
+        try run(buffer, limits: limits, build: true)
+    }
+
+    /// Checks that `text` is one valid JSON value, as `parse` would, without building the tree
+    /// (the store validates every body it writes; this is its fast path). Returns true if the
+    /// value is an object.
+    public static func validate(_ text: String, limits: ParseLimits = ParseLimits()) throws(JSONError) -> Bool {
+        var copy = text
+        let result: Result<Bool, JSONError> = copy.withUTF8 { buffer in
+            do throws(JSONError) { return .success(isObject(try run(buffer, limits: limits, build: false))) } catch { return .failure(error) }
+        }
+        return try result.get()
+    }
+
+    private static func isObject(_ v: JSONValue) -> Bool { if case .object = v { return true }; return false }
+
+    private static func run(_ buffer: UnsafeBufferPointer<UInt8>, limits: ParseLimits, build: Bool) throws(JSONError) -> JSONValue {
         guard buffer.count <= limits.maxBytes else {
             throw JSONError(offset: 0, reason: "text is \(buffer.count) bytes, more than the limit of \(limits.maxBytes)")
         }
-        var parser = JSONParser(bytes: buffer, maxDepth: limits.maxDepth)
+        var parser = JSONParser(bytes: buffer, maxDepth: limits.maxDepth, build: build)
         parser.skipWhitespace()
         let value = try parser.parseValue(depth: 0)
         parser.skipWhitespace()
@@ -43,15 +60,19 @@ extension JSONValue {
     }
 }
 
-/// A recursive-descent parser over UTF-8 bytes, bounded in depth.
+/// A recursive-descent parser over UTF-8 bytes, bounded in depth. With `build` false it checks
+/// everything (syntax, UTF-8, duplicate keys) but keeps only object keys: containers come back
+/// empty and scalars as placeholders.
 struct JSONParser {
     let bytes: UnsafeBufferPointer<UInt8>
     let maxDepth: Int
+    let build: Bool
     var index = 0
 
-    init(bytes: UnsafeBufferPointer<UInt8>, maxDepth: Int) {
+    init(bytes: UnsafeBufferPointer<UInt8>, maxDepth: Int, build: Bool = true) {
         self.bytes = bytes
         self.maxDepth = maxDepth
+        self.build = build
     }
 
     func error(_ reason: String) -> JSONError { JSONError(offset: index, reason: reason) }
@@ -70,11 +91,16 @@ struct JSONParser {
         switch bytes[index] {
         case UInt8(ascii: "{"): return try parseObject(depth: depth + 1)
         case UInt8(ascii: "["): return try parseArray(depth: depth + 1)
-        case UInt8(ascii: "\""): return .string(try parseString())
+        case UInt8(ascii: "\""):
+            if build { return .string(try parseString()) }
+            try skipString()
+            return .null
         case UInt8(ascii: "t"): try expectWord("true"); return .bool(true)
         case UInt8(ascii: "f"): try expectWord("false"); return .bool(false)
         case UInt8(ascii: "n"): try expectWord("null"); return .null
-        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): return .number(try parseNumber())
+        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"):
+            let text = try parseNumber()
+            return build ? .number(text) : .null
         default: throw error("unexpected character")
         }
     }
@@ -90,6 +116,7 @@ struct JSONParser {
         guard depth <= maxDepth else { throw error("nesting deeper than \(maxDepth)") }
         index += 1
         var members: [String: JSONValue] = [:]
+        var keys: Set<String> = []
         skipWhitespace()
         if index < bytes.count, bytes[index] == UInt8(ascii: "}") { index += 1; return .object(members) }
         while true {
@@ -102,7 +129,8 @@ struct JSONParser {
             index += 1
             skipWhitespace()
             let value = try parseValue(depth: depth)
-            if members.updateValue(value, forKey: key) != nil {
+            let duplicate = build ? members.updateValue(value, forKey: key) != nil : !keys.insert(key).inserted
+            if duplicate {
                 throw JSONError(offset: keyOffset, reason: "duplicate key \"\(key)\"")
             }
             skipWhitespace()
@@ -121,7 +149,8 @@ struct JSONParser {
         if index < bytes.count, bytes[index] == UInt8(ascii: "]") { index += 1; return .array(elements) }
         while true {
             skipWhitespace()
-            elements.append(try parseValue(depth: depth))
+            let element = try parseValue(depth: depth)
+            if build { elements.append(element) }
             skipWhitespace()
             guard index < bytes.count else { throw error("unexpected end of text in array") }
             if bytes[index] == UInt8(ascii: ",") { index += 1; continue }
@@ -152,7 +181,7 @@ struct JSONParser {
             guard index < bytes.count, isDigit(bytes[index]) else { throw error("expected a digit in exponent") }
             while index < bytes.count, isDigit(bytes[index]) { index += 1 }
         }
-        return String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
+        return build ? String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self) : ""
     }
 
     func isDigit(_ b: UInt8) -> Bool { b >= 0x30 && b <= 0x39 }
@@ -216,6 +245,22 @@ struct JSONParser {
             }
         }
         throw error("unterminated string")
+    }
+
+    /// Checks a string value without keeping it: ASCII runs are scanned in place; anything with
+    /// escapes or non-ASCII bytes goes through the full parser (which checks UTF-8).
+    mutating func skipString() throws(JSONError) {
+        let start = index
+        var i = index + 1
+        while i < bytes.count {
+            let b = bytes[i]
+            if b == UInt8(ascii: "\"") { index = i + 1; return }
+            if b == UInt8(ascii: "\\") || b >= 0x80 { break }
+            if b < 0x20 { index = i; throw error("control character in string") }
+            i += 1
+        }
+        index = start
+        _ = try parseString()
     }
 
     mutating func parseHex4() throws(JSONError) -> UInt32 {

@@ -71,15 +71,15 @@ public enum StoreBenchmark {
 
     /// The same rows through the bare C API: prepare once, bind, step, reset; BEGIN/COMMIT per batch.
     static func baseline(path: String, ids: [DocumentID], bodies: [String], batch: Int, durability: Durability) throws -> Double {
-        // Create the file with the store's schema (same table, indexes, pragmas), then close it.
-        try DocumentStore.open(StoreOptions(path: path, durability: durability), logger: Logger(sink: MemoryLogSink(), level: .none)).close()
+        // The same file setup as the store: pragmas, then the schema, on this connection.
         let db = try SQLiteConnection(path: path)
         defer { db.close() }
         try db.exec("PRAGMA journal_mode=WAL")
         try db.exec("PRAGMA synchronous=\(durability == .full ? "FULL" : "NORMAL")")
         try db.exec("PRAGMA foreign_keys=ON")
+        for migration in Schema.migrations { try db.exec(migration.sql) }
         var stmt: OpaquePointer?
-        try db.check(sqlite3_prepare_v2(db.handle, DocumentStore.upsertSQL, -1, &stmt, nil), "prepare")
+        try db.check(sqlite3_prepare_v3(db.handle, DocumentStore.upsertSQL, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &stmt, nil), "prepare")
         defer { sqlite3_finalize(stmt) }
         let start = ContinuousClock.now
         var i = 0

@@ -27,6 +27,15 @@ struct JSONValueTests {
     ])
     func rejectsMalformed(_ text: String) {
         #expect(throws: JSONError.self) { try JSONValue.parse(text) }
+        #expect(throws: JSONError.self) { try JSONValue.validate(text) }
+    }
+
+    @Test("validation without building the tree agrees with the parser", arguments: [
+        #"{"a": [1, {"b": "c\u00e9"}], "d": -0.5e-3, "é": "ü"}"#, "[]", "\"x\"", "12", "{}",
+    ])
+    func validateAgrees(_ text: String) throws {
+        let value = try JSONValue.parse(text)
+        #expect(try JSONValue.validate(text) == value.isObject)
     }
 
     @Test("refuses nesting deeper than the limit instead of overflowing the stack")
