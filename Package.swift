@@ -40,7 +40,7 @@ let package = Package(
 
         .executableTarget(name: "shoal", dependencies: ["ShoalRuntime", "ShoalStatus", "ShoalStore", "ShoalConfig", "ShoalYAML", "ShoalTLS", "ShoalLinux", "ShoalWire", "ShoalCore"]),
 
-        .testTarget(name: "ShoalCoreTests", dependencies: ["ShoalCore", "ShoalWire"]),
+        .testTarget(name: "ShoalCoreTests", dependencies: ["ShoalCore", "ShoalWire", "ShoalTesting"]),
         .testTarget(name: "ShoalSupervisionTests", dependencies: ["ShoalSupervision", "ShoalTesting"]),
         .testTarget(name: "ShoalStoreTests", dependencies: ["ShoalStore", "ShoalTesting"]),
         .testTarget(name: "ShoalConfigTests", dependencies: ["ShoalConfig", "ShoalYAML", "ShoalRuntime", "ShoalTLS"]),

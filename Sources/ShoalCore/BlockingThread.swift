@@ -14,21 +14,13 @@ public final class BlockingThread: @unchecked Sendable {
     private let lock = ConditionLock()
     private var jobs: [() -> Void] = []
     private var stopping = false
-    private var thread: pthread_t?
 
     public init(name: String, maxQueued: Int = 4096) {
         self.name = name
         self.maxQueued = maxQueued
-        let box = Unmanaged.passRetained(self)
-        var tid = pthread_t()
-        let rc = pthread_create(&tid, nil, { raw in
-            let me = Unmanaged<BlockingThread>.fromOpaque(raw!).takeRetainedValue()
-            me.loop()
-            return nil
-        }, box.toOpaque())
-        precondition(rc == 0, "pthread_create failed for \(name): \(rc)")
-        thread = tid
-        pthread_detach(tid)
+        // The thread keeps this object alive until shutdown() lets its loop end.
+        let started = DetachedThread.start { [self] in loop() }
+        precondition(started, "cannot start the \(name) thread")
     }
 
     private func loop() {

@@ -77,12 +77,12 @@ public struct GatewayStatus: Sendable {
     /// Several lines for `shoal status`.
     public var text: String {
         var lines: [String] = []
-        lines.append("state      \(state.rawValue) (up \(GatewayStatus.duration(uptimeSeconds)), shoal \(version))")
-        lines.append("board      \(boardID): \(boardName) [\(boardSupport)]")
-        lines.append("group      \(group) (DNS-SD \(serviceType))")
-        lines.append("mesh       \(meshState), \(connectedPeers) peers connected")
-        lines.append("store      \(storePath) (durability \(durability))")
-        lines.append("documents  \(documents) live, \(tombstones) tombstones, last sequence \(lastSequence)")
+        lines.append("state       \(state.rawValue) (up \(GatewayStatus.duration(uptimeSeconds)), shoal \(version))")
+        lines.append("board       \(boardID): \(boardName) [\(boardSupport)]")
+        lines.append("group       \(group) (DNS-SD \(serviceType))")
+        lines.append("mesh        \(meshState), \(connectedPeers) peers connected")
+        lines.append("store       \(storePath) (durability \(durability))")
+        lines.append("documents   \(documents) live, \(tombstones) tombstones, last sequence \(lastSequence)")
         lines.append("collections \(collections.joined(separator: ", "))")
         lines.append("supervision")
         for c in children {

@@ -172,4 +172,36 @@ struct GatewayTests {
         #expect(try gw.cli(["status"]).status == 0)
         _ = gw.stop()
     }
+
+    @Test("under systemd it sends READY=1 once up, feeds the watchdog while healthy, and STOPPING=1 on SIGTERM")
+    func systemdNotify() throws {
+        let dir = TempDir()
+        defer { dir.remove() }
+        let path = dir.path + "/notify.sock"
+        let fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0)
+        defer { close(fd) }
+        var addr = sockaddr_un()
+        addr.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &addr.sun_path) { raw in for (i, b) in path.utf8.enumerated() { raw[i] = b } }
+        let rc = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) } }
+        #expect(rc == 0)
+        var tv = timeval(tv_sec: 0, tv_usec: 200_000)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+
+        let gw = try RunningGateway(env: ["NOTIFY_SOCKET": path, "WATCHDOG_USEC": "200000"])
+        var messages: [String] = []
+        let deadline = Date().addingTimeInterval(20)
+        func drain() {
+            var buf = [UInt8](repeating: 0, count: 4096)
+            let n = recv(fd, &buf, buf.count, 0)
+            if n > 0 { messages.append(String(decoding: buf.prefix(n), as: UTF8.self)) }
+        }
+        while Date() < deadline, messages.filter({ $0 == "WATCHDOG=1" }).count < 3 { drain() }
+        let end = gw.stop()
+        for _ in 0..<10 { drain() }
+        #expect(end.status == 0)
+        #expect(messages.first?.hasPrefix("READY=1\nSTATUS=running") == true, "\(messages)")
+        #expect(messages.filter { $0 == "WATCHDOG=1" }.count >= 3)
+        #expect(messages.contains("STOPPING=1"))
+    }
 }

@@ -1,6 +1,7 @@
 import Foundation
 import ShoalCore
 import ShoalStore
+import ShoalTesting
 import Testing
 
 @Suite("Crash safety", .serialized)
@@ -14,7 +15,7 @@ struct CrashTests {
         let kills = Int(ProcessInfo.processInfo.environment["SHOAL_CRASH_KILLS"] ?? "") ?? 120
         let seed = UInt64(ProcessInfo.processInfo.environment["SHOAL_CRASH_SEED"] ?? "") ?? UInt64(Date().timeIntervalSince1970)
         print("crash test: \(kills) kills, seed \(seed) (SHOAL_CRASH_SEED=\(seed) replays it)")
-        var rng = SeededGenerator(seed: seed)
+        var rng = SeededRandom(seed: seed)
         let dir = TempDir()
         defer { dir.remove() }
         let path = dir.path + "/shoal.db"
@@ -57,18 +58,5 @@ struct CrashTests {
         print("crash test: \(kills) kills (\(killedMidRun) while running), \(totalAcked) acknowledged writes, all present")
         #expect(killedMidRun >= 100)
         #expect(totalAcked > 0)
-    }
-}
-
-/// SplitMix64: small, seeded, reproducible.
-struct SeededGenerator: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }

@@ -69,8 +69,11 @@ final class RunningGateway {
     let stdout = Pipe(), stderr = Pipe()
     var socket: String { dir.path + "/control.sock" }
 
-    init(extraArgs: [String] = []) throws {
+    init(extraArgs: [String] = [], env: [String: String] = [:]) throws {
         dir = TempDir()
+        var environment = ProcessInfo.processInfo.environment
+        for (k, v) in env { environment[k] = v }
+        process.environment = environment
         process.executableURL = URL(fileURLWithPath: Shoal.binary)
         process.arguments = ["run", "--board", "sim", "--data-dir", dir.path, "--log-level", "verbose"] + extraArgs
         process.currentDirectoryURL = URL(fileURLWithPath: dir.path)

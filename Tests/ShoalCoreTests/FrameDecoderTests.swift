@@ -1,4 +1,5 @@
 import ShoalCore
+import ShoalTesting
 import ShoalWire
 import Testing
 
@@ -51,7 +52,7 @@ struct FrameDecoderTests {
 
     @Test("random bytes never crash the decoder")
     func fuzzish() {
-        var rng = SplitMix(seed: 42)
+        var rng = SeededRandom(seed: 42)
         for _ in 0..<2000 {
             var d = FrameDecoder(limit: 256)
             let n = Int(rng.next() % 64)
@@ -61,18 +62,5 @@ struct FrameDecoderTests {
                 _ = ControlMessage.decode(f)
             }
         }
-    }
-}
-
-/// A tiny seeded generator for reproducible test inputs.
-struct SplitMix {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }

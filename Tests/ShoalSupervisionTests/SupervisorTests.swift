@@ -139,7 +139,7 @@ struct SupervisorTests {
     @Test("a child that stops sending heartbeats is treated as hung and restarted")
     func hungChild() async throws {
         let j = Journal(), runs = Runs()
-        let spec = ChildSpec(name: "worker", heartbeatTimeout: .milliseconds(60)) {
+        let spec = ChildSpec(name: "worker", heartbeatTimeout: .milliseconds(300)) {
             ClosureService { ctx in
                 let run = runs.next("worker")
                 j.add("start worker \(run)")
