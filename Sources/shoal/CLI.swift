@@ -32,6 +32,11 @@ func writeFD(_ fd: Int32, _ text: String) {
 }
 
 func out(_ text: String, newline: Bool = true) { writeFD(STDOUT_FILENO, newline ? text + "\n" : text) }
+/// Input the CLI refuses before sending it (exit 6).
+struct Rejected: Error {
+    let message: String
+}
+
 func printError(_ message: String) { writeFD(STDERR_FILENO, message + "\n") }
 
 enum CLI {
@@ -41,6 +46,9 @@ enum CLI {
             return ExitCode.usage
         }
         let rest = Array(args.dropFirst())
+        // Errors name the command as typed: `shoal doc put: …`.
+        let label = ["doc", "log", "board", "bench"].contains(command) && rest.first.map({ !$0.hasPrefix("-") }) == true
+            ? "\(command) \(rest[0])" : command
         do {
             switch command {
             case "-h", "--help", "help":
@@ -67,7 +75,7 @@ enum CLI {
             printError(e.description)
             return ExitCode.usage
         } catch let e as ControlClient.Failure {
-            printError("shoal \(command): \(e)")
+            printError("shoal \(label): \(e)")
             switch e {
             case .unreachable: return ExitCode.unreachable
             case .remote(let r):
@@ -84,11 +92,14 @@ enum CLI {
         } catch let e as ConfigurationFailure {
             printError(e.description)
             return ExitCode.config
+        } catch let e as Rejected {
+            printError("shoal \(label): \(e.message)")
+            return ExitCode.rejected
         } catch let e as JSONError {
-            printError("shoal \(command): \(e)")
+            printError("shoal \(label): \(e)")
             return ExitCode.rejected
         } catch {
-            printError("shoal \(command): \(error)")
+            printError("shoal \(label): \(error)")
             return ExitCode.failure
         }
     }
@@ -154,7 +165,7 @@ enum CLI {
             try a.expectPositionals(3...3, command: command, usage: "doc put <collection> <id> <json|->")
             let text = a.positionals[2] == "-" ? try readStandardInput(limit: 1 << 20) : a.positionals[2]
             let body = try JSONValue.parse(text)
-            guard body.isObject else { throw JSONError(offset: 0, reason: "a document body is a JSON object") }
+            guard body.isObject else { throw Rejected(message: "a document body is a JSON object ({…}), not \(text.prefix(20))") }
             let result = try client(a).call(["op": "doc.put", "collection": .string(a.positionals[0]), "id": .string(a.positionals[1]), "body": body])
             if a.flags.contains("--json") { output(result) } else { out(ChangeText.line(result)) }
         case "get":
