@@ -11,3 +11,7 @@
 #include <mbedtls/asn1write.h>
 #include <mbedtls/oid.h>
 #include <mbedtls/ssl.h>
+#include <mbedtls/ssl_cache.h>
+#include <mbedtls/pem.h>
+#include <mbedtls/net_sockets.h>
+#include <mbedtls/bignum.h>

@@ -1,6 +1,7 @@
-/// ShoalTLS: the one importer of mbedTLS 2.28. Today it holds the SHA-256 digests Shoal names
-/// things with (the DNS-SD service type of a group; peer ids, which are digests of certificates).
-/// Identities and mutual TLS over it come with the TLS issue.
+/// ShoalTLS: the one importer of mbedTLS 2.28. Peer identities (EC P-256 keys and X.509
+/// certificates with clientAuth + serverAuth), their store on disk, authenticators, and mutual-TLS
+/// sessions over any `ByteStream`. Every mbedTLS call goes through `MbedTLS.check`, so no error
+/// code passes silently. All of it blocks: call it from threads, not the cooperative pool.
 import CMbedTLS
 
 public enum Digest {
