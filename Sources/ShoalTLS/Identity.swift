@@ -34,6 +34,8 @@ public final class Identity: @unchecked Sendable {
         /// behind still accepts the certificate.
         public var notBefore: Int64
         public var validDays: Int
+        /// Leave both: a gateway is a TLS client and a server. Tests drop one to check refusals.
+        public var extendedKeyUsages: Set<ExtendedKeyUsage> = [.serverAuth, .clientAuth]
 
         public init(commonName: String, organization: String? = "Shoal", notBefore: Int64? = nil, validDays: Int = 365) {
             self.commonName = commonName
@@ -41,6 +43,11 @@ public final class Identity: @unchecked Sendable {
             self.notBefore = notBefore ?? (Identity.now() - 3600)
             self.validDays = validDays
         }
+    }
+
+    public enum ExtendedKeyUsage: Sendable, Hashable {
+        case serverAuth, clientAuth
+        var oid: [UInt8] { self == .serverAuth ? KeyUsageOID.serverAuth : KeyUsageOID.clientAuth }
     }
 
     /// A new self-signed identity.
@@ -151,7 +158,7 @@ public final class Identity: @unchecked Sendable {
         if !isCA {
             // mbedTLS 2.28 has no setter for extended key usage: encode SEQUENCE OF OID with its
             // ASN.1 writers (which write backwards, from the end of the buffer) and add it.
-            let eku = try encodeExtendedKeyUsage([KeyUsageOID.serverAuth, KeyUsageOID.clientAuth])
+            let eku = try encodeExtendedKeyUsage([ExtendedKeyUsage.serverAuth, .clientAuth].filter(request.extendedKeyUsages.contains).map(\.oid))
             let oid = KeyUsageOID.extendedKeyUsageExtension
             let rc = oid.withUnsafeBufferPointer { o in
                 o.withMemoryRebound(to: CChar.self) { oc in

@@ -1,0 +1,222 @@
+import CMbedTLS
+import Glibc
+import ShoalCore
+
+/// A TLS session over a `ByteStream`, handed out only after the peer was verified. One thread
+/// at a time may use a session (mbedTLS contexts are not safe for concurrent read and write).
+public final class TLSSession: @unchecked Sendable {
+    let ssl: UnsafeMutablePointer<mbedtls_ssl_context>
+    let io: BIO
+    let context: TLSContext
+    public let peerCertificate: Certificate
+    /// True if this session resumed an earlier one instead of doing a full handshake.
+    public let resumed: Bool
+    private var isClosed = false
+
+    public var peerID: PeerID { peerCertificate.peerID }
+    public var role: TLSRole { context.role }
+
+    /// The state the send/receive callbacks see: the stream and the deadline of the current call.
+    final class BIO {
+        let stream: any ByteStream
+        var deadline = 0
+        var failure: StreamError?
+        init(stream: any ByteStream) { self.stream = stream }
+        var remaining: Int { max(0, deadline - TLSSession.nowMillis()) }
+    }
+
+    static func nowMillis() -> Int {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return ts.tv_sec * 1000 + ts.tv_nsec / 1_000_000
+    }
+
+    static let send: @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<UInt8>?, Int) -> Int32 = { ctx, buf, len in
+        let bio = Unmanaged<BIO>.fromOpaque(ctx!).takeUnretainedValue()
+        do throws(StreamError) {
+            let n = try bio.stream.write(UnsafeRawBufferPointer(start: buf, count: len), timeoutMillis: max(1, bio.remaining))
+            return Int32(n)
+        } catch {
+            bio.failure = error
+            return error == .timeout ? MBEDTLS_ERR_SSL_TIMEOUT : MBEDTLS_ERR_NET_CONN_RESET
+        }
+    }
+
+    static let receive: @convention(c) (UnsafeMutableRawPointer?, UnsafeMutablePointer<UInt8>?, Int, UInt32) -> Int32 = { ctx, buf, len, _ in
+        let bio = Unmanaged<BIO>.fromOpaque(ctx!).takeUnretainedValue()
+        let left = bio.remaining
+        if left <= 0 { return MBEDTLS_ERR_SSL_TIMEOUT }
+        do throws(StreamError) {
+            return Int32(try bio.stream.read(into: UnsafeMutableRawBufferPointer(start: buf, count: len), timeoutMillis: left))
+        } catch {
+            bio.failure = error
+            return error == .timeout ? MBEDTLS_ERR_SSL_TIMEOUT : MBEDTLS_ERR_NET_CONN_RESET
+        }
+    }
+
+    /// Connects as the TLS client, optionally resuming `saved`. Verifies the server before returning.
+    public static func connect(over stream: any ByteStream, context: TLSContext, resuming saved: TLSSavedSession? = nil) throws(TLSError) -> TLSSession {
+        guard context.role == .client else { throw .invalidRequest("connect needs a client context") }
+        return try TLSSession(stream: stream, context: context, saved: saved)
+    }
+
+    /// Accepts as the TLS server. Verifies the client before returning.
+    public static func accept(over stream: any ByteStream, context: TLSContext) throws(TLSError) -> TLSSession {
+        guard context.role == .server else { throw .invalidRequest("accept needs a server context") }
+        return try TLSSession(stream: stream, context: context, saved: nil)
+    }
+
+    private init(ssl: UnsafeMutablePointer<mbedtls_ssl_context>, io: BIO, context: TLSContext, peer: Certificate, resumed: Bool) {
+        self.ssl = ssl
+        self.io = io
+        self.context = context
+        self.peerCertificate = peer
+        self.resumed = resumed
+    }
+
+    private convenience init(stream: any ByteStream, context: TLSContext, saved: TLSSavedSession?) throws(TLSError) {
+        let io = BIO(stream: stream)
+        let ssl = UnsafeMutablePointer<mbedtls_ssl_context>.allocate(capacity: 1)
+        mbedtls_ssl_init(ssl)
+        do {
+            let (peer, resumed) = try TLSSession.handshake(ssl, io: io, context: context, saved: saved)
+            self.init(ssl: ssl, io: io, context: context, peer: peer, resumed: resumed)
+        } catch {
+            mbedtls_ssl_free(ssl)
+            ssl.deallocate()
+            stream.close()
+            throw error
+        }
+    }
+
+    /// Runs the handshake within the context's timeout, then verifies the peer. Nothing of the
+    /// application's is read or written before this returns.
+    static func handshake(_ ssl: UnsafeMutablePointer<mbedtls_ssl_context>, io: BIO, context: TLSContext,
+                          saved: TLSSavedSession?) throws(TLSError) -> (Certificate, Bool) {
+        do {
+            try MbedTLS.check(mbedtls_ssl_setup(ssl, context.config), "mbedtls_ssl_setup")
+            if let saved { try MbedTLS.check(mbedtls_ssl_set_session(ssl, saved.session), "mbedtls_ssl_set_session") }
+        } catch {
+            throw .mbedTLS(error)
+        }
+        mbedtls_ssl_set_bio(ssl, Unmanaged.passUnretained(io).toOpaque(), TLSSession.send, nil, TLSSession.receive)
+        io.deadline = TLSSession.nowMillis() + context.handshakeTimeoutMillis
+        while true {
+            let rc = mbedtls_ssl_handshake(ssl)
+            if rc == 0 { break }
+            if rc == MBEDTLS_ERR_SSL_WANT_READ || rc == MBEDTLS_ERR_SSL_WANT_WRITE { continue }
+            throw TLSSession.handshakeError(rc, io.failure)
+        }
+        guard let peer = mbedtls_ssl_get_peer_cert(ssl) else {
+            mbedtls_ssl_send_alert_message(ssl, UInt8(MBEDTLS_SSL_ALERT_LEVEL_FATAL), UInt8(MBEDTLS_SSL_ALERT_MSG_NO_CERT))
+            throw .noPeerCertificate
+        }
+        let certificate = try Certificate(copying: peer)
+        do {
+            try context.authenticator.verify(certificate)
+        } catch {
+            mbedtls_ssl_send_alert_message(ssl, UInt8(MBEDTLS_SSL_ALERT_LEVEL_FATAL), UInt8(TLSSession.alert(for: error)))
+            throw error
+        }
+        var resumed = false
+        if let saved, let current = ssl.pointee.session, current.pointee.id_len > 0 {
+            resumed = current.pointee.id_len == saved.session.pointee.id_len
+                && withUnsafeBytes(of: current.pointee.id) { a in withUnsafeBytes(of: saved.session.pointee.id) { b in a.elementsEqual(b) } }
+        }
+        return (certificate, resumed)
+    }
+
+    deinit {
+        close()
+        mbedtls_ssl_free(ssl)
+        ssl.deallocate()
+    }
+
+    static func alert(for error: TLSError) -> Int32 {
+        switch error {
+        case .expired: MBEDTLS_SSL_ALERT_MSG_CERT_EXPIRED
+        case .unknownCA: MBEDTLS_SSL_ALERT_MSG_UNKNOWN_CA
+        case .wrongKeyUsage: MBEDTLS_SSL_ALERT_MSG_UNSUPPORTED_CERT
+        case .notInAllowList, .rejectedByAuthenticator: MBEDTLS_SSL_ALERT_MSG_ACCESS_DENIED
+        default: MBEDTLS_SSL_ALERT_MSG_BAD_CERT
+        }
+    }
+
+    static func handshakeError(_ rc: Int32, _ failure: StreamError?) -> TLSError {
+        switch rc {
+        case MBEDTLS_ERR_SSL_TIMEOUT: return .timeout
+        case MBEDTLS_ERR_SSL_CONN_EOF, MBEDTLS_ERR_NET_CONN_RESET:
+            if failure == .timeout { return .timeout }
+            return .closedDuringHandshake
+        case MBEDTLS_ERR_SSL_FATAL_ALERT_MESSAGE: return .protocolError("the peer refused the handshake (fatal alert); check its log for why it rejected us")
+        case MBEDTLS_ERR_SSL_BAD_HS_CERTIFICATE: return .badCertificate("the peer's certificate message could not be parsed")
+        default:
+            if rc & 0x7F80 != 0 && -rc >= 0x2000 && -rc < 0x3000 { return .badCertificate(MbedTLS.describe(rc)) }
+            return .protocolError(MbedTLS.describe(rc))
+        }
+    }
+
+    /// Reads application data: the count read, 0 when the peer closed (close_notify or end of
+    /// stream). Throws `.timeout` if nothing came within `timeoutMillis`.
+    public func read(into buffer: UnsafeMutableRawBufferPointer, timeoutMillis: Int) throws(TLSError) -> Int {
+        guard !isClosed else { throw .closed }
+        io.deadline = TLSSession.nowMillis() + timeoutMillis
+        while true {
+            let rc = mbedtls_ssl_read(ssl, buffer.baseAddress?.assumingMemoryBound(to: UInt8.self), buffer.count)
+            if rc > 0 { return Int(rc) }
+            if rc == 0 || rc == MBEDTLS_ERR_SSL_PEER_CLOSE_NOTIFY || rc == MBEDTLS_ERR_SSL_CONN_EOF { return 0 }
+            if rc == MBEDTLS_ERR_SSL_WANT_READ || rc == MBEDTLS_ERR_SSL_WANT_WRITE { continue }
+            if rc == MBEDTLS_ERR_SSL_TIMEOUT { throw .timeout }
+            if rc == MBEDTLS_ERR_NET_CONN_RESET { return 0 }
+            throw .protocolError(MbedTLS.describe(rc))
+        }
+    }
+
+    /// Writes all of `bytes` as application data.
+    public func write(_ bytes: UnsafeRawBufferPointer, timeoutMillis: Int) throws(TLSError) {
+        guard !isClosed else { throw .closed }
+        io.deadline = TLSSession.nowMillis() + timeoutMillis
+        var offset = 0
+        while offset < bytes.count {
+            let rc = mbedtls_ssl_write(ssl, bytes.baseAddress!.assumingMemoryBound(to: UInt8.self) + offset, bytes.count - offset)
+            if rc > 0 { offset += Int(rc); continue }
+            if rc == MBEDTLS_ERR_SSL_WANT_READ || rc == MBEDTLS_ERR_SSL_WANT_WRITE { continue }
+            if rc == MBEDTLS_ERR_SSL_TIMEOUT { throw .timeout }
+            if rc == MBEDTLS_ERR_NET_CONN_RESET { throw .closed }
+            throw .protocolError(MbedTLS.describe(rc))
+        }
+    }
+
+    public func write(_ bytes: [UInt8], timeoutMillis: Int) throws(TLSError) {
+        let result: Result<Void, TLSError> = bytes.withUnsafeBytes { raw in
+            do throws(TLSError) { try write(raw, timeoutMillis: timeoutMillis); return .success(()) } catch { return .failure(error) }
+        }
+        try result.get()
+    }
+
+    /// Sends close_notify (best effort, 1 s at most) and closes the stream.
+    public func close() {
+        guard !isClosed else { return }
+        isClosed = true
+        io.deadline = TLSSession.nowMillis() + 1000
+        _ = mbedtls_ssl_close_notify(ssl)
+        io.stream.close()
+    }
+
+    /// The session's keys and id, to resume it on the next connection to the same peer.
+    public func save() -> TLSSavedSession? {
+        let saved = TLSSavedSession()
+        guard mbedtls_ssl_get_session(ssl, saved.session) == 0 else { return nil }
+        return saved
+    }
+}
+
+/// A session a client may resume (mbedTLS's session struct, owned).
+public final class TLSSavedSession: @unchecked Sendable {
+    let session = UnsafeMutablePointer<mbedtls_ssl_session>.allocate(capacity: 1)
+    init() { mbedtls_ssl_session_init(session) }
+    deinit {
+        mbedtls_ssl_session_free(session)
+        session.deallocate()
+    }
+}
