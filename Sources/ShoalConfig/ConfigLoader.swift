@@ -156,8 +156,10 @@ public struct ConfigLoader: Sendable {
             throw ConfigError(mark: top.mark(of: "group"), key: "group", message: "a group id has at most 255 bytes")
         }
         var label = "shoal"
+        var validDays: Int64 = 365
         if var r = try top.mapping("identity") {
             label = try r.string("label", default: "shoal")
+            validDays = try r.int("validDays", in: 1...36_500) ?? 365
             guard !label.isEmpty, label.allSatisfy({ $0.isLetter || $0.isNumber || $0 == "-" || $0 == "_" || $0 == "." }), !label.hasPrefix(".") else {
                 throw ConfigError(mark: r.mark(of: "label"), key: "identity.label", message: "a label uses letters, digits, '-', '_' and '.' only")
             }
@@ -188,10 +190,24 @@ public struct ConfigLoader: Sendable {
         if !collections.contains(where: { $0.name == .default }) {
             collections.insert(SiteConfig.CollectionSettings(name: .default), at: 0)
         }
+        var rootsPath: String?
+        var allowed: [String] = []
+        if var r = try top.mapping("authenticator") {
+            rootsPath = try r.string("rootCertificates")
+            for (i, item) in (try r.sequence("allowedPeers") ?? []).enumerated() {
+                guard case .scalar(let text, _) = item.value, text.count == 64, text.allSatisfy(\.isHexDigit) else {
+                    throw ConfigError(mark: item.mark, key: "authenticator.allowedPeers[\(i)]",
+                                      message: "a peer id is 64 hex digits (`shoal identity show` on that gateway prints it)")
+                }
+                allowed.append(text.lowercased())
+            }
+            try r.finish()
+        }
         let mesh = top.raw("mesh")
         let log = top.raw("log")
         try top.finish()
-        var site = SiteConfig(group: group, identityLabel: label, collections: collections, meshNode: mesh, logNode: log, source: file)
+        var site = SiteConfig(group: group, identityLabel: label, collections: collections, rootCertificatesPath: rootsPath,
+                              allowedPeers: allowed, identityValidDays: validDays, meshNode: mesh, logNode: log, source: file)
         // Validate the overrides now, so a bad site file fails at load, not at first use.
         _ = try applying(site, to: BoardConfig(id: "check", name: "check", support: .simulated, storagePath: "/", durability: "full", controlSocket: "/"))
         site.source = file

@@ -8,6 +8,13 @@ public struct SiteConfig: Sendable, Equatable {
     public var group: String
     public var identityLabel: String
     public var collections: [CollectionSettings]
+    /// Who may join: a file of trusted root certificates (PEM) and/or peer ids (64 hex digits,
+    /// the SHA-256 of a peer's certificate). A peer passes if its chain verifies to a root or its
+    /// id is listed. With neither, only this gateway's own CA (if CA-signed) is trusted.
+    public var rootCertificatesPath: String?
+    public var allowedPeers: [String] = []
+    /// Days of validity for an identity the gateway creates for itself.
+    public var identityValidDays: Int64 = 365
     /// The site's `mesh:` and `log:` mappings, applied over the board's.
     public var meshNode: ConfigNode?
     public var logNode: ConfigNode?
@@ -30,6 +37,8 @@ public struct SiteConfig: Sendable, Equatable {
         group: shoal.demo
         identity:
           label: shoal
+        # No authenticator: a demo gateway trusts no other peer until you add
+        # rootCertificates or allowedPeers.
         collections:
           - name: _default._default
           - name: sensors.readings

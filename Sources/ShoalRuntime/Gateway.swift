@@ -1,4 +1,5 @@
 import ShoalConfig
+import ShoalLinux
 import ShoalCore
 import ShoalStatus
 import ShoalStore
@@ -23,6 +24,7 @@ public final class Gateway: Sendable {
     /// SQLite runs here, never on Swift's cooperative pool.
     public let storeThread = BlockingThread(name: "shoal-store")
     private let storeSlot = Mutex<DocumentStore?>(nil)
+    private let identitySlot = Mutex<(Identity?, String?)>((nil, nil))
     private let stateSlot = Mutex<GatewayState>(.booting)
     private let started = ContinuousClock.now
 
@@ -38,6 +40,14 @@ public final class Gateway: Sendable {
     /// The open store, or nil while the store service is (re)starting.
     public var store: DocumentStore? { storeSlot.withLock { $0 } }
     func setStore(_ store: DocumentStore?) { storeSlot.withLock { $0 = store } }
+
+    /// Where identities live: `<storage>/identities`.
+    public var identityDirectory: String { Files.directory(of: storePath) + "/identities" }
+
+    /// The identity, once the identity service has loaded or made it, and any problem with it.
+    public var identity: Identity? { identitySlot.withLock { $0.0 } }
+    public var identityProblem: String? { identitySlot.withLock { $0.1 } }
+    func setIdentity(_ identity: Identity?, problem: String?) { identitySlot.withLock { $0 = (identity, problem) } }
 
     public var state: GatewayState {
         get { stateSlot.withLock { $0 } }
@@ -58,6 +68,8 @@ public final class Gateway: Sendable {
             uptimeSeconds: uptimeSeconds, storePath: storePath, durability: board.durability,
             documents: stats?.documents ?? 0, tombstones: stats?.tombstones ?? 0, collections: collections,
             lastSequence: stats?.lastSequence ?? 0, meshState: "Created", connectedPeers: 0,
+            peerID: identity?.peerID.description, identityLabel: site.identityLabel,
+            identityNotAfter: identity.map { IdentityText.date($0.certificate.notAfter) }, identityProblem: identityProblem,
             children: report.snapshot.map { GatewayStatus.Child(path: $0.path, state: $0.state.rawValue, restarts: $0.restarts, lastError: $0.lastError) })
     }
 }

@@ -28,6 +28,7 @@ public enum GatewayRuntime {
             children: [
                 ChildSpec(name: "store", heartbeatTimeout: .seconds(30), readyTimeout: .seconds(120)) { StoreService(gateway: gateway) },
                 ChildSpec(name: "control", heartbeatTimeout: .seconds(10), readyTimeout: .seconds(10)) { ControlService(gateway: gateway) },
+                ChildSpec(name: "identity", heartbeatTimeout: .seconds(180), readyTimeout: .seconds(60)) { IdentityService(gateway: gateway) },
                 ChildSpec(name: "status", heartbeatTimeout: .seconds(30)) { StatusService(gateway: gateway) },
             ],
             report: gateway.report)

@@ -21,6 +21,10 @@ public struct LoadedConfig: Sendable {
     public var site: SiteConfig
     public var storePath: String
     public var socketPath: String
+    /// The site's trusted roots, parsed at load so a bad file stops the boot with a clear error.
+    public var trustedRoots: [Certificate]
+    public var allowedPeers: Set<PeerID>
+    public var identityDirectory: String { Files.directory(of: storePath) + "/identities" }
 }
 
 /// A configuration problem found before anything started (exit code 3).
@@ -68,7 +72,20 @@ public enum ConfigurationLoading {
         if let dir = options.dataDir { board.storagePath = dir }
         let storePath = board.storagePath + "/shoal.db"
         let socketPath = options.socketPath ?? (options.dataDir.map { $0 + "/control.sock" } ?? board.controlSocket)
-        return LoadedConfig(board: board, site: site, storePath: storePath, socketPath: socketPath)
+        var roots: [Certificate] = []
+        if let path = site.rootCertificatesPath {
+            guard let text = try Files.read(path) else {
+                throw ConfigurationFailure(message: "\(site.source): authenticator.rootCertificates: \(path) does not exist")
+            }
+            do {
+                let chain = try Certificate(parsing: Array(text.utf8))
+                roots = try chain.chainDER.map { der throws in try Certificate(parsing: der) }
+            } catch {
+                throw ConfigurationFailure(message: "\(site.source): authenticator.rootCertificates: \(path): \(error)")
+            }
+        }
+        let allowed = Set(site.allowedPeers.compactMap(PeerID.init(hex:)))
+        return LoadedConfig(board: board, site: site, storePath: storePath, socketPath: socketPath, trustedRoots: roots, allowedPeers: allowed)
     }
 
     public static func runnableBoards(_ loader: ConfigLoader) -> [String] {

@@ -39,12 +39,18 @@ public struct GatewayStatus: Sendable {
     /// The ObjectBox seed's mesh state; `Created` until the mesh issue brings the mesh manager.
     public var meshState: String
     public var connectedPeers: Int
+    /// This gateway's peer id (64 hex digits), nil until its identity is loaded.
+    public var peerID: String?
+    public var identityLabel: String
+    public var identityNotAfter: String?
+    public var identityProblem: String?
     public var children: [Child]
 
     public init(state: GatewayState, version: String, boardID: String, boardName: String, boardSupport: String,
                 group: String, serviceType: String, uptimeSeconds: Int64, storePath: String, durability: String,
                 documents: Int64, tombstones: Int64, collections: [String], lastSequence: Int64,
-                meshState: String, connectedPeers: Int, children: [Child]) {
+                meshState: String, connectedPeers: Int, peerID: String?, identityLabel: String, identityNotAfter: String?,
+                identityProblem: String?, children: [Child]) {
         self.state = state
         self.version = version
         self.boardID = boardID
@@ -61,6 +67,10 @@ public struct GatewayStatus: Sendable {
         self.lastSequence = lastSequence
         self.meshState = meshState
         self.connectedPeers = connectedPeers
+        self.peerID = peerID
+        self.identityLabel = identityLabel
+        self.identityNotAfter = identityNotAfter
+        self.identityProblem = identityProblem
         self.children = children
     }
 
@@ -68,7 +78,7 @@ public struct GatewayStatus: Sendable {
 
     /// One line for the serial console, under 100 characters for typical values.
     public var consoleLine: String {
-        "shoal \(boardID) \(state.rawValue) up \(GatewayStatus.duration(uptimeSeconds))"
+        "shoal \(boardID) \(peerID.map { String($0.prefix(8)) } ?? "--------") \(state.rawValue) up \(GatewayStatus.duration(uptimeSeconds))"
             + " | docs \(documents) seq \(lastSequence)"
             + " | mesh \(meshState) peers \(connectedPeers)"
             + " | tree \(healthyChildren)/\(children.count)"
@@ -79,6 +89,8 @@ public struct GatewayStatus: Sendable {
         var lines: [String] = []
         lines.append("state       \(state.rawValue) (up \(GatewayStatus.duration(uptimeSeconds)), shoal \(version))")
         lines.append("board       \(boardID): \(boardName) [\(boardSupport)]")
+        lines.append("peer id     \(peerID ?? "none yet") (identity \(identityLabel)\(identityNotAfter.map { ", valid until \($0)" } ?? ""))")
+        if let p = identityProblem { lines.append("identity    PROBLEM: \(p)") }
         lines.append("group       \(group) (DNS-SD \(serviceType))")
         lines.append("mesh        \(meshState), \(connectedPeers) peers connected")
         lines.append("store       \(storePath) (durability \(durability))")
@@ -107,6 +119,11 @@ public struct GatewayStatus: Sendable {
                 "collections": .array(collections.map { .string($0) }),
             ],
             "mesh": ["state": .string(meshState), "connectedPeers": .int(connectedPeers)],
+            "peerID": peerID.map { .string($0) } ?? .null,
+            "identity": [
+                "label": .string(identityLabel), "notAfter": identityNotAfter.map { .string($0) } ?? .null,
+                "problem": identityProblem.map { .string($0) } ?? .null,
+            ],
             "supervision": .array(children.map { c in
                 [
                     "path": .string(c.path), "state": .string(c.state), "restarts": .int(c.restarts),
@@ -129,6 +146,8 @@ public struct GatewayStatus: Sendable {
             collections: (store["collections"]?.arrayValue ?? []).compactMap(\.stringValue),
             lastSequence: store["lastSequence"]?.int64Value ?? 0, meshState: s["mesh"]?["state"]?.stringValue ?? "?",
             connectedPeers: Int(s["mesh"]?["connectedPeers"]?.int64Value ?? 0),
+            peerID: s["peerID"]?.stringValue, identityLabel: s["identity"]?["label"]?.stringValue ?? "?",
+            identityNotAfter: s["identity"]?["notAfter"]?.stringValue, identityProblem: s["identity"]?["problem"]?.stringValue,
             children: (s["supervision"]?.arrayValue ?? []).map { c in
                 Child(path: c["path"]?.stringValue ?? "?", state: c["state"]?.stringValue ?? "?",
                       restarts: Int(c["restarts"]?.int64Value ?? 0), lastError: c["lastError"]?.stringValue)

@@ -47,7 +47,7 @@ enum CLI {
         }
         let rest = Array(args.dropFirst())
         // Errors name the command as typed: `shoal doc put: …`.
-        let label = ["doc", "log", "board", "bench"].contains(command) && rest.first.map({ !$0.hasPrefix("-") }) == true
+        let label = ["doc", "log", "board", "bench", "identity"].contains(command) && rest.first.map({ !$0.hasPrefix("-") }) == true
             ? "\(command) \(rest[0])" : command
         do {
             switch command {
@@ -67,9 +67,10 @@ enum CLI {
             case "log": return try log(rest)
             case "board": return try board(rest)
             case "bench": return try bench(rest)
+            case "identity": return try identity(rest)
             case "_crash-writer": return try CrashWriter.main(rest)
             default:
-                throw UsageError(command: command, message: "unknown command; commands: run, status, doc, changes, log, board, bench, version, help")
+                throw UsageError(command: command, message: "unknown command; commands: run, status, doc, changes, log, identity, board, bench, version, help")
             }
         } catch let e as UsageError {
             printError(e.description)
@@ -92,6 +93,12 @@ enum CLI {
         } catch let e as ConfigurationFailure {
             printError(e.description)
             return ExitCode.config
+        } catch let e as NotFound {
+            printError("shoal \(label): \(e.message)")
+            return ExitCode.notFound
+        } catch let e as TLSError {
+            printError("shoal \(label): \(e)")
+            return ExitCode.rejected
         } catch let e as Rejected {
             printError("shoal \(label): \(e.message)")
             return ExitCode.rejected

@@ -11,6 +11,7 @@ enum Help {
           doc        Write and read documents: put | get | delete | list
           changes    Show the change feed; --follow keeps streaming
           log        Log levels of a running gateway: level DOMAIN LEVEL | levels
+          identity   The gateway's TLS identity: create | show | delete
           board      Board files: list | show NAME | check FILE
           bench      Benchmarks that print figures: store
           version    Versions of shoal and of the C libraries it uses
@@ -99,6 +100,20 @@ enum Help {
             through the store, and the same statement through a bare SQLite C-API loop, alternately
             on fresh files in DIR (default /tmp), --rounds times (default 3); prints documents per
             second for both (medians) and their ratio. Figures, not a pass/fail test.
+            """,
+        "identity": """
+            Usage: shoal identity create [--label L] [--days N] [--cn NAME] [--ca-key K --ca-cert C] [--force] [--json]
+                   shoal identity show [--label L] [--json]
+                   shoal identity delete [--label L]
+            Where: [--dir DIR] or the directory `shoal run` uses: [--board B] [--config F] [--data-dir D]
+
+            An identity is an EC P-256 key (file mode 0600) and an X.509 certificate with both
+            clientAuth and serverAuth, stored under a label (default: the site file's
+            identity.label, else "shoal") in <storage>/identities. create makes a self-signed one,
+            or one signed by your CA with --ca-key and --ca-cert (PEM or DER); it refuses to
+            replace an existing identity without --force, because the peer id changes. show prints
+            the peer id (SHA-256 of the certificate), subject, issuer, validity and key usages.
+            `shoal run` creates a self-signed identity on first boot and renews it before it expires.
             """,
         "version": """
             Usage: shoal version [--json]

@@ -12,7 +12,7 @@ struct CLITests {
         }
     }
 
-    @Test("every command has its own --help", arguments: ["run", "status", "doc", "changes", "log", "board", "bench", "version"])
+    @Test("every command has its own --help", arguments: ["run", "status", "doc", "changes", "log", "identity", "board", "bench", "version"])
     func subcommandHelp(_ command: String) throws {
         let r = try Shoal.run([command, "--help"])
         #expect(r.status == 0)
@@ -66,6 +66,50 @@ struct CLITests {
         #expect(abstract.stderr.contains("abstract"))
     }
 
+    @Test("identity create, show, delete: self-signed and CA-signed, refusing to replace without --force")
+    func identityCommands() throws {
+        let dir = TempDir()
+        defer { dir.remove() }
+        let ids = dir.path + "/ids"
+        #expect(try Shoal.run(["identity", "show", "--dir", ids]).status == 4)
+        let created = try Shoal.run(["identity", "create", "--dir", ids, "--label", "gw", "--cn", "gw-7", "--days", "10", "--json"])
+        #expect(created.status == 0, "\(created.stderr)")
+        let info = try Shoal.json(created) as? [String: Any]
+        #expect(info?["subject"] as? String == "CN=gw-7, O=Shoal")
+        #expect(info?["extendedKeyUsages"] as? [String] == ["serverAuth", "clientAuth"])
+        let again = try Shoal.run(["identity", "create", "--dir", ids, "--label", "gw"])
+        #expect(again.status == 6 && again.stderr.contains("--force"))
+        let attrs = try FileManager.default.attributesOfItem(atPath: ids + "/gw.key.pem")
+        #expect((attrs[.posixPermissions] as? Int) == 0o600)
+
+        // A CA made elsewhere (here: by openssl, when present) signs a gateway identity.
+        if FileManager.default.isExecutableFile(atPath: "/usr/bin/openssl") {
+            let ca = dir.path + "/ca"
+            for step in [["ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", ca + ".key"],
+                         ["req", "-x509", "-new", "-key", ca + ".key", "-subj", "/CN=Field CA", "-days", "30", "-out", ca + ".pem",
+                          "-addext", "basicConstraints=critical,CA:TRUE"]] {
+                let p = Process()
+                p.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
+                p.arguments = step
+                p.standardError = FileHandle.nullDevice
+                try p.run()
+                p.waitUntilExit()
+                #expect(p.terminationStatus == 0)
+            }
+            let signed = try Shoal.run(["identity", "create", "--dir", ids, "--label", "field", "--ca-key", ca + ".key", "--ca-cert", ca + ".pem", "--json"])
+            #expect(signed.status == 0, "\(signed.stderr)")
+            #expect((try Shoal.json(signed) as? [String: Any])?["issuer"] as? String == "CN=Field CA")
+            let mismatch = try Shoal.run(["identity", "create", "--dir", ids, "--label", "x", "--ca-key", ids + "/gw.key.pem", "--ca-cert", ca + ".pem"])
+            #expect(mismatch.status == 6 && mismatch.stderr.contains("does not belong"))
+        }
+        let garbage = dir.path + "/garbage.pem"
+        try "not a key".write(toFile: garbage, atomically: true, encoding: .utf8)
+        let bad = try Shoal.run(["identity", "create", "--dir", ids, "--label", "y", "--ca-key", garbage, "--ca-cert", garbage])
+        #expect(bad.status == 6 && bad.stderr.contains("not a valid private key"))
+        #expect(try Shoal.run(["identity", "delete", "--dir", ids, "--label", "gw"]).status == 0)
+        #expect(try Shoal.run(["identity", "delete", "--dir", ids, "--label", "gw"]).status == 4)
+    }
+
     @Test("client commands with no gateway running exit 5 and say how to fix it")
     func unreachable() throws {
         let r = try Shoal.run(["status", "--socket", "/tmp/shoal-no-such.sock"])
@@ -83,7 +127,12 @@ struct GatewayTests {
         #expect(status?["state"] as? String == "running")
         #expect((status?["board"] as? [String: Any])?["id"] as? String == "sim")
         let tree = (status?["supervision"] as? [[String: Any]])?.compactMap { $0["path"] as? String }
-        #expect(tree == ["root/store", "root/control", "root/status"])
+        #expect(tree == ["root/store", "root/control", "root/identity", "root/status"])
+        // The identity service made a self-signed identity on first boot; status shows its peer id.
+        let peerID = try #require(status?["peerID"] as? String)
+        #expect(peerID.count == 64)
+        let shown = try Shoal.json(Shoal.run(["identity", "show", "--json", "--board", "sim", "--data-dir", gw.dir.path])) as? [String: Any]
+        #expect(shown?["peerID"] as? String == peerID)
 
         // changes --follow in the background sees writes as they commit.
         let follower = Process()
@@ -136,7 +185,7 @@ struct GatewayTests {
 
         let end = gw.stop()
         #expect(end.status == 0)
-        #expect(end.stdout.contains("shoal sim running"))   // the console status line
+        #expect(end.stdout.contains("shoal sim \(peerID.prefix(8)) running"))   // the console status line
         #expect(end.stderr.contains("SIGTERM: stopping gracefully"))
         #expect(end.stderr.contains("stopped cleanly"))
     }

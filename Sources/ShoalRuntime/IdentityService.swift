@@ -1,0 +1,91 @@
+import Glibc
+import ShoalCore
+import ShoalSupervision
+import ShoalTLS
+
+/// Keeps the gateway's identity: finds it by the site's label in `<storage>/identities`, creates a
+/// self-signed one on first boot, renews a self-signed one a day before it expires, and re-reads
+/// the files every minute (so `shoal identity create --force` takes effect without a restart).
+/// A CA-signed identity cannot be renewed without the CA's key: when it nears expiry the service
+/// says so in the log and in `shoal status`, and the operator re-issues it. A broken key file is
+/// reported the same way and never replaced: replacing it would change the peer id that other
+/// gateways trust. The gateway keeps running on its store either way.
+struct IdentityService: Service {
+    let gateway: Gateway
+
+    func run(context: ServiceContext) async throws {
+        let store = IdentityStore(directory: gateway.identityDirectory)
+        let label = gateway.site.identityLabel
+        let days = Int(gateway.site.identityValidDays)
+        let commonName = IdentityDefaults.commonName(label: label)
+        var lastPeer: PeerID?
+        repeat {
+            context.heartbeat()
+            let outcome: Result<(Identity, String?), TLSError> = (try? await gateway.storeThread.run { () -> Result<(Identity, String?), TLSError> in
+                do throws(TLSError) {
+                    let now = Identity.now()
+                    if let existing = try store.find(label) {
+                        let selfSigned = existing.certificate.issuer == existing.certificate.subject
+                        if now + 86_400 < existing.certificate.notAfter { return .success((existing, nil)) }
+                        if !selfSigned {
+                            let state = now >= existing.certificate.notAfter ? "has expired" : "expires within a day"
+                            return .success((existing, "CA-signed identity \(label) \(state); re-issue it with `shoal identity create --force --ca-key … --ca-cert …`"))
+                        }
+                    }
+                    let fresh = try Identity.createSelfSigned(.init(commonName: commonName, validDays: days))
+                    try store.save(fresh, label: label)
+                    return .success((fresh, "created"))
+                } catch {
+                    return .failure(error)
+                }
+            }) ?? .failure(.io("the store thread is overloaded"))
+            switch outcome {
+            case .success(let (identity, note)):
+                gateway.setIdentity(identity, problem: note == "created" ? nil : note)
+                if note == "created" { gateway.logger.info(.tls, "created identity \(label) in \(gateway.identityDirectory): peer id \(identity.peerID)") }
+                else if let note { gateway.logger.error(.tls, note) }
+                if lastPeer != identity.peerID {
+                    gateway.logger.info(.tls, "identity \(label): peer id \(identity.peerID), valid until \(IdentityText.date(identity.certificate.notAfter))")
+                    lastPeer = identity.peerID
+                }
+            case .failure(let error):
+                gateway.setIdentity(nil, problem: "identity \(label) in \(gateway.identityDirectory): \(error)")
+                gateway.logger.error(.tls, "identity \(label) in \(gateway.identityDirectory) unusable: \(error); fix or delete it (`shoal identity delete`), nothing was replaced")
+            }
+            context.markReady()
+        } while await context.pause(for: .seconds(60))
+    }
+}
+
+/// Dates as people read them in the field: UTC, to the second.
+public enum IdentityText {
+    public static func date(_ epoch: Int64) -> String {
+        let days = epoch >= 0 ? epoch / 86_400 : (epoch - 86_399) / 86_400
+        let secs = epoch - days * 86_400
+        // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+        let z = days + 719_468
+        let era = (z >= 0 ? z : z - 146_096) / 146_097
+        let doe = z - era * 146_097
+        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100)
+        let mp = (5 * doy + 2) / 153
+        let d = doy - (153 * mp + 2) / 5 + 1
+        let m = mp < 10 ? mp + 3 : mp - 9
+        let y = yoe + era * 400 + (m <= 2 ? 1 : 0)
+        func two(_ v: Int64) -> String { v < 10 ? "0\(v)" : "\(v)" }
+        return "\(y)-\(two(m))-\(two(d)) \(two(secs / 3600)):\(two(secs % 3600 / 60)):\(two(secs % 60)) UTC"
+    }
+}
+
+public enum IdentityDefaults {
+    /// The common name a gateway gives its own certificate: its host name when that is a plain
+    /// name, else `shoal-<label>`.
+    public static func commonName(label: String) -> String {
+        var buffer = [CChar](repeating: 0, count: 256)
+        if gethostname(&buffer, buffer.count) == 0 {
+            let host = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            if !host.isEmpty, host.count <= 64, host.allSatisfy({ $0.isLetter || $0.isNumber || $0 == "-" || $0 == "." }) { return host }
+        }
+        return "shoal-\(label)"
+    }
+}
