@@ -33,17 +33,24 @@ public final class TLSContext: @unchecked Sendable {
         return p
     }()
 
+    /// Key exchange groups, preferred first (X25519 is cheaper than P-256 in mbedTLS 2.28).
+    nonisolated(unsafe) static let curves: UnsafeMutablePointer<mbedtls_ecp_group_id> = {
+        let list: [mbedtls_ecp_group_id] = [MBEDTLS_ECP_DP_CURVE25519, MBEDTLS_ECP_DP_SECP256R1, MBEDTLS_ECP_DP_NONE]
+        let p = UnsafeMutablePointer<mbedtls_ecp_group_id>.allocate(capacity: list.count)
+        p.initialize(from: list, count: list.count)
+        return p
+    }()
+
     public init(role: TLSRole, identity: Identity, authenticator: PeerAuthenticator, handshakeTimeoutMillis: Int = 10_000) throws(TLSError) {
         self.role = role
         self.identity = identity
         self.authenticator = authenticator
         self.handshakeTimeoutMillis = handshakeTimeoutMillis
         do { random = try RandomSource(personalization: role == .client ? "shoal-tls-client" : "shoal-tls-server") } catch { throw .mbedTLS(error) }
-        // mbedTLS wants some CA chain configured; its verdict is not used (see above).
-        switch authenticator.kind {
-        case .trust(let roots, _) where !roots.isEmpty: caChain = roots[0]
-        default: caChain = identity.certificate
-        }
+        // mbedTLS wants a CA chain configured. Giving it our own leaf (never a CA) means it finds
+        // no parent and spends no signature check on a verdict we ignore; the authenticator then
+        // checks the chain once, after the handshake.
+        caChain = identity.certificate
         mbedtls_ssl_config_init(config)
         if role == .server {
             let c = UnsafeMutablePointer<mbedtls_ssl_cache_context>.allocate(capacity: 1)
@@ -62,6 +69,7 @@ public final class TLSContext: @unchecked Sendable {
             mbedtls_ssl_conf_ca_chain(config, caChain.chain, nil)
             try MbedTLS.check(mbedtls_ssl_conf_own_cert(config, identity.certificate.chain, identity.key.context), "mbedtls_ssl_conf_own_cert")
             mbedtls_ssl_conf_ciphersuites(config, TLSContext.cipherSuites)
+            mbedtls_ssl_conf_curves(config, TLSContext.curves)
             mbedtls_ssl_conf_min_version(config, MBEDTLS_SSL_MAJOR_VERSION_3, MBEDTLS_SSL_MINOR_VERSION_3)
             mbedtls_ssl_conf_max_version(config, MBEDTLS_SSL_MAJOR_VERSION_3, MBEDTLS_SSL_MINOR_VERSION_3)
             if let cache { mbedtls_ssl_conf_session_cache(config, cache, mbedtls_ssl_cache_get, mbedtls_ssl_cache_set) }

@@ -1,13 +1,15 @@
 import Glibc
 import ShoalCore
 import ShoalStore
+import ShoalTLS
 
 extension CLI {
     static func bench(_ args: [String]) throws -> Int32 {
-        let a = try Arguments.parse(args, command: "bench", valueOptions: ["--docs", "--batch", "--rounds", "--durability", "--dir"])
+        let a = try Arguments.parse(args, command: "bench", valueOptions: ["--docs", "--batch", "--rounds", "--durability", "--dir", "--handshakes", "--megabytes"])
         if helpIfAsked(a, "bench") { return ExitCode.ok }
-        try a.expectPositionals(1...1, command: "bench", usage: "bench store")
-        guard a.positionals[0] == "store" else { throw UsageError(command: "bench", message: "unknown benchmark \"\(a.positionals[0])\" (store)") }
+        try a.expectPositionals(1...1, command: "bench", usage: "bench store|tls")
+        if a.positionals[0] == "tls" { return try benchTLS(a) }
+        guard a.positionals[0] == "store" else { throw UsageError(command: "bench", message: "unknown benchmark \"\(a.positionals[0])\" (store, tls)") }
         let docs = try a.int("--docs", command: "bench", default: 20_000, range: 1...10_000_000)
         let batch = try a.int("--batch", command: "bench", default: 100, range: 1...100_000)
         let rounds = try a.int("--rounds", command: "bench", default: 3, range: 1...50)
@@ -31,5 +33,23 @@ extension CLI {
     static func fmt2(_ x: Double) -> String {
         let v = Int((x * 100).rounded())
         return "\(v / 100).\(v % 100 < 10 ? "0" : "")\(v % 100)"
+    }
+}
+
+extension CLI {
+    static func benchTLS(_ a: Arguments) throws -> Int32 {
+        let handshakes = try a.int("--handshakes", command: "bench", default: 200, range: 1...100_000)
+        let megabytes = try a.int("--megabytes", command: "bench", default: 64, range: 1...100_000)
+        let rounds = try a.int("--rounds", command: "bench", default: 5, range: 1...50)
+        out("TLS benchmark: \(handshakes) handshakes each way, \(megabytes) MiB × \(rounds) rounds of bulk data, in-memory pipe")
+        let r = try TLSBenchmark.run(handshakes: handshakes, megabytes: megabytes, rounds: rounds)
+        out("  cipher suite              \(r.cipherSuite)")
+        out("  full handshake            \(fmt2(r.fullHandshakeCPUMillis)) ms CPU, client + server together")
+        out("    each side               client \(fmt2(r.clientCPUMillis)) ms, server \(fmt2(r.serverCPUMillis)) ms (goal <= 10 per handshake)")
+        out("  resumed handshake         \(fmt2(r.resumedHandshakeCPUMillis)) ms CPU")
+        out("  baseline (bare mbedTLS)   \(fmt(TLSBenchmark.median(r.baselineMBps))) MB/s   rounds: \(r.baselineMBps.map(fmt).joined(separator: ", "))")
+        out("  shoal TLSSession          \(fmt(TLSBenchmark.median(r.sessionMBps))) MB/s   rounds: \(r.sessionMBps.map(fmt).joined(separator: ", "))")
+        out("  ratio session/baseline    \(fmt2(r.ratio))   (goal >= 0.80)")
+        return ExitCode.ok
     }
 }

@@ -13,7 +13,7 @@ enum Help {
           log        Log levels of a running gateway: level DOMAIN LEVEL | levels
           identity   The gateway's TLS identity: create | show | delete
           board      Board files: list | show NAME | check FILE
-          bench      Benchmarks that print figures: store
+          bench      Benchmarks that print figures: store, tls
           version    Versions of shoal and of the C libraries it uses
           help       This text, or `shoal help COMMAND`
 
@@ -95,11 +95,16 @@ enum Help {
             """,
         "bench": """
             Usage: shoal bench store [--docs N] [--batch N] [--rounds N] [--durability full|normal] [--dir DIR]
+                   shoal bench tls [--handshakes N] [--megabytes N] [--rounds N]
 
             Writes N (default 20000) ~1 KB JSON documents in transactions of --batch (default 100)
             through the store, and the same statement through a bare SQLite C-API loop, alternately
             on fresh files in DIR (default /tmp), --rounds times (default 3); prints documents per
             second for both (medians) and their ratio. Figures, not a pass/fail test.
+
+            tls: CPU time of full and resumed mutual-TLS handshakes (both sides together), and bulk
+            MB/s through Shoal's TLS session against a bare mbedtls_ssl_write/read loop on the same
+            sessions and pipe, alternately, and their ratio.
             """,
         "identity": """
             Usage: shoal identity create [--label L] [--days N] [--cn NAME] [--ca-key K --ca-cert C] [--force] [--json]

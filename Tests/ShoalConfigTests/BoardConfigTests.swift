@@ -179,6 +179,10 @@ struct SiteConfigTests {
                 pull: false
               - name: alarms
                 resolver: remoteWins
+            authenticator:
+              rootCertificates: /etc/shoal/fleet-ca.pem
+              allowedPeers:
+                - 0166E6E14225F81967C22FB0EF0F21DF4C6C52B3F4577EEC05F84C98B6391E2E
             mesh:
               maxConnectionCount: 4
             log:
@@ -191,6 +195,8 @@ struct SiteConfigTests {
         #expect(site.identityLabel == "field-7")
         #expect(site.collections.map(\.name.description) == ["_default._default", "sensors.readings", "_default.alarms"])
         #expect(site.collections[1].pull == false)
+        #expect(site.rootCertificatesPath == "/etc/shoal/fleet-ca.pem")
+        #expect(site.allowedPeers == ["0166e6e14225f81967c22fb0ef0f21df4c6c52b3f4577eec05f84c98b6391e2e"])
         let board = try repoLoader.applying(site, to: try repoLoader.loadBoard("pi-zero-2w"))
         #expect(board.mesh.maxConnectionCount == 4)
         #expect(board.log.level == .warning && board.log.domains[.replication] == .verbose)
@@ -203,6 +209,9 @@ struct SiteConfigTests {
         ("group: g\ncollections:\n  - name: a\n    resolver: coinFlip\n", "collections[0].resolver"),
         ("group: g\nmesh:\n  txLogBatchMaxCount: 0\n", "mesh.txLogBatchMaxCount"),
         ("group: g\nwifi:\n  interface: wlan1\n", "wifi"),
+        ("group: g\nauthenticator:\n  allowedPeers: [abc]\n", "authenticator.allowedPeers[0]"),
+        ("group: g\nauthenticator:\n  rootCA: /x\n", "authenticator.rootCA"),
+        ("group: g\nidentity:\n  validDays: 0\n", "identity.validDays"),
     ])
     func siteErrors(_ text: String, _ key: String) throws {
         let e = try #require(configError { _ = try repoLoader.loadSite(text: text, file: "site.yaml") })
