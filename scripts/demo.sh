@@ -25,6 +25,7 @@ GW_PID=$!
 for _ in $(seq 1 100); do [ -S "$SOCK" ] && "$SHOAL" status --socket "$SOCK" >/dev/null 2>&1 && break; sleep 0.1; done
 
 step shoal status
+step "$SHOAL" identity show --board sim --data-dir "$DATA"
 step shoal doc put sensors.readings boiler-1 '{"temperature": 71.5, "unit": "C", "site": "north"}'
 step shoal doc put sensors.readings boiler-2 '{"temperature": 64.0, "unit": "C", "site": "south"}'
 step shoal doc get sensors.readings boiler-1
