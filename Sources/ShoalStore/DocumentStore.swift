@@ -188,42 +188,30 @@ extension DocumentStore {
 
     /// Applies writes in one transaction: all of them or none. Each gets the next sequence.
     public func write(_ writes: [DocumentWrite]) throws(StoreError) -> [Change] {
-        for w in writes { if let body = w.body { try validateBody(body) } }
-        return try locked { db throws(StoreError) in
-            var ids: [Int64] = []
-            ids.reserveCapacity(writes.count)
-            for w in writes { ids.append(try collectionID(w.collection)) }
-            let now = DocumentStore.nowMillis()
-            let startSequence = lastSequenceValue
-            do {
-                let changes = try transaction(db) { () throws(StoreError) -> [Change] in
-                    var out: [Change] = []
-                    out.reserveCapacity(writes.count)
-                    var sequence = startSequence
-                    for (w, cid) in zip(writes, ids) {
-                        sequence += 1
-                        let s = try db.statement(DocumentStore.upsertSQL)
-                        try s.bind(0, cid)
-                        try s.bind(1, w.id.rawValue)
-                        try s.bind(2, w.body)
-                        try s.bind(3, w.body == nil ? 1 : 0)
-                        try s.bind(4, blob: w.version)
-                        try s.bind(5, sequence)
-                        try s.bind(6, now)
-                        guard try s.step() else { throw .sqlite(call: "upsert document", code: SQLITE_ERROR, message: "no revision returned") }
-                        let revision = s.int64(0)
-                        try s.run()
-                        out.append(Change(sequence: sequence, collection: w.collection, id: w.id.rawValue,
-                                          deleted: w.body == nil, revision: revision, version: w.version))
-                    }
-                    return out
-                }
-                lastSequenceValue = startSequence + Int64(writes.count)
-                lock.broadcast()
-                return changes
-            }
+        try transaction { (tx) throws(StoreError) -> [Change] in
+            var out: [Change] = []
+            out.reserveCapacity(writes.count)
+            for w in writes { out.append(try tx.write(w)) }
+            return out
         }
     }
+
+    /// Runs `body` in one SQLite transaction (BEGIN IMMEDIATE … COMMIT): everything it does is
+    /// kept, or nothing is. The replicator resolves and applies a batch this way, so a local write
+    /// can never slip in between reading a document's version and replacing it.
+    public func transaction<T>(_ body: (StoreTransaction) throws(StoreError) -> T) throws(StoreError) -> T {
+        try locked { db throws(StoreError) in
+            let tx = StoreTransaction(store: self, db: db, sequence: lastSequenceValue, now: DocumentStore.nowMillis())
+            let result = try transaction(db) { () throws(StoreError) -> T in try body(tx) }
+            if tx.sequence != lastSequenceValue {
+                lastSequenceValue = tx.sequence
+                lock.broadcast()
+            }
+            return result
+        }
+    }
+
+    func collectionIDForTransaction(_ name: CollectionName) throws(StoreError) -> Int64 { try collectionID(name) }
 
     /// The statement every document write uses. `shoal bench store` runs this same text through
     /// the bare C API as its baseline, so the ratio measures only Shoal's own overhead.
@@ -291,6 +279,43 @@ extension DocumentStore {
                 guard let scope = s.text(1), let name = s.text(2), let c = try? CollectionName(scope: scope, name: name) else { continue }
                 out.append(Change(sequence: s.int64(0), collection: c, id: s.text(3) ?? "", deleted: s.int64(4) != 0,
                                   revision: s.int64(5), version: s.blob(6)))
+            }
+            return out
+        }
+    }
+
+    /// The change feed of one collection (the replicator announces per collection).
+    public func changes(in collection: CollectionName, since: Int64, limit: Int = 1000) throws(StoreError) -> [Change] {
+        try locked { db throws(StoreError) in
+            let s = try db.statement("""
+                SELECT sequence, doc_id, deleted, revision, version FROM documents
+                WHERE collection_id = ? AND sequence > ? ORDER BY sequence LIMIT ?
+                """)
+            try s.bind(0, try collectionID(collection))
+            try s.bind(1, since)
+            try s.bind(2, Int64(max(0, min(limit, 100_000))))
+            var out: [Change] = []
+            while try s.step() {
+                out.append(Change(sequence: s.int64(0), collection: collection, id: s.text(1) ?? "", deleted: s.int64(2) != 0,
+                                  revision: s.int64(3), version: s.blob(4)))
+            }
+            return out
+        }
+    }
+
+    /// The newest conflicts first.
+    public func conflicts(limit: Int = 100) throws(StoreError) -> [ConflictRecord] {
+        try locked { db throws(StoreError) in
+            let s = try db.statement("""
+                SELECT c.scope, c.name, x.doc_id, x.local_version, x.remote_version, x.peer_id, x.resolver, x.outcome, x.at
+                FROM conflicts x JOIN collections c ON c.id = x.collection_id ORDER BY x.id DESC LIMIT ?
+                """)
+            try s.bind(0, Int64(max(0, min(limit, 100_000))))
+            var out: [ConflictRecord] = []
+            while try s.step() {
+                guard let scope = s.text(0), let name = s.text(1), let c = try? CollectionName(scope: scope, name: name) else { continue }
+                out.append(ConflictRecord(collection: c, id: s.text(2) ?? "", localVersion: s.blob(3), remoteVersion: s.blob(4),
+                                          peer: s.text(5) ?? "", resolver: s.text(6) ?? "", outcome: s.text(7) ?? "", atMillis: s.int64(8)))
             }
             return out
         }

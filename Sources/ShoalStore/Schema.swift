@@ -45,6 +45,22 @@ enum Schema {
             PRIMARY KEY(peer_id, collection_id, direction)
         );
         """),
+        (3, """
+        -- Every conflict the replicator resolved: both versions, who sent the remote one, the
+        -- resolver and what it decided. `shoal conflicts` lists them.
+        CREATE TABLE conflicts(
+            id             INTEGER PRIMARY KEY,
+            collection_id  INTEGER NOT NULL REFERENCES collections(id),
+            doc_id         TEXT NOT NULL,
+            local_version  BLOB NOT NULL,
+            remote_version BLOB NOT NULL,
+            peer_id        TEXT NOT NULL,
+            resolver       TEXT NOT NULL,
+            outcome        TEXT NOT NULL,
+            at             INTEGER NOT NULL
+        );
+        CREATE INDEX documents_by_collection_sequence ON documents(collection_id, sequence);
+        """),
     ]
 
     static var latestVersion: Int { migrations.last!.version }

@@ -75,3 +75,28 @@ public struct StoreStats: Sendable {
     public var collections: Int64
     public var lastSequence: Int64
 }
+
+/// One resolved conflict, as the conflict log keeps it.
+public struct ConflictRecord: Sendable, Equatable {
+    public var collection: CollectionName
+    public var id: String
+    public var localVersion: [UInt8]
+    public var remoteVersion: [UInt8]
+    public var peer: String
+    public var resolver: String
+    /// What won: "local", "remote", "merged", "deleted".
+    public var outcome: String
+    public var atMillis: Int64
+
+    public init(collection: CollectionName, id: String, localVersion: [UInt8], remoteVersion: [UInt8], peer: String,
+                resolver: String, outcome: String, atMillis: Int64) {
+        self.collection = collection
+        self.id = id
+        self.localVersion = localVersion
+        self.remoteVersion = remoteVersion
+        self.peer = peer
+        self.resolver = resolver
+        self.outcome = outcome
+        self.atMillis = atMillis
+    }
+}

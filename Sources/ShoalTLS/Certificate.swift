@@ -1,3 +1,4 @@
+import ShoalCore
 import CMbedTLS
 import Glibc
 

@@ -2,6 +2,7 @@
 /// certificates with clientAuth + serverAuth), their store on disk, authenticators, and mutual-TLS
 /// sessions over any `ByteStream`. Every mbedTLS call goes through `MbedTLS.check`, so no error
 /// code passes silently. All of it blocks: call it from threads, not the cooperative pool.
+import ShoalCore
 import CMbedTLS
 
 public enum Digest {

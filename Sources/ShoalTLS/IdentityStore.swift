@@ -1,3 +1,4 @@
+import ShoalCore
 import Glibc
 
 /// Identities on disk, by label: `<dir>/<label>.key.pem` (mode 0600: only the service user reads

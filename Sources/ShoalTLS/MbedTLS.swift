@@ -1,3 +1,4 @@
+import ShoalCore
 import CMbedTLS
 
 /// An mbedTLS call that failed: which call, its code and mbedTLS's own words for it.

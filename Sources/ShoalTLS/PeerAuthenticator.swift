@@ -1,3 +1,4 @@
+import ShoalCore
 import CMbedTLS
 
 /// Decides whether a peer that completed the TLS handshake may talk to us, as the Couchbase seed's

@@ -1,35 +1,6 @@
-/// A peer's id: the SHA-256 digest of its DER certificate, as in the Couchbase seed. Its one text
-/// form everywhere (logs, CLI, status, advertisements) is 64 lower-case hex digits; `short` (the
-/// first 8) is for the LED console line and other tight places, never for deciding trust.
-public struct PeerID: Sendable, Hashable, Comparable, CustomStringConvertible {
-    public let bytes: [UInt8]
+import ShoalCore
 
-    public init(certificateDER: [UInt8]) { bytes = Digest.sha256(certificateDER) }
-
-    /// Parses the 64-hex-digit form (either case).
-    public init?(hex: String) {
-        let chars = Array(hex.lowercased().utf8)
-        guard chars.count == 64 else { return nil }
-        var out: [UInt8] = []
-        out.reserveCapacity(32)
-        var i = 0
-        while i < 64 {
-            guard let hi = PeerID.nibble(chars[i]), let lo = PeerID.nibble(chars[i + 1]) else { return nil }
-            out.append(hi << 4 | lo)
-            i += 2
-        }
-        bytes = out
-    }
-
-    static func nibble(_ c: UInt8) -> UInt8? {
-        switch c {
-        case 0x30...0x39: c - 0x30
-        case 0x61...0x66: c - 0x61 + 10
-        default: nil
-        }
-    }
-
-    public var description: String { Digest.hex(bytes) }
-    public var short: String { String(description.prefix(8)) }
-    public static func < (a: PeerID, b: PeerID) -> Bool { a.bytes.lexicographicallyPrecedes(b.bytes) }
+extension PeerID {
+    /// The peer id of a certificate: SHA-256 of its DER, as in the Couchbase seed.
+    public init(certificateDER: [UInt8]) { self.init(bytes: Digest.sha256(certificateDER)) }
 }

@@ -1,3 +1,4 @@
+import ShoalCore
 import CMbedTLS
 
 /// A private key (Shoal makes EC P-256 ones). The PEM it writes is what goes, mode 0600, on disk.

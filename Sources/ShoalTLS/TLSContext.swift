@@ -1,3 +1,4 @@
+import ShoalCore
 import CMbedTLS
 
 public enum TLSRole: Sendable { case client, server }

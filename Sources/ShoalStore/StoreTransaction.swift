@@ -1,0 +1,95 @@
+import CSQLite
+import ShoalCore
+
+/// The store as seen from inside `DocumentStore.transaction`: reads see the transaction's own
+/// writes; nothing is visible to others until the closure returns and the commit succeeds.
+/// Valid only inside the closure.
+public final class StoreTransaction {
+    unowned let store: DocumentStore
+    let db: SQLiteConnection
+    /// The last sequence handed out, including this transaction's writes.
+    public internal(set) var sequence: Int64
+    let now: Int64
+
+    init(store: DocumentStore, db: SQLiteConnection, sequence: Int64, now: Int64) {
+        self.store = store
+        self.db = db
+        self.sequence = sequence
+        self.now = now
+    }
+
+    public func get(_ collection: CollectionName, id: String) throws(StoreError) -> StoredDocument? {
+        let s = try db.statement("SELECT body, revision, version, sequence, updated_at, deleted FROM documents WHERE collection_id = ? AND doc_id = ?")
+        try s.bind(0, try store.collectionIDForTransaction(collection))
+        try s.bind(1, id)
+        guard try s.step() else { return nil }
+        let doc = StoredDocument(collection: collection, id: id, body: s.int64(5) != 0 ? nil : s.text(0),
+                                 revision: s.int64(1), version: s.blob(2), sequence: s.int64(3), updatedAtMillis: s.int64(4))
+        try s.run()
+        return doc
+    }
+
+    /// Writes (or tombstones, with a nil body) a document at the next sequence.
+    @discardableResult
+    public func write(_ w: DocumentWrite) throws(StoreError) -> Change {
+        if let body = w.body { try store.validateBody(body) }
+        let cid = try store.collectionIDForTransaction(w.collection)
+        sequence += 1
+        let s = try db.statement(DocumentStore.upsertSQL)
+        try s.bind(0, cid)
+        try s.bind(1, w.id.rawValue)
+        try s.bind(2, w.body)
+        try s.bind(3, w.body == nil ? 1 : 0)
+        try s.bind(4, blob: w.version)
+        try s.bind(5, sequence)
+        try s.bind(6, now)
+        guard try s.step() else { throw .sqlite(call: "upsert document", code: SQLITE_ERROR, message: "no revision returned") }
+        let revision = s.int64(0)
+        try s.run()
+        return Change(sequence: sequence, collection: w.collection, id: w.id.rawValue, deleted: w.body == nil, revision: revision, version: w.version)
+    }
+
+    public func setCheckpoint(peer: String, collection: CollectionName, direction: CheckpointDirection, sequence: Int64) throws(StoreError) {
+        let s = try db.statement("""
+            INSERT INTO checkpoints(peer_id, collection_id, direction, sequence, updated_at) VALUES (?, ?, ?, ?, ?)
+            ON CONFLICT(peer_id, collection_id, direction) DO UPDATE SET sequence = excluded.sequence, updated_at = excluded.updated_at
+            """)
+        try s.bind(0, peer)
+        try s.bind(1, try store.collectionIDForTransaction(collection))
+        try s.bind(2, direction.rawValue)
+        try s.bind(3, sequence)
+        try s.bind(4, now)
+        try s.run()
+    }
+
+    public func setMetadata(_ key: String, _ value: String) throws(StoreError) {
+        let s = try db.statement("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value")
+        try s.bind(0, key)
+        try s.bind(1, value)
+        try s.run()
+    }
+
+    public func metadata(_ key: String) throws(StoreError) -> String? {
+        let s = try db.statement("SELECT value FROM meta WHERE key = ?")
+        try s.bind(0, key)
+        let value = try s.step() ? s.text(0) : nil
+        try s.run()
+        return value
+    }
+
+    public func logConflict(_ c: ConflictRecord) throws(StoreError) {
+        let s = try db.statement("""
+            INSERT INTO conflicts(collection_id, doc_id, local_version, remote_version, peer_id, resolver, outcome, at)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+            """)
+        try s.bind(0, try store.collectionIDForTransaction(c.collection))
+        try s.bind(1, c.id)
+        try s.bind(2, blob: c.localVersion)
+        try s.bind(3, blob: c.remoteVersion)
+        try s.bind(4, c.peer)
+        try s.bind(5, c.resolver)
+        try s.bind(6, c.outcome)
+        try s.bind(7, c.atMillis)
+        try s.run()
+    }
+}
