@@ -31,10 +31,13 @@ let package = Package(
         .target(name: "ShoalTLS", dependencies: ["ShoalCore", "CMbedTLS"]),
         .target(name: "ShoalLinux", dependencies: ["ShoalCore", "CAvahi", "CBlueZ", "CGPIOD"]),
 
+        // Replication: the sans-IO protocol state machine over the store and the wire codec.
+        .target(name: "ShoalReplication", dependencies: ["ShoalCore", "ShoalWire", "ShoalStore"]),
+
         // Composition root.
         .target(name: "ShoalRuntime", dependencies: [
             "ShoalCore", "ShoalWire", "ShoalSupervision", "ShoalConfig", "ShoalYAML", "ShoalStatus",
-            "ShoalStore", "ShoalTLS", "ShoalLinux",
+            "ShoalStore", "ShoalTLS", "ShoalLinux", "ShoalReplication",
         ]),
         .target(name: "ShoalTesting", dependencies: ["ShoalCore", "ShoalSupervision"]),
 
@@ -44,6 +47,7 @@ let package = Package(
         .testTarget(name: "ShoalSupervisionTests", dependencies: ["ShoalSupervision", "ShoalTesting"]),
         .testTarget(name: "ShoalStoreTests", dependencies: ["ShoalStore", "ShoalTesting"]),
         .testTarget(name: "ShoalConfigTests", dependencies: ["ShoalConfig", "ShoalYAML", "ShoalRuntime", "ShoalTLS"]),
+        .testTarget(name: "ShoalReplicationTests", dependencies: ["ShoalReplication", "ShoalStore", "ShoalWire", "ShoalTesting", "ShoalCore"]),
         .testTarget(name: "ShoalTLSTests", dependencies: ["ShoalTLS", "ShoalLinux", "ShoalTesting", "ShoalCore"]),
         .testTarget(name: "ShoalCLITests", dependencies: ["shoal", "ShoalStore", "ShoalTesting"]),
     ],

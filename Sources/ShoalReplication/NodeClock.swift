@@ -1,0 +1,97 @@
+/// ShoalReplication: the sync protocol between gateways, as a sans-IO state machine
+/// (`ReplicationNode`): links, frames and time come in as calls, frames to send and events come out
+/// as actions. It reads and writes the store directly (synchronously), so its driver calls it from a
+/// thread of its own — never from Swift's cooperative pool.
+import Glibc
+import ShoalCore
+import ShoalStore
+import Synchronization
+
+/// The node's hybrid logical clock, shared by local writes and replication, persisted in the
+/// store's metadata in the same transaction as each write that used it (so it never runs
+/// backwards across restarts).
+public final class NodeClock: Sendable {
+    public static let metadataKey = "hlc"
+    private let clock: Mutex<HybridLogicalClock>
+    private let wall: @Sendable () -> UInt64
+
+    /// Restores the clock from the store (or starts at zero).
+    public init(store: DocumentStore, maxDriftMillis: UInt64 = 60_000, wallMillis: @escaping @Sendable () -> UInt64 = NodeClock.systemWallMillis) throws(StoreError) {
+        let saved = try store.metadata(NodeClock.metadataKey).flatMap(UInt64.init) ?? 0
+        clock = Mutex(HybridLogicalClock(restoring: HLCTimestamp(rawValue: saved), maxDriftMillis: maxDriftMillis))
+        wall = wallMillis
+    }
+
+    public var wallMillis: UInt64 { wall() }
+    public var last: HLCTimestamp { clock.withLock { $0.last } }
+
+    /// A timestamp for a local write, persisted through `tx`.
+    func tick(persistingIn tx: StoreTransaction) throws(StoreError) -> HLCTimestamp {
+        let now = wall()
+        let ts = clock.withLock { $0.tick(wallMillis: now) }
+        try tx.setMetadata(NodeClock.metadataKey, String(ts.rawValue))
+        return ts
+    }
+
+    /// Folds in a remote timestamp; false if the remote is too far ahead (not applied).
+    func observe(_ remote: HLCTimestamp) -> Bool {
+        let now = wall()
+        return clock.withLock { $0.observe(remote, wallMillis: now) }
+    }
+
+    func persist(in tx: StoreTransaction) throws(StoreError) {
+        try tx.setMetadata(NodeClock.metadataKey, String(last.rawValue))
+    }
+
+    public static let systemWallMillis: @Sendable () -> UInt64 = {
+        var ts = timespec()
+        clock_gettime(CLOCK_REALTIME, &ts)
+        return UInt64(ts.tv_sec) * 1000 + UInt64(ts.tv_nsec) / 1_000_000
+    }
+}
+
+/// Local writes with versions: each put or delete adds this node's entry (a fresh HLC timestamp)
+/// to the document's version vector, in the same transaction that reads the old version.
+public struct LocalWriter: Sendable {
+    public let peer: PeerID
+    public let store: DocumentStore
+    public let clock: NodeClock
+
+    public init(peer: PeerID, store: DocumentStore, clock: NodeClock) {
+        self.peer = peer
+        self.store = store
+        self.clock = clock
+    }
+
+    @discardableResult
+    public func put(_ collection: CollectionName, id: DocumentID, body: String) throws(StoreError) -> Change {
+        try store.validateBody(body)
+        return try store.transaction { (tx) throws(StoreError) -> Change in
+            try write(tx, collection, id, body)
+        }
+    }
+
+    /// Deletes (tombstones) a live document; a missing or deleted one is `notFound`.
+    @discardableResult
+    public func delete(_ collection: CollectionName, id: DocumentID) throws(StoreError) -> Change {
+        try store.transaction { (tx) throws(StoreError) -> Change in
+            guard let existing = try tx.get(collection, id: id.rawValue), !existing.isDeleted else {
+                throw .notFound(collection: collection.description, id: id.rawValue)
+            }
+            return try write(tx, collection, id, nil)
+        }
+    }
+
+    func write(_ tx: StoreTransaction, _ collection: CollectionName, _ id: DocumentID, _ body: String?) throws(StoreError) -> Change {
+        let existing = try tx.get(collection, id: id.rawValue)
+        var vector = VersionVector()
+        if let existing {
+            do { vector = try DocumentVersion(decoding: existing.version).vector } catch {
+                throw .invalidDocument("stored version of \(collection)/\(id) is unreadable: \(error)")
+            }
+        }
+        let ts = try clock.tick(persistingIn: tx)
+        let version = DocumentVersion(vector: vector.setting(peer, to: ts), bodyDigest: DocumentVersion.digest(of: body))
+        return try tx.write(DocumentWrite(collection: collection, id: id, body: body, version: version.encoded))
+    }
+}

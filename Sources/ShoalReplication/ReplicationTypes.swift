@@ -1,0 +1,145 @@
+import ShoalCore
+import ShoalStore
+import ShoalWire
+
+/// A link to one peer, as the driver names it (any integer unique while the link lives).
+public typealias LinkID = Int
+
+/// Limits from the mesh options (ObjectBox names).
+public struct ReplicationSettings: Sendable {
+    /// txLogBatchSizeKb: soft cap on the body bytes of one documents frame.
+    public var batchSizeBytes = 100 * 1024
+    /// txLogBatchMaxCount: most changes announced or documents sent in one batch.
+    public var batchMaxCount = 1000
+    /// requestTimeoutMillis: how long a document requested from one peer is not asked of another.
+    public var requestTimeoutMillis: UInt64 = 5000
+    public init() {}
+}
+
+/// A document as filters and resolvers see it.
+public struct ReplicatedDocument: Sendable {
+    public let collection: CollectionName
+    public let id: String
+    /// The JSON text; nil for a tombstone.
+    public let body: String?
+    public let version: DocumentVersion
+    public var isDeleted: Bool { body == nil }
+}
+
+/// What a conflict resolver decides for two concurrent versions.
+public enum Resolution: Sendable, Equatable {
+    case keepLocal
+    case takeRemote
+    /// A merged body (a JSON object).
+    case merged(String)
+    case delete
+}
+
+/// Resolves concurrent versions of a document. The default is last-write-wins on the newest
+/// version-vector entry (HLC timestamp, then peer id); a delete is a write like any other, so the
+/// later of a delete and an edit wins. A custom resolver gets (peer id, local, remote). Whatever it
+/// returns gets a version that dominates both sides (the pointwise maximum), so it propagates;
+/// nodes that merge the same pair differently converge through the body-digest tie-break.
+public struct ConflictResolver: Sendable {
+    public let name: String
+    public let resolve: @Sendable (PeerID, ReplicatedDocument, ReplicatedDocument) -> Resolution
+
+    public init(name: String, resolve: @escaping @Sendable (PeerID, ReplicatedDocument, ReplicatedDocument) -> Resolution) {
+        self.name = name
+        self.resolve = resolve
+    }
+
+    public static let lastWriteWins = ConflictResolver(name: "lastWriteWins") { _, local, remote in
+        guard let l = local.version.vector.current, let r = remote.version.vector.current else {
+            return local.version.vector.current == nil ? .takeRemote : .keepLocal
+        }
+        return (r.timestamp, r.peer) > (l.timestamp, l.peer) ? .takeRemote : .keepLocal
+    }
+    public static let localWins = ConflictResolver(name: "localWins") { _, _, _ in .keepLocal }
+    public static let remoteWins = ConflictResolver(name: "remoteWins") { _, _, _ in .takeRemote }
+
+    public static func named(_ name: String) -> ConflictResolver? {
+        [lastWriteWins, localWins, remoteWins].first { $0.name == name }
+    }
+}
+
+/// How one collection replicates, as the Couchbase seed's collection configuration.
+public struct CollectionPolicy: Sendable {
+    public var name: CollectionName
+    /// Send this node's changes to peers.
+    public var push = true
+    /// Take peers' changes.
+    public var pull = true
+    /// Only these document ids replicate (nil: all).
+    public var documentIDs: Set<String>?
+    public var pushFilter: (@Sendable (PeerID, ReplicatedDocument) -> Bool)?
+    public var pullFilter: (@Sendable (PeerID, ReplicatedDocument) -> Bool)?
+    public var resolver = ConflictResolver.lastWriteWins
+
+    public init(name: CollectionName) { self.name = name }
+}
+
+public enum ReplicationDirection: String, Sendable { case push, pull }
+
+/// What the replicator reports, as the seed's listeners do.
+public enum ReplicationEvent: Sendable {
+    public struct Item: Sendable, Equatable {
+        public let collection: String
+        public let id: String
+        public let deleted: Bool
+        public let error: String?
+    }
+    /// HELLO accepted: the link replicates now.
+    case peerConnected(link: LinkID, peer: PeerID)
+    /// One batch of documents sent (push, acknowledged) or received (pull, applied).
+    case documents(link: LinkID, peer: PeerID, direction: ReplicationDirection, items: [Item])
+    /// A peer's clock runs ahead of ours by more than the bound; its timestamps do not move our clock.
+    case clockSkew(link: LinkID, peer: PeerID, aheadMillis: UInt64)
+    case conflict(link: LinkID, peer: PeerID, record: ConflictRecord)
+    /// The link was closed because of this error (nil: closed by the driver).
+    case linkClosed(link: LinkID, peer: PeerID?, error: ReplicationError?)
+}
+
+/// Why a link was closed.
+public enum ReplicationError: Error, Sendable, Equatable, CustomStringConvertible {
+    case wire(WireError)
+    case protocolVersion(UInt16)
+    case wrongGroup(String)
+    case selfConnection
+    case protocolViolation(String)
+    case store(StoreError)
+    case remote(code: UInt16, message: String)
+
+    public var description: String {
+        switch self {
+        case .wire(let e): "malformed frame: \(e)"
+        case .protocolVersion(let v): "peer speaks replication protocol \(v), this gateway \(ReplicationMessage.protocolVersion)"
+        case .wrongGroup(let g): "peer is in group \"\(g.prefix(64))\", not ours"
+        case .selfConnection: "connected to itself"
+        case .protocolViolation(let why): "protocol violation: \(why)"
+        case .store(let e): "store: \(e)"
+        case .remote(let code, let message): "peer closed the link (\(code)): \(message)"
+        }
+    }
+
+    var code: UInt16 {
+        switch self {
+        case .wire: 1
+        case .protocolVersion: 2
+        case .wrongGroup: 3
+        case .selfConnection: 4
+        case .protocolViolation: 5
+        case .store: 6
+        case .remote: 7
+        }
+    }
+}
+
+/// What the driver must do.
+public enum ReplicationAction: Sendable {
+    /// Send this message (frame it; `ReplicationMessage.frameLimit` bounds it).
+    case send(LinkID, [UInt8])
+    /// Close the link (after sending what came before).
+    case close(LinkID)
+    case event(ReplicationEvent)
+}

@@ -1,0 +1,242 @@
+import ShoalCore
+
+/// The replication protocol's messages, one per frame: a type byte, then fields in big-endian.
+/// Strings are UTF-8 with a u16 length, blobs have a u32 length, lists a u32 (or u16) count.
+/// Every count and length is checked against the bytes that remain before anything is allocated,
+/// so a hostile frame can neither crash the decoder nor make it allocate more than the frame.
+public enum ReplicationMessage: Sendable, Equatable {
+    /// Protocol 1. A peer that speaks another version is told so and the link is closed.
+    public static let protocolVersion: UInt16 = 1
+    /// No frame is larger: a 1 MiB body plus its metadata fits.
+    public static let frameLimit = 2 << 20
+
+    public struct CollectionOffer: Sendable, Equatable {
+        public var name: String
+        public var push: Bool
+        public var pull: Bool
+        public init(name: String, push: Bool, pull: Bool) {
+            self.name = name
+            self.push = push
+            self.pull = pull
+        }
+    }
+
+    public struct AnnouncedChange: Sendable, Equatable {
+        public var sequence: UInt64
+        public var id: String
+        public var deleted: Bool
+        public var version: [UInt8]
+        public init(sequence: UInt64, id: String, deleted: Bool, version: [UInt8]) {
+            self.sequence = sequence
+            self.id = id
+            self.deleted = deleted
+            self.version = version
+        }
+    }
+
+    public struct DocumentBody: Sendable, Equatable {
+        public var id: String
+        public var deleted: Bool
+        public var version: [UInt8]
+        public var body: [UInt8]
+        public init(id: String, deleted: Bool, version: [UInt8], body: [UInt8]) {
+            self.id = id
+            self.deleted = deleted
+            self.version = version
+            self.body = body
+        }
+    }
+
+    case hello(version: UInt16, peer: PeerID, group: String, capabilities: UInt32, purgeHorizonMillis: UInt64,
+               neighbours: [PeerID], collections: [CollectionOffer])
+    /// The receiver asks the pusher for changes of a collection after `since` (its checkpoint).
+    case subscribe(collection: String, since: UInt64)
+    /// A batch of changes: ids, versions, flags; `upTo` is the pusher's sequence the batch covers.
+    case announce(collection: String, batch: UInt64, upTo: UInt64, changes: [AnnouncedChange])
+    /// The ids of an announced batch the receiver lacks (possibly none).
+    case request(collection: String, batch: UInt64, ids: [String])
+    /// Bodies for a request; `final` marks the last frame of the batch.
+    case documents(collection: String, batch: UInt64, final: Bool, documents: [DocumentBody])
+    /// The receiver applied the batch and moved its checkpoint to `upTo`.
+    case acknowledge(collection: String, batch: UInt64, upTo: UInt64)
+    /// Sent before closing a link, with why.
+    case error(code: UInt16, message: String)
+
+    enum Tag: UInt8 { case hello = 1, subscribe, announce, request, documents, acknowledge, error }
+
+    public var kind: String {
+        switch self {
+        case .hello: "hello"
+        case .subscribe: "subscribe"
+        case .announce: "announce"
+        case .request: "request"
+        case .documents: "documents"
+        case .acknowledge: "acknowledge"
+        case .error: "error"
+        }
+    }
+}
+
+/// A frame that is not a valid message.
+public enum WireError: Error, Sendable, Equatable, CustomStringConvertible {
+    case truncated(needed: Int, remaining: Int)
+    case unknownType(UInt8)
+    case trailingBytes(Int)
+    case badValue(String)
+    case frame(FrameError)
+
+    public var description: String {
+        switch self {
+        case .truncated(let n, let r): "message truncated (needed \(n) bytes, \(r) left)"
+        case .unknownType(let t): "unknown message type \(t)"
+        case .trailingBytes(let n): "\(n) unexpected bytes after the message"
+        case .badValue(let why): "bad value: \(why)"
+        case .frame(let e): e.description
+        }
+    }
+}
+
+extension ReplicationMessage {
+    public func encoded() -> [UInt8] {
+        var w = WireWriter()
+        switch self {
+        case .hello(let version, let peer, let group, let caps, let horizon, let neighbours, let collections):
+            w.u8(Tag.hello.rawValue); w.u16(version); w.raw(peer.bytes); w.string(group); w.u32(caps); w.u64(horizon)
+            w.u16(UInt16(neighbours.count)); for n in neighbours { w.raw(n.bytes) }
+            w.u16(UInt16(collections.count))
+            for c in collections { w.string(c.name); w.u8((c.push ? 1 : 0) | (c.pull ? 2 : 0)) }
+        case .subscribe(let c, let since):
+            w.u8(Tag.subscribe.rawValue); w.string(c); w.u64(since)
+        case .announce(let c, let batch, let upTo, let changes):
+            w.u8(Tag.announce.rawValue); w.string(c); w.u64(batch); w.u64(upTo); w.u32(UInt32(changes.count))
+            for x in changes { w.u64(x.sequence); w.string(x.id); w.u8(x.deleted ? 1 : 0); w.blob(x.version) }
+        case .request(let c, let batch, let ids):
+            w.u8(Tag.request.rawValue); w.string(c); w.u64(batch); w.u32(UInt32(ids.count)); for id in ids { w.string(id) }
+        case .documents(let c, let batch, let final, let docs):
+            w.u8(Tag.documents.rawValue); w.string(c); w.u64(batch); w.u8(final ? 1 : 0); w.u32(UInt32(docs.count))
+            for d in docs { w.string(d.id); w.u8(d.deleted ? 1 : 0); w.blob(d.version); w.blob(d.body) }
+        case .acknowledge(let c, let batch, let upTo):
+            w.u8(Tag.acknowledge.rawValue); w.string(c); w.u64(batch); w.u64(upTo)
+        case .error(let code, let message):
+            w.u8(Tag.error.rawValue); w.u16(code); w.string(String(message.utf8.prefix(1000)) ?? "")
+        }
+        return w.bytes
+    }
+
+    public init(decoding bytes: [UInt8]) throws(WireError) {
+        var r = WireReader(bytes)
+        let t = try r.u8()
+        guard let tag = Tag(rawValue: t) else { throw .unknownType(t) }
+        switch tag {
+        case .hello:
+            let version = try r.u16()
+            let peer = PeerID(bytes: try r.raw(32))
+            let group = try r.string()
+            let caps = try r.u32()
+            let horizon = try r.u64()
+            let n = Int(try r.u16())
+            guard n <= 64 else { throw .badValue("\(n) neighbours (at most 64)") }
+            var neighbours: [PeerID] = []
+            for _ in 0..<n { neighbours.append(PeerID(bytes: try r.raw(32))) }
+            let cn = Int(try r.u16())
+            try r.need(cn * 3)
+            var collections: [CollectionOffer] = []
+            for _ in 0..<cn {
+                let name = try r.string()
+                let flags = try r.u8()
+                collections.append(CollectionOffer(name: name, push: flags & 1 != 0, pull: flags & 2 != 0))
+            }
+            self = .hello(version: version, peer: peer, group: group, capabilities: caps, purgeHorizonMillis: horizon,
+                          neighbours: neighbours, collections: collections)
+        case .subscribe:
+            self = .subscribe(collection: try r.string(), since: try r.u64())
+        case .announce:
+            let c = try r.string(), batch = try r.u64(), upTo = try r.u64()
+            let n = Int(try r.u32())
+            try r.need(n * 15)  // smallest entry: seq 8 + id 2 + flag 1 + version 4
+            var changes: [AnnouncedChange] = []
+            changes.reserveCapacity(n)
+            for _ in 0..<n {
+                changes.append(AnnouncedChange(sequence: try r.u64(), id: try r.string(), deleted: try r.u8() != 0, version: try r.blob()))
+            }
+            self = .announce(collection: c, batch: batch, upTo: upTo, changes: changes)
+        case .request:
+            let c = try r.string(), batch = try r.u64()
+            let n = Int(try r.u32())
+            try r.need(n * 2)
+            var ids: [String] = []
+            ids.reserveCapacity(n)
+            for _ in 0..<n { ids.append(try r.string()) }
+            self = .request(collection: c, batch: batch, ids: ids)
+        case .documents:
+            let c = try r.string(), batch = try r.u64(), final = try r.u8() != 0
+            let n = Int(try r.u32())
+            try r.need(n * 11)
+            var docs: [DocumentBody] = []
+            docs.reserveCapacity(n)
+            for _ in 0..<n {
+                docs.append(DocumentBody(id: try r.string(), deleted: try r.u8() != 0, version: try r.blob(), body: try r.blob()))
+            }
+            self = .documents(collection: c, batch: batch, final: final, documents: docs)
+        case .acknowledge:
+            self = .acknowledge(collection: try r.string(), batch: try r.u64(), upTo: try r.u64())
+        case .error:
+            self = .error(code: try r.u16(), message: try r.string())
+        }
+        guard r.remaining == 0 else { throw .trailingBytes(r.remaining) }
+    }
+}
+
+struct WireWriter {
+    var bytes: [UInt8] = []
+    mutating func u8(_ v: UInt8) { bytes.append(v) }
+    mutating func u16(_ v: UInt16) { bytes.append(UInt8(v >> 8)); bytes.append(UInt8(v & 0xFF)) }
+    mutating func u32(_ v: UInt32) { bytes.appendBigEndian(v) }
+    mutating func u64(_ v: UInt64) { bytes.appendBigEndian(v) }
+    mutating func raw(_ b: [UInt8]) { bytes.append(contentsOf: b) }
+    mutating func string(_ s: String) {
+        let b = Array(s.utf8.prefix(Int(UInt16.max)))
+        u16(UInt16(b.count)); bytes.append(contentsOf: b)
+    }
+    mutating func blob(_ b: [UInt8]) { u32(UInt32(b.count)); bytes.append(contentsOf: b) }
+}
+
+struct WireReader {
+    let bytes: [UInt8]
+    var index = 0
+    init(_ bytes: [UInt8]) { self.bytes = bytes }
+    var remaining: Int { bytes.count - index }
+
+    func need(_ n: Int) throws(WireError) {
+        guard n >= 0, n <= remaining else { throw .truncated(needed: n, remaining: remaining) }
+    }
+    mutating func u8() throws(WireError) -> UInt8 { try need(1); defer { index += 1 }; return bytes[index] }
+    mutating func u16() throws(WireError) -> UInt16 {
+        try need(2); defer { index += 2 }
+        return UInt16(bytes[index]) << 8 | UInt16(bytes[index + 1])
+    }
+    mutating func u32() throws(WireError) -> UInt32 {
+        try need(4); defer { index += 4 }
+        var v: UInt32 = 0
+        for k in 0..<4 { v = v << 8 | UInt32(bytes[index + k]) }
+        return v
+    }
+    mutating func u64() throws(WireError) -> UInt64 {
+        try need(8); defer { index += 8 }
+        return bytes.readBigEndianUInt64(at: index)
+    }
+    mutating func raw(_ n: Int) throws(WireError) -> [UInt8] {
+        try need(n); defer { index += n }
+        return Array(bytes[index..<(index + n)])
+    }
+    mutating func string() throws(WireError) -> String {
+        let n = Int(try u16())
+        let raw = try raw(n)
+        guard let s = String(validating: raw, as: UTF8.self) else { throw .badValue("a string is not valid UTF-8") }
+        return s
+    }
+    mutating func blob() throws(WireError) -> [UInt8] {
+        let n = Int(try u32())
+        return try raw(n)
+    }
+}

@@ -1,0 +1,174 @@
+import ShoalCore
+import ShoalReplication
+import ShoalStore
+import ShoalTesting
+import ShoalWire
+import Synchronization
+import Testing
+
+/// A wall clock a test sets by hand.
+final class TestWall: Sendable {
+    let millis = Mutex<UInt64>(1_800_000_000_000)
+    var read: @Sendable () -> UInt64 { { [self] in millis.withLock { $0 } } }
+    func advance(_ ms: UInt64) { millis.withLock { $0 += ms } }
+}
+
+let readings = try! CollectionName(parsing: "sensors.readings")
+
+/// One simulated gateway: a real SQLite store in a temporary directory and a replication node.
+final class TestNode {
+    let name: String
+    let dir = TemporaryDirectory(prefix: "shoal-repl")
+    let store: DocumentStore
+    let wall = TestWall()
+    let node: ReplicationNode
+    var peer: PeerID { node.peer }
+    /// Every local write: (collection, id, this node's timestamp in the new version).
+    var writes: [(CollectionName, String, HLCTimestamp)] = []
+
+    init(_ name: String, policies: [CollectionPolicy]? = nil, settings: ReplicationSettings = ReplicationSettings(), rng: inout SeededRandom) throws {
+        self.name = name
+        store = try DocumentStore.open(StoreOptions(path: dir.file("shoal.db"), durability: .normal), logger: Logger(sink: MemoryLogSink(), level: .none))
+        let policies = policies ?? [CollectionPolicy(name: .default), CollectionPolicy(name: readings)]
+        for p in policies { try store.createCollection(p.name) }
+        let clock = try NodeClock(store: store, wallMillis: wall.read)
+        let peer = PeerID(bytes: (0..<32).map { _ in UInt8.random(in: 0...255, using: &rng) })
+        node = ReplicationNode(peer: peer, group: "test.group", store: store, clock: clock, collections: policies, settings: settings)
+    }
+
+    @discardableResult
+    func put(_ id: String, _ body: String, in c: CollectionName = readings) throws -> Change {
+        let change = try node.writer.put(c, id: DocumentID(id), body: body)
+        writes.append((c, id, try DocumentVersion(decoding: change.version).vector.timestamp(of: peer)!))
+        return change
+    }
+
+    @discardableResult
+    func delete(_ id: String, in c: CollectionName = readings) throws -> Change {
+        let change = try node.writer.delete(c, id: DocumentID(id))
+        writes.append((c, id, try DocumentVersion(decoding: change.version).vector.timestamp(of: peer)!))
+        return change
+    }
+
+    /// Every document of a collection, tombstones included: id → (body, version).
+    func snapshot(_ c: CollectionName = readings) throws -> [String: (String?, [UInt8])] {
+        var out: [String: (String?, [UInt8])] = [:]
+        for d in try store.list(c, limit: 100_000, includeDeleted: true) { out[d.id] = (d.body, d.version) }
+        return out
+    }
+
+    func close() {
+        store.close()
+        dir.remove()
+    }
+}
+
+/// In-memory links between test nodes. Frames on a link stay in order (as on TCP); which link
+/// delivers next is chosen by the seeded generator, so every run of a seed is the same.
+final class Network {
+    var nodes: [TestNode]
+    var rng: SeededRandom
+    var now: UInt64 = 10_000
+    struct LinkEnds { let a: Int; let b: Int }
+    var links: [LinkID: LinkEnds] = [:]
+    var queues: [LinkID: [Int: [[UInt8]]]] = [:]  // link → receiving node → frames
+    var nextLink = 1
+    var events: [(node: Int, event: ReplicationEvent)] = []
+    var paused: Set<[Int]> = []  // (link, to) pairs not delivering
+
+    init(_ nodes: [TestNode], seed: UInt64) {
+        self.nodes = nodes
+        rng = SeededRandom(seed: seed)
+    }
+
+    @discardableResult
+    func connect(_ a: Int, _ b: Int) -> LinkID {
+        let id = nextLink
+        nextLink += 1
+        links[id] = LinkEnds(a: a, b: b)
+        queues[id] = [a: [], b: []]
+        process(a, nodes[a].node.linkOpened(id))
+        process(b, nodes[b].node.linkOpened(id))
+        return id
+    }
+
+    func cut(_ link: LinkID) {
+        guard let ends = links.removeValue(forKey: link) else { return }
+        queues[link] = nil
+        process(ends.a, nodes[ends.a].node.linkClosed(link, now: now))
+        process(ends.b, nodes[ends.b].node.linkClosed(link, now: now))
+    }
+
+    func other(_ link: LinkID, _ node: Int) -> Int? {
+        guard let e = links[link] else { return nil }
+        return e.a == node ? e.b : e.a
+    }
+
+    func process(_ node: Int, _ actions: [ReplicationAction]) {
+        for action in actions {
+            switch action {
+            case .send(let link, let bytes):
+                if let to = other(link, node) { queues[link]?[to]?.append(bytes) }
+            case .close(let link):
+                cut(link)
+            case .event(let e):
+                events.append((node, e))
+            }
+        }
+    }
+
+    /// Local commits happened on `node`: let it announce.
+    func committed(_ node: Int) { process(node, nodes[node].node.localChangesCommitted()) }
+
+    /// Delivers one frame; false when nothing is deliverable.
+    @discardableResult
+    func step() -> Bool {
+        var ready: [(LinkID, Int)] = []
+        for (link, byNode) in queues { for (to, frames) in byNode where !frames.isEmpty && !paused.contains([link, to]) { ready.append((link, to)) } }
+        guard !ready.isEmpty else { return false }
+        ready.sort { ($0.0, $0.1) < ($1.0, $1.1) }
+        let (link, to) = ready[Int.random(in: 0..<ready.count, using: &rng)]
+        let frame = queues[link]![to]!.removeFirst()
+        process(to, nodes[to].node.frameReceived(link, frame, now: now))
+        return true
+    }
+
+    /// Delivers until nothing moves (with a bound that catches livelock).
+    func settle(maxSteps: Int = 2_000_000) {
+        var steps = 0
+        while step() {
+            steps += 1
+            precondition(steps < maxSteps, "network did not settle")
+        }
+    }
+
+    func tick(_ ms: UInt64) {
+        now += ms
+        for i in nodes.indices { process(i, nodes[i].node.tick(now: now)) }
+    }
+
+    func pulled(at node: Int) -> [ReplicationEvent.Item] {
+        events.compactMap { e -> [ReplicationEvent.Item]? in
+            guard e.node == node, case .documents(_, _, .pull, let items) = e.event else { return nil }
+            return items
+        }.flatMap { $0 }
+    }
+
+    func closeErrors() -> [ReplicationError] {
+        events.compactMap { if case .linkClosed(_, _, let error?) = $0.event { return error }; return nil }
+    }
+}
+
+/// All nodes hold the same documents with the same versions.
+func expectConverged(_ nodes: [TestNode], _ c: CollectionName = readings, sourceLocation: SourceLocation = #_sourceLocation) throws {
+    let first = try nodes[0].snapshot(c)
+    for n in nodes.dropFirst() {
+        let other = try n.snapshot(c)
+        #expect(Set(other.keys) == Set(first.keys), "\(n.name) holds different ids than \(nodes[0].name)", sourceLocation: sourceLocation)
+        for (id, (body, version)) in first {
+            guard let o = other[id] else { continue }
+            #expect(o.0 == body, "\(n.name)/\(id) body differs", sourceLocation: sourceLocation)
+            #expect(o.1 == version, "\(n.name)/\(id) version differs", sourceLocation: sourceLocation)
+        }
+    }
+}

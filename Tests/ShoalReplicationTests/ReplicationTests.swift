@@ -1,0 +1,251 @@
+import ShoalCore
+import ShoalReplication
+import ShoalStore
+import ShoalTesting
+import ShoalWire
+import Testing
+
+func makeNodes(_ names: [String], seed: UInt64 = 1, policies: [CollectionPolicy]? = nil, settings: ReplicationSettings = ReplicationSettings()) throws -> [TestNode] {
+    var rng = SeededRandom(seed: seed)
+    return try names.map { try TestNode($0, policies: policies, settings: settings, rng: &rng) }
+}
+
+@Suite("Replication over in-memory links")
+struct ReplicationTests {
+    @Test("two nodes converge both ways")
+    func twoNodes() throws {
+        let nodes = try makeNodes(["a", "b"])
+        defer { nodes.forEach { $0.close() } }
+        for i in 0..<50 { try nodes[0].put("a-\(i)", "{\"i\":\(i)}") }
+        for i in 0..<50 { try nodes[1].put("b-\(i)", "{\"i\":\(i)}") }
+        let net = Network(nodes, seed: 1)
+        net.connect(0, 1)
+        net.settle()
+        #expect(try nodes[0].snapshot().count == 100)
+        try expectConverged(nodes)
+        // Continuous: a later write flows without reconnecting.
+        try nodes[1].put("late", "{\"x\":1}")
+        net.committed(1)
+        net.settle()
+        #expect(try nodes[0].snapshot()["late"]?.0 == "{\"x\":1}")
+        #expect(net.closeErrors().isEmpty)
+    }
+
+    @Test("three nodes in a line converge though A and C never link")
+    func line() throws {
+        let nodes = try makeNodes(["a", "b", "c"])
+        defer { nodes.forEach { $0.close() } }
+        try nodes[0].put("from-a", "{\"v\":1}")
+        try nodes[2].put("from-c", "{\"v\":3}")
+        let net = Network(nodes, seed: 2)
+        net.connect(0, 1)
+        net.connect(1, 2)
+        net.settle()
+        try expectConverged(nodes)
+        #expect(try nodes[2].snapshot()["from-a"]?.0 == "{\"v\":1}")
+        #expect(try nodes[0].snapshot()["from-c"]?.0 == "{\"v\":3}")
+    }
+
+    @Test("concurrent edits converge to one body and version everywhere, last write wins, and the conflict is logged")
+    func concurrentLastWriteWins() throws {
+        let nodes = try makeNodes(["a", "b", "c"])
+        defer { nodes.forEach { $0.close() } }
+        let net = Network(nodes, seed: 3)
+        try nodes[0].put("x", "{\"v\":\"base\"}")
+        let ab = net.connect(0, 1), bc = net.connect(1, 2)
+        net.settle()
+        net.cut(ab); net.cut(bc)
+        nodes[0].wall.advance(1000)
+        try nodes[0].put("x", "{\"v\":\"from a\"}")
+        nodes[2].wall.advance(2000)  // c's edit is later in wall time
+        try nodes[2].put("x", "{\"v\":\"from c\"}")
+        net.connect(0, 1); net.connect(1, 2)
+        net.settle()
+        try expectConverged(nodes)
+        #expect(try nodes[0].snapshot()["x"]?.0 == "{\"v\":\"from c\"}")
+        let conflicts = try nodes.flatMap { try $0.store.conflicts() }
+        #expect(!conflicts.isEmpty && conflicts.allSatisfy { $0.resolver == "lastWriteWins" })
+    }
+
+    @Test("a custom resolver that merges fields converges on every node")
+    func customResolver() throws {
+        let merge = ConflictResolver(name: "mergeFields") { _, local, remote in
+            guard let l = local.body.flatMap({ try? JSONValue.parse($0) })?.objectValue,
+                  let r = remote.body.flatMap({ try? JSONValue.parse($0) })?.objectValue else { return .takeRemote }
+            var m = l
+            for (k, v) in r where m[k] == nil || k > "m" { m[k] = v }  // deliberately not symmetric
+            return .merged(JSONValue.object(m).compactText)
+        }
+        var policy = CollectionPolicy(name: readings)
+        policy.resolver = merge
+        let nodes = try makeNodes(["a", "b", "c"], policies: [CollectionPolicy(name: .default), policy])
+        defer { nodes.forEach { $0.close() } }
+        let net = Network(nodes, seed: 4)
+        try nodes[0].put("x", "{\"base\":1}")
+        let l1 = net.connect(0, 1), l2 = net.connect(1, 2)
+        net.settle()
+        net.cut(l1); net.cut(l2)
+        try nodes[0].put("x", "{\"a\":1,\"z\":\"a\"}")
+        try nodes[1].put("x", "{\"b\":2,\"z\":\"b\"}")
+        try nodes[2].put("x", "{\"c\":3,\"z\":\"c\"}")
+        net.connect(0, 1); net.connect(1, 2); net.connect(0, 2)
+        net.settle()
+        try expectConverged(nodes)
+        let final = try JSONValue.parse(try #require(try nodes[0].snapshot()["x"]?.0))
+        #expect(final["z"] != nil)
+        #expect(try nodes.flatMap { try $0.store.conflicts() }.contains { $0.resolver == "mergeFields" && $0.outcome == "merged" })
+    }
+
+    @Test("deletes replicate, and a later edit beats an earlier delete (and the other way round)")
+    func deletes() throws {
+        let nodes = try makeNodes(["a", "b"])
+        defer { nodes.forEach { $0.close() } }
+        let net = Network(nodes, seed: 5)
+        try nodes[0].put("gone", "{}")
+        try nodes[0].put("revived", "{}")
+        try nodes[0].put("deleted-later", "{}")
+        let link = net.connect(0, 1)
+        net.settle()
+        try nodes[0].delete("gone")
+        net.committed(0)
+        net.settle()
+        #expect(try nodes[1].snapshot()["gone"]?.0 == nil)
+        #expect(try nodes[1].snapshot()["gone"] != nil)  // a tombstone, not absence
+        net.cut(link)
+        try nodes[0].delete("revived")
+        nodes[1].wall.advance(5000)
+        try nodes[1].put("revived", "{\"back\":true}")
+        try nodes[0].wall.advance(9000)
+        try nodes[1].put("deleted-later", "{\"edit\":1}")
+        try nodes[0].delete("deleted-later")
+        net.connect(0, 1)
+        net.settle()
+        try expectConverged(nodes)
+        #expect(try nodes[0].snapshot()["revived"]?.0 == "{\"back\":true}")
+        #expect(try nodes[0].snapshot()["deleted-later"]?.0 == nil)
+    }
+
+    @Test("document-id, push and pull filters hold")
+    func filters() throws {
+        var onlyTwo = CollectionPolicy(name: readings)
+        onlyTwo.documentIDs = ["d1", "d2", "secret"]
+        onlyTwo.pushFilter = { _, doc in !(doc.body?.contains("secret") ?? false) }
+        var pullNoRed = CollectionPolicy(name: readings)
+        pullNoRed.pullFilter = { _, doc in !(doc.body?.contains("red") ?? false) }
+        var rng = SeededRandom(seed: 6)
+        let a = try TestNode("a", policies: [onlyTwo], rng: &rng)
+        let b = try TestNode("b", policies: [pullNoRed], rng: &rng)
+        defer { a.close(); b.close() }
+        try a.put("d1", "{\"c\":\"blue\"}")
+        try a.put("d2", "{\"c\":\"red\"}")
+        try a.put("d3", "{\"c\":\"blue\"}")
+        try a.put("secret", "{\"c\":\"secret\"}")
+        let net = Network([a, b], seed: 6)
+        net.connect(0, 1)
+        net.settle()
+        #expect(Set(try b.snapshot().keys) == ["d1"])
+        #expect(net.pulled(at: 1).contains { $0.id == "d2" && $0.error == "refused by the pull filter" })
+    }
+
+    @Test("a link cut mid-batch resumes from the checkpoint: nothing lost, no acknowledged document sent twice")
+    func cutMidBatch() throws {
+        var settings = ReplicationSettings()
+        settings.batchMaxCount = 100
+        let nodes = try makeNodes(["a", "b"], settings: settings)
+        defer { nodes.forEach { $0.close() } }
+        for i in 0..<3000 { try nodes[0].put("d-\(i)", "{\"i\":\(i)}") }
+        let net = Network(nodes, seed: 7)
+        let link = net.connect(0, 1)
+        for _ in 0..<40 { net.step() }
+        net.cut(link)
+        let before = try nodes[1].snapshot().count
+        #expect(before > 0 && before < 3000)
+        let checkpoint = try nodes[1].store.checkpoint(peer: nodes[0].peer.description, collection: readings, direction: .pull)
+        #expect(checkpoint > 0)
+        net.connect(0, 1)
+        net.settle()
+        try expectConverged(nodes)
+        #expect(try nodes[1].snapshot().count == 3000)
+        let received = net.pulled(at: 1).map(\.id)
+        #expect(received.count == 3000, "every body crossed exactly once (\(received.count))")
+        #expect(Set(received).count == 3000)
+    }
+
+    @Test("in a triangle each body reaches each node once, and a silent peer's request is taken over after requestTimeoutMillis")
+    func multiHopWithoutWaste() throws {
+        let nodes = try makeNodes(["a", "b", "c"])
+        defer { nodes.forEach { $0.close() } }
+        let net = Network(nodes, seed: 8)
+        net.connect(0, 1); net.connect(1, 2); let ac = net.connect(0, 2)
+        net.settle()
+        for i in 0..<200 { try nodes[0].put("t-\(i)", "{\"i\":\(i)}") }
+        net.committed(0)
+        net.settle()
+        try expectConverged(nodes)
+        #expect(net.pulled(at: 2).count == 200, "c received \(net.pulled(at: 2).count) bodies for 200 documents")
+        #expect(net.pulled(at: 1).count == 200)
+
+        // Now a's frames to c stall: c's requests to a must go to b once the timeout passes.
+        try nodes[0].put("late", "{\"l\":1}")
+        net.paused.insert([ac, 2])
+        net.committed(0)
+        net.settle()
+        net.tick(6000)
+        net.settle()
+        #expect(try nodes[2].snapshot()["late"]?.0 == "{\"l\":1}")
+    }
+
+    @Test("garbage, truncated, oversize-count and out-of-order frames close the link with a typed error and leave the store intact")
+    func hostileFrames() throws {
+        let nodes = try makeNodes(["a", "b"])
+        defer { nodes.forEach { $0.close() } }
+        try nodes[0].put("keep", "{\"k\":1}")
+        let peer = PeerID(bytes: Array(repeating: 7, count: 32))
+        let hello = ReplicationMessage.hello(version: 1, peer: peer, group: "test.group", capabilities: 0, purgeHorizonMillis: 0,
+                                             neighbours: [], collections: [.init(name: "sensors.readings", push: true, pull: true)]).encoded()
+        let cases: [(String, [[UInt8]], (ReplicationError) -> Bool)] = [
+            ("garbage", [[0xFF, 1, 2, 3]], { if case .wire(.unknownType) = $0 { return true }; return false }),
+            ("truncated hello", [Array(hello.prefix(20))], { if case .wire(.truncated) = $0 { return true }; return false }),
+            ("count larger than the frame", [[3, 0, 1, 0x61] + Array(repeating: 0, count: 16) + [0xFF, 0xFF, 0xFF, 0xFF]], { if case .wire = $0 { return true }; return false }),
+            ("documents before hello", [ReplicationMessage.documents(collection: "sensors.readings", batch: 1, final: true, documents: []).encoded()],
+             { if case .protocolViolation = $0 { return true }; return false }),
+            ("wrong group", [ReplicationMessage.hello(version: 1, peer: peer, group: "other", capabilities: 0, purgeHorizonMillis: 0, neighbours: [], collections: []).encoded()],
+             { if case .wrongGroup = $0 { return true }; return false }),
+            ("future protocol", [ReplicationMessage.hello(version: 9, peer: peer, group: "test.group", capabilities: 0, purgeHorizonMillis: 0, neighbours: [], collections: []).encoded()],
+             { if case .protocolVersion(9) = $0 { return true }; return false }),
+            ("ack of an unknown batch", [hello, ReplicationMessage.acknowledge(collection: "sensors.readings", batch: 99, upTo: 5).encoded()],
+             { if case .protocolViolation = $0 { return true }; return false }),
+            ("documents never requested", [hello, ReplicationMessage.documents(collection: "sensors.readings", batch: 1, final: true,
+                documents: [.init(id: "keep", deleted: true, version: [], body: [])]).encoded()],
+             { if case .protocolViolation = $0 { return true }; return false }),
+        ]
+        for (i, (name, frames, matches)) in cases.enumerated() {
+            let link = 1000 + i
+            var actions = nodes[0].node.linkOpened(link)
+            for f in frames { actions += nodes[0].node.frameReceived(link, f, now: 1) }
+            let errors = actions.compactMap { a -> ReplicationError? in
+                if case .event(.linkClosed(_, _, let e?)) = a { return e }
+                return nil
+            }
+            #expect(errors.count == 1 && matches(errors[0]), "\(name): \(errors)")
+            #expect(actions.contains { if case .close(link) = $0 { return true }; return false }, "\(name): link not closed")
+        }
+        #expect(try nodes[0].snapshot()["keep"]?.0 == "{\"k\":1}")
+        #expect(try nodes[0].store.integrityProblems(full: true).isEmpty)
+    }
+
+    @Test("a peer whose clock runs far ahead is flagged and does not drag our clock forward")
+    func clockSkew() throws {
+        let nodes = try makeNodes(["a", "b"])
+        defer { nodes.forEach { $0.close() } }
+        nodes[1].wall.advance(3_600_000)  // b is an hour ahead
+        try nodes[1].put("from-the-future", "{}")
+        let net = Network(nodes, seed: 9)
+        net.connect(0, 1)
+        net.settle()
+        #expect(net.events.contains { if $0.node == 0, case .clockSkew(_, _, let ahead) = $0.event { return ahead >= 3_500_000 }; return false })
+        let before = nodes[0].node.clock.last
+        #expect(before.physicalMillis < nodes[0].wall.read() + 60_001)
+        #expect(try nodes[0].snapshot()["from-the-future"] != nil)  // its document is still taken
+    }
+}
