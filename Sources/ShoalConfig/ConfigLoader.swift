@@ -203,11 +203,29 @@ public struct ConfigLoader: Sendable {
             }
             try r.finish()
         }
+        var listen: HostPort?
+        var peers: [HostPort] = []
+        if var r = try top.mapping("replication") {
+            if let text = try r.string("listen"), text != "none" {
+                guard let hp = HostPort(parsing: text) else {
+                    throw ConfigError(mark: r.mark(of: "listen"), key: "replication.listen", message: "expected IPv4-address:port (0.0.0.0:4984) or none")
+                }
+                listen = hp
+            }
+            for (i, item) in (try r.sequence("peers") ?? []).enumerated() {
+                guard case .scalar(let text, _) = item.value, let hp = HostPort(parsing: text), hp.port != 0 else {
+                    throw ConfigError(mark: item.mark, key: "replication.peers[\(i)]", message: "expected IPv4-address:port (192.168.1.20:4984)")
+                }
+                peers.append(hp)
+            }
+            try r.finish()
+        }
         let mesh = top.raw("mesh")
         let log = top.raw("log")
         try top.finish()
         var site = SiteConfig(group: group, identityLabel: label, collections: collections, rootCertificatesPath: rootsPath,
-                              allowedPeers: allowed, identityValidDays: validDays, meshNode: mesh, logNode: log, source: file)
+                              allowedPeers: allowed, listenAddress: listen, staticPeers: peers, identityValidDays: validDays,
+                              meshNode: mesh, logNode: log, source: file)
         // Validate the overrides now, so a bad site file fails at load, not at first use.
         _ = try applying(site, to: BoardConfig(id: "check", name: "check", support: .simulated, storagePath: "/", durability: "full", controlSocket: "/"))
         site.source = file

@@ -13,6 +13,10 @@ public struct SiteConfig: Sendable, Equatable {
     /// id is listed. With neither, only this gateway's own CA (if CA-signed) is trusted.
     public var rootCertificatesPath: String?
     public var allowedPeers: [String] = []
+    /// Where this gateway accepts replication links (IPv4 `address:port`), nil for nowhere.
+    public var listenAddress: HostPort?
+    /// Peers this gateway dials itself (wired gateways on Ethernet, before discovery exists).
+    public var staticPeers: [HostPort] = []
     /// Days of validity for an identity the gateway creates for itself.
     public var identityValidDays: Int64 = 365
     /// The site's `mesh:` and `log:` mappings, applied over the board's.
@@ -43,4 +47,24 @@ public struct SiteConfig: Sendable, Equatable {
           - name: _default._default
           - name: sensors.readings
         """
+}
+
+/// An IPv4 address and a TCP port, as written in the site file (`192.168.1.20:4984`).
+public struct HostPort: Sendable, Equatable, CustomStringConvertible {
+    public var host: String
+    public var port: UInt16
+    public init(host: String, port: UInt16) {
+        self.host = host
+        self.port = port
+    }
+
+    public init?(parsing text: String) {
+        let parts = text.split(separator: ":", omittingEmptySubsequences: false)
+        guard parts.count == 2, let port = UInt16(parts[1]) else { return nil }
+        let octets = parts[0].split(separator: ".", omittingEmptySubsequences: false)
+        guard octets.count == 4, octets.allSatisfy({ UInt8($0) != nil }) else { return nil }
+        self.init(host: String(parts[0]), port: port)
+    }
+
+    public var description: String { "\(host):\(port)" }
 }

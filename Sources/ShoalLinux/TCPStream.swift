@@ -5,16 +5,39 @@ import ShoalCore
 /// TCP_NODELAY and keepalive on. Carries TLS between gateways on Wi-Fi.
 public final class TCPStream: ByteStream, @unchecked Sendable {
     public private(set) var fd: Int32
+    /// A pipe that `wake()` writes to: a read waiting for the peer returns `.timeout` at once, so
+    /// the thread that owns the stream (and its TLS session) can send what was queued for it.
+    private let wakeFD: Int32
+    private let wakeWriteFD: Int32
 
     public init(fd: Int32) {
         self.fd = fd
+        var pair: [Int32] = [-1, -1]
+        if pipe(&pair) == 0 {
+            for p in pair {
+                _ = fcntl(p, F_SETFL, fcntl(p, F_GETFL) | O_NONBLOCK)
+                _ = fcntl(p, F_SETFD, FD_CLOEXEC)
+            }
+        }
+        wakeFD = pair[0]
+        wakeWriteFD = pair[1]
         _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
         var one: Int32 = 1
         setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
         setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, socklen_t(MemoryLayout<Int32>.size))
     }
 
-    deinit { close() }
+    deinit {
+        close()
+        if wakeFD >= 0 { Glibc.close(wakeFD) }
+        if wakeWriteFD >= 0 { Glibc.close(wakeWriteFD) }
+    }
+
+    /// Interrupts a read that is waiting (from any thread).
+    public func wake() {
+        var one: UInt8 = 1
+        _ = Glibc.write(wakeWriteFD, &one, 1)
+    }
 
     /// Connects to an IPv4 address (dotted quad) and port within `timeoutMillis`.
     public static func connect(ipv4 host: String, port: UInt16, timeoutMillis: Int32) throws(SystemError) -> TCPStream {
@@ -48,10 +71,15 @@ public final class TCPStream: ByteStream, @unchecked Sendable {
             switch errno {
             case EINTR: continue
             case EAGAIN:
-                var p = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-                let r = poll(&p, 1, Int32(clamping: timeoutMillis))
+                var p = [pollfd(fd: fd, events: Int16(POLLIN), revents: 0), pollfd(fd: wakeFD, events: Int16(POLLIN), revents: 0)]
+                let r = poll(&p, wakeFD >= 0 ? 2 : 1, Int32(clamping: timeoutMillis))
                 if r == 0 { throw .timeout }
                 if r < 0 && errno != EINTR { throw .failed("poll: \(String(cString: strerror(errno)))") }
+                if p[1].revents != 0 {
+                    var drained = [UInt8](repeating: 0, count: 64)
+                    _ = Glibc.read(wakeFD, &drained, 64)
+                    throw .timeout
+                }
             case ECONNRESET: return 0
             default: throw .failed("read: \(String(cString: strerror(errno)))")
             }

@@ -1,4 +1,5 @@
 import ShoalCore
+import ShoalReplication
 import ShoalStore
 import ShoalWire
 
@@ -38,7 +39,8 @@ struct ControlHandler {
         case "doc.put":
             let (store, collection, id) = try target(r)
             guard let body = r["body"], body.isObject else { throw bad("\"body\" must be a JSON object") }
-            let change = try store.put(collection, id: id, body: body.compactText)
+            let change = try writer().put(collection, id: id, body: body.compactText)
+            _ = store
             gateway.logger.verbose(.control, "put \(collection)/\(id) at sequence \(change.sequence)")
             return ControlHandler.json(change)
         case "doc.get":
@@ -49,7 +51,8 @@ struct ControlHandler {
             return try ControlHandler.json(doc)
         case "doc.delete":
             let (store, collection, id) = try target(r)
-            let change = try store.delete(collection, id: id)
+            let change = try writer().delete(collection, id: id)
+            _ = store
             gateway.logger.verbose(.control, "deleted \(collection)/\(id) at sequence \(change.sequence)")
             return ControlHandler.json(change)
         case "doc.list":
@@ -66,6 +69,17 @@ struct ControlHandler {
             guard limit >= 1 && limit <= 10_000 else { throw bad("\"limit\" is 1 to 10000") }
             let changes = try store.changes(since: since, limit: limit)
             return ["changes": .array(changes.map(ControlHandler.json)), "lastSequence": .int(store.lastSequence)]
+        case "conflicts":
+            let store = try openStore()
+            let limit = Int(r["limit"]?.int64Value ?? 100)
+            return .array(try store.conflicts(limit: max(1, min(limit, 10_000))).map { c in
+                [
+                    "collection": .string(c.collection.description), "id": .string(c.id), "peer": .string(c.peer),
+                    "resolver": .string(c.resolver), "outcome": .string(c.outcome), "atMillis": .int(c.atMillis),
+                    "localVersion": .string((try? DocumentVersion(decoding: c.localVersion))?.description ?? "?"),
+                    "remoteVersion": .string((try? DocumentVersion(decoding: c.remoteVersion))?.description ?? "?"),
+                ]
+            })
         case "collections":
             let store = try openStore()
             return .array(try store.collections().map { .string($0.description) })
@@ -102,6 +116,13 @@ struct ControlHandler {
     func openStore() throws -> DocumentStore {
         guard let store = gateway.store else { throw ControlError(code: .unavailable, message: "the store is not open yet (booting or restarting); try again") }
         return store
+    }
+
+    func writer() throws -> LocalWriter {
+        guard let w = gateway.writer else {
+            throw ControlError(code: .unavailable, message: "the gateway is starting (store or identity not ready yet); try again")
+        }
+        return w
     }
 
     func collectionName(_ r: [String: JSONValue]) throws -> CollectionName {

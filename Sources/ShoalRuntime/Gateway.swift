@@ -1,5 +1,6 @@
 import ShoalConfig
 import ShoalLinux
+import ShoalReplication
 import ShoalCore
 import ShoalStatus
 import ShoalStore
@@ -25,6 +26,9 @@ public final class Gateway: Sendable {
     public let storeThread = BlockingThread(name: "shoal-store")
     private let storeSlot = Mutex<DocumentStore?>(nil)
     private let identitySlot = Mutex<(Identity?, String?)>((nil, nil))
+    private let clockSlot = Mutex<NodeClock?>(nil)
+    /// Replication figures for status (the ObjectBox seed's counters).
+    public let counters = Mutex(ReplicationCounters())
     private let stateSlot = Mutex<GatewayState>(.booting)
     private let started = ContinuousClock.now
 
@@ -39,7 +43,18 @@ public final class Gateway: Sendable {
 
     /// The open store, or nil while the store service is (re)starting.
     public var store: DocumentStore? { storeSlot.withLock { $0 } }
-    func setStore(_ store: DocumentStore?) { storeSlot.withLock { $0 = store } }
+    func setStore(_ store: DocumentStore?, clock: NodeClock? = nil) {
+        storeSlot.withLock { $0 = store }
+        clockSlot.withLock { $0 = clock }
+    }
+
+    public var clock: NodeClock? { clockSlot.withLock { $0 } }
+
+    /// Versioned local writes, once the store and the identity are there.
+    public var writer: LocalWriter? {
+        guard let store, let clock, let identity else { return nil }
+        return LocalWriter(peer: identity.peerID, store: store, clock: clock)
+    }
 
     /// Where identities live: `<storage>/identities`.
     public var identityDirectory: String { Files.directory(of: storePath) + "/identities" }
@@ -67,9 +82,25 @@ public final class Gateway: Sendable {
             boardSupport: board.support.rawValue, group: site.group, serviceType: GroupID(site.group).serviceType,
             uptimeSeconds: uptimeSeconds, storePath: storePath, durability: board.durability,
             documents: stats?.documents ?? 0, tombstones: stats?.tombstones ?? 0, collections: collections,
-            lastSequence: stats?.lastSequence ?? 0, meshState: "Created", connectedPeers: 0,
+            lastSequence: stats?.lastSequence ?? 0, meshState: counters.withLock { $0.peers.isEmpty ? "Created" : "Connected" },
+            connectedPeers: counters.withLock { $0.peers.count },
             peerID: identity?.peerID.description, identityLabel: site.identityLabel,
             identityNotAfter: identity.map { IdentityText.date($0.certificate.notAfter) }, identityProblem: identityProblem,
             children: report.snapshot.map { GatewayStatus.Child(path: $0.path, state: $0.state.rawValue, restarts: $0.restarts, lastError: $0.lastError) })
     }
+}
+
+/// The replication counters `shoal status` shows.
+public struct ReplicationCounters: Sendable {
+    public var peers: [String: String] = [:]  // link → peer id
+    public var documentsReceived = 0
+    public var documentsSent = 0
+    public var conflicts = 0
+    public var failedConnections = 0
+    public var messagesSent = 0
+    public var messagesReceived = 0
+    public var bytesSent = 0
+    public var bytesReceived = 0
+    public var skewedPeers: Set<String> = []
+    public init() {}
 }

@@ -21,7 +21,7 @@ public enum GatewayRuntime {
 
     /// The tree under the root. rest_for_one: if the store restarts, everything started after it
     /// (which holds the store) restarts too; a crash of a later child leaves the store alone.
-    public static func tree(for gateway: Gateway) -> Supervisor {
+    public static func tree(for gateway: Gateway, config: LoadedConfig) -> Supervisor {
         Supervisor(
             name: "root", strategy: .restForOne,
             intensity: RestartIntensity(maxRestarts: 5, within: .seconds(60), backoffInitial: .milliseconds(200), backoffMax: .seconds(10)),
@@ -29,6 +29,7 @@ public enum GatewayRuntime {
                 ChildSpec(name: "store", heartbeatTimeout: .seconds(30), readyTimeout: .seconds(120)) { StoreService(gateway: gateway) },
                 ChildSpec(name: "control", heartbeatTimeout: .seconds(10), readyTimeout: .seconds(10)) { ControlService(gateway: gateway) },
                 ChildSpec(name: "identity", heartbeatTimeout: .seconds(180), readyTimeout: .seconds(60)) { IdentityService(gateway: gateway) },
+                ChildSpec(name: "replication", heartbeatTimeout: .seconds(30)) { ReplicationService(gateway: gateway, config: config) },
                 ChildSpec(name: "status", heartbeatTimeout: .seconds(30)) { StatusService(gateway: gateway) },
             ],
             report: gateway.report)
@@ -53,7 +54,7 @@ public enum GatewayRuntime {
                               storePath: config.storePath, socketPath: config.socketPath)
         logger.info(.runtime, "shoal \(ShoalVersion.current) on board \(config.board.id) (\(config.board.name)), group \(config.site.group) (\(GroupID(config.site.group).serviceType)), sources \(config.board.sources.joined(separator: " < ")), site \(config.site.source)")
 
-        let root = tree(for: gateway)
+        let root = tree(for: gateway, config: config)
         let rootContext = ServiceContext(name: "root", path: "root", logger: logger, clock: SystemClock())
         let notifier = SystemdNotifier(environment: environment)
         let signals = installSignalHandlers(rootContext: rootContext, gateway: gateway, notifier: notifier)

@@ -1,6 +1,7 @@
 import ShoalConfig
 import ShoalCore
 import ShoalLinux
+import ShoalReplication
 import ShoalStore
 import ShoalSupervision
 
@@ -14,13 +15,13 @@ struct StoreService: Service {
         let options = StoreOptions(path: gateway.storePath, durability: gateway.board.durability == "normal" ? .normal : .full)
         let logger = gateway.logger
         let collections = gateway.site.collections.map(\.name)
-        let store = try await gateway.storeThread.run { () throws -> DocumentStore in
+        let (store, clock) = try await gateway.storeThread.run { () throws -> (DocumentStore, NodeClock) in
             try Files.makeDirectories(Files.directory(of: options.path))
             let store = try DocumentStore.open(options, logger: logger)
             for c in collections { try store.createCollection(c) }
-            return store
+            return (store, try NodeClock(store: store))
         }
-        gateway.setStore(store)
+        gateway.setStore(store, clock: clock)
         context.markReady()
         do {
             while await context.pause(for: .seconds(2)) {

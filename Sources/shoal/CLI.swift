@@ -68,9 +68,10 @@ enum CLI {
             case "board": return try board(rest)
             case "bench": return try bench(rest)
             case "identity": return try identity(rest)
+            case "conflicts": return try conflicts(rest)
             case "_crash-writer": return try CrashWriter.main(rest)
             default:
-                throw UsageError(command: command, message: "unknown command; commands: run, status, doc, changes, log, identity, board, bench, version, help")
+                throw UsageError(command: command, message: "unknown command; commands: run, status, doc, changes, conflicts, log, identity, board, bench, version, help")
             }
         } catch let e as UsageError {
             printError(e.description)
@@ -244,6 +245,23 @@ enum CLI {
         let result = try c.call(["op": "changes", "since": .int(since), "limit": .int(limit)])
         if json { output(result); return ExitCode.ok }
         for change in result["changes"]?.arrayValue ?? [] { out(ChangeText.line(change)) }
+        return ExitCode.ok
+    }
+
+    // MARK: conflicts
+
+    static func conflicts(_ args: [String]) throws -> Int32 {
+        let a = try Arguments.parse(args, command: "conflicts", valueOptions: ["--socket", "--limit"], flagOptions: ["--json"])
+        if helpIfAsked(a, "conflicts") { return ExitCode.ok }
+        try a.expectPositionals(0...0, command: "conflicts", usage: "conflicts [--limit N] [--json]")
+        let limit = try a.int("--limit", command: "conflicts", default: 100, range: 1...10_000)
+        let result = try client(a).call(["op": "conflicts", "limit": .int(limit)])
+        if a.flags.contains("--json") { output(result); return ExitCode.ok }
+        let rows = result.arrayValue ?? []
+        if rows.isEmpty { out("no conflicts") }
+        for c in rows {
+            out("\(c["atMillis"]?.int64Value ?? 0)\t\(c["collection"]?.stringValue ?? "?")/\(c["id"]?.stringValue ?? "?")\t\(c["resolver"]?.stringValue ?? "?") → \(c["outcome"]?.stringValue ?? "?")\tpeer \(String((c["peer"]?.stringValue ?? "").prefix(8)))")
+        }
         return ExitCode.ok
     }
 

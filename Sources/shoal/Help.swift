@@ -10,6 +10,7 @@ enum Help {
           status     Show the running gateway's state
           doc        Write and read documents: put | get | delete | list
           changes    Show the change feed; --follow keeps streaming
+          conflicts  The conflict log: each conflict replication resolved, and how
           log        Log levels of a running gateway: level DOMAIN LEVEL | levels
           identity   The gateway's TLS identity: create | show | delete
           board      Board files: list | show NAME | check FILE
@@ -75,6 +76,13 @@ enum Help {
             The change feed: the latest change of each document changed after SEQ, in sequence
             order. --follow keeps the connection open and prints changes as they commit (Ctrl-C
             ends it). With --json, one JSON object per line.
+            """,
+        "conflicts": """
+            Usage: shoal conflicts [--limit N] [--json] [--socket PATH]
+
+            Conflicts the replicator resolved, newest first: collection, document id, the peer
+            the other version came from, the resolver, what it chose (local, remote, merged,
+            deleted) and both versions.
             """,
         "log": """
             Usage: shoal log level DOMAIN|all LEVEL [--socket PATH]

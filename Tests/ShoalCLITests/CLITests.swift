@@ -12,7 +12,7 @@ struct CLITests {
         }
     }
 
-    @Test("every command has its own --help", arguments: ["run", "status", "doc", "changes", "log", "identity", "board", "bench", "version"])
+    @Test("every command has its own --help", arguments: ["run", "status", "doc", "changes", "conflicts", "log", "identity", "board", "bench", "version"])
     func subcommandHelp(_ command: String) throws {
         let r = try Shoal.run([command, "--help"])
         #expect(r.status == 0)
@@ -132,7 +132,7 @@ struct GatewayTests {
         #expect(status?["state"] as? String == "running")
         #expect((status?["board"] as? [String: Any])?["id"] as? String == "sim")
         let tree = (status?["supervision"] as? [[String: Any]])?.compactMap { $0["path"] as? String }
-        #expect(tree == ["root/store", "root/control", "root/identity", "root/status"])
+        #expect(tree == ["root/store", "root/control", "root/identity", "root/replication", "root/status"])
         // The identity service made a self-signed identity on first boot; status shows its peer id.
         let peerID = try #require(status?["peerID"] as? String)
         #expect(peerID.count == 64)
@@ -191,6 +191,7 @@ struct GatewayTests {
         let end = gw.stop()
         #expect(end.status == 0)
         #expect(end.stdout.contains("shoal sim \(peerID.prefix(8)) running"))   // the console status line
+        _ = 0
         #expect(end.stderr.contains("SIGTERM: stopping gracefully"))
         #expect(end.stderr.contains("stopped cleanly"))
     }

@@ -55,6 +55,10 @@ enum Shoal {
 /// A fresh temporary directory, removed by `remove()`.
 struct TempDir {
     let path: String
+    init(path: String) {
+        self.path = path
+        try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+    }
     init() {
         path = NSTemporaryDirectory() + "shoal-cli-" + UUID().uuidString.prefix(8)
         try! FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
@@ -69,8 +73,8 @@ final class RunningGateway {
     let stdout = Pipe(), stderr = Pipe()
     var socket: String { dir.path + "/control.sock" }
 
-    init(extraArgs: [String] = [], env: [String: String] = [:]) throws {
-        dir = TempDir()
+    init(dataDir: String? = nil, extraArgs: [String] = [], env: [String: String] = [:]) throws {
+        dir = dataDir.map { TempDir(path: $0) } ?? TempDir()
         var environment = ProcessInfo.processInfo.environment
         for (k, v) in env { environment[k] = v }
         process.environment = environment

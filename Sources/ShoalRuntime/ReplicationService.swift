@@ -1,0 +1,64 @@
+import ShoalConfig
+import ShoalCore
+import ShoalReplication
+import ShoalSupervision
+import ShoalTLS
+
+/// Replication between gateways: waits for the store and the identity, builds the replication node
+/// from the site's collections and the mesh options, and drives it over TCP + TLS to the site's
+/// static peers and from its listen address. Discovery (Wi-Fi, BLE) will add links to the same node.
+struct ReplicationService: Service {
+    let gateway: Gateway
+    let config: LoadedConfig
+
+    func run(context: ServiceContext) async throws {
+        // The store and the identity come first; wait for both.
+        var identity: Identity?
+        while true {
+            context.heartbeat()
+            if let id = gateway.identity, gateway.store != nil, gateway.clock != nil { identity = id; break }
+            if !(await context.pause(for: .milliseconds(200))) { return }
+        }
+        guard let identity, let store = gateway.store, let clock = gateway.clock else { return }
+        let site = gateway.site
+        var policies: [CollectionPolicy] = []
+        for c in site.collections {
+            var p = CollectionPolicy(name: c.name)
+            p.push = c.push
+            p.pull = c.pull
+            p.resolver = ConflictResolver.named(c.resolver) ?? .lastWriteWins
+            policies.append(p)
+        }
+        var settings = ReplicationSettings()
+        let mesh = gateway.board.mesh
+        settings.batchSizeBytes = Int(mesh.txLogBatchSizeKb) * 1024
+        settings.batchMaxCount = Int(mesh.txLogBatchMaxCount)
+        settings.requestTimeoutMillis = UInt64(mesh.requestTimeoutMillis)
+        let node = ReplicationNode(peer: identity.peerID, group: site.group, store: store, clock: clock,
+                                   collections: policies, settings: settings)
+
+        var roots = config.trustedRoots
+        if roots.isEmpty && config.allowedPeers.isEmpty, identity.certificate.chainDER.count > 1,
+           let ca = try? Certificate(parsing: identity.certificate.chainDER[1]) {
+            roots = [ca]  // a CA-signed gateway with no authenticator trusts its own CA
+        }
+        if roots.isEmpty && config.allowedPeers.isEmpty && (site.listenAddress != nil || !site.staticPeers.isEmpty) {
+            gateway.logger.warning(.tls, "no authenticator in \(site.source): every peer will be refused; add authenticator.allowedPeers or rootCertificates")
+        }
+        let authenticator = PeerAuthenticator.trust(roots: roots, allowedPeers: config.allowedPeers)
+        let driver = ReplicationDriver(
+            node: node, gateway: gateway,
+            serverTLS: try TLSContext(role: .server, identity: identity, authenticator: authenticator),
+            clientTLS: try TLSContext(role: .client, identity: identity, authenticator: authenticator),
+            backoffMillis: Int(mesh.backoffMillis))
+        try driver.start(listen: site.listenAddress, peers: site.staticPeers)
+        gateway.logger.info(.replication, "replicating \(policies.count) collections as \(identity.peerID.short); static peers: \(site.staticPeers.map(\.description).joined(separator: ", ").isEmpty ? "none" : site.staticPeers.map(\.description).joined(separator: ", "))")
+        context.markReady()
+        while await context.pause(for: .seconds(1)) {
+            // The node thread beats every 100 ms; one that stopped beating is hung.
+            let beat = driver.nodeBeat.load(ordering: .relaxed)
+            if ReplicationDriver.nowMillis() - beat < 10_000 { context.heartbeat() }
+        }
+        driver.stop()
+    }
+}
