@@ -142,15 +142,28 @@ public struct DocumentVersion: Sendable, Hashable, CustomStringConvertible {
 
     public var description: String { "[\(vector)]#\(String(bodyDigest, radix: 16).prefix(6))" }
 
-    /// FNV-1a, 64 bits: a tie-breaker, not a security digest.
+    /// A 64-bit digest of the body's UTF-8 bytes, eight at a time (FNV-style multiply and a final
+    /// avalanche): a tie-breaker, not a security digest. Never 0 for a body (0 means tombstone).
     public static func digest(of body: String?) -> UInt64 {
-        guard let body else { return 0 }
-        var h: UInt64 = 0xcbf2_9ce4_8422_2325
-        for b in body.utf8 {
-            h ^= UInt64(b)
-            h = h &* 0x0000_0100_0000_01B3
+        guard var body else { return 0 }
+        return body.withUTF8 { bytes in
+            var h: UInt64 = 0xcbf2_9ce4_8422_2325 ^ UInt64(bytes.count)
+            let raw = UnsafeRawBufferPointer(bytes)
+            var i = 0
+            while i + 8 <= raw.count {
+                h = (h ^ raw.loadUnaligned(fromByteOffset: i, as: UInt64.self).littleEndian) &* 0x0000_0100_0000_01B3
+                h ^= h >> 29
+                i += 8
+            }
+            while i < raw.count {
+                h = (h ^ UInt64(raw[i])) &* 0x0000_0100_0000_01B3
+                i += 1
+            }
+            h ^= h >> 33
+            h = h &* 0xFF51_AFD7_ED55_8CCD
+            h ^= h >> 33
+            return h == 0 ? 1 : h
         }
-        return h == 0 ? 1 : h
     }
 }
 

@@ -71,6 +71,16 @@ public struct LocalWriter: Sendable {
         }
     }
 
+    /// Writes many documents in one transaction (imports, benchmarks).
+    public func putAll(_ collection: CollectionName, _ docs: [(DocumentID, String)]) throws(StoreError) -> [Change] {
+        for (_, body) in docs { try store.validateBody(body) }
+        return try store.transaction { (tx) throws(StoreError) -> [Change] in
+            var out: [Change] = []
+            for (id, body) in docs { out.append(try write(tx, collection, id, body)) }
+            return out
+        }
+    }
+
     /// Deletes (tombstones) a live document; a missing or deleted one is `notFound`.
     @discardableResult
     public func delete(_ collection: CollectionName, id: DocumentID) throws(StoreError) -> Change {

@@ -41,15 +41,23 @@ public final class ReplicationNode {
         var peer: PeerID?
         var nextBatch: UInt64 = 1
         var push: [String: PushStream] = [:]
-        var pull: [String: InboundBatch] = [:]
+        /// Announced batches not yet acknowledged, oldest first, per collection.
+        var pull: [String: [InboundBatch]] = [:]
         var skewReported = false
         init(id: LinkID) { self.id = id }
     }
 
     final class PushStream {
+        /// The peer acknowledged everything up to here.
         var since: UInt64
-        var inFlight: (batch: UInt64, upTo: UInt64, announced: [String: Bool])?
-        init(since: UInt64) { self.since = since }
+        /// Announced up to here (acknowledged or not).
+        var announcedUpTo: UInt64
+        /// Batches announced and not yet acknowledged, oldest first (at most `batchWindow`).
+        var inFlight: [(batch: UInt64, upTo: UInt64, announced: [String: Bool])] = []
+        init(since: UInt64) {
+            self.since = since
+            announcedUpTo = since
+        }
     }
 
     final class InboundBatch {
@@ -124,7 +132,7 @@ public final class ReplicationNode {
     public func localChangesCommitted() -> [ReplicationAction] {
         var actions: [ReplicationAction] = []
         for l in links.values.sorted(by: { $0.id < $1.id }) {
-            for (name, stream) in l.push.sorted(by: { $0.key < $1.key }) where stream.inFlight == nil {
+            for (name, stream) in l.push.sorted(by: { $0.key < $1.key }) where stream.inFlight.count < settings.batchWindow {
                 do { actions += try pump(l, name, stream) } catch { actions += fail(l, .store(error), now: 0) }
             }
         }
@@ -176,11 +184,11 @@ public final class ReplicationNode {
         case .documents(let name, let batch, _, let docs):
             return try receiveDocuments(l, peerID, name, batch, docs, now: now)
         case .acknowledge(let name, let batch, let upTo):
-            guard let stream = l.push[name], let f = stream.inFlight, f.batch == batch, f.upTo == upTo else {
-                throw ReplicationError.protocolViolation("acknowledge of batch \(batch) we did not send")
+            guard let stream = l.push[name], let f = stream.inFlight.first, f.batch == batch, f.upTo == upTo else {
+                throw ReplicationError.protocolViolation("acknowledge of batch \(batch) out of order or never sent")
             }
             stream.since = upTo
-            stream.inFlight = nil
+            stream.inFlight.removeFirst()
             try store.setCheckpoint(peer: peerID.description, collection: policies[name]!.name, direction: .push, sequence: Int64(upTo))
             var actions: [ReplicationAction] = []
             if !f.announced.isEmpty {
@@ -193,10 +201,21 @@ public final class ReplicationNode {
         }
     }
 
-    /// Announces the next batch of a push stream, if there is no batch in flight.
+    /// Announces the next batches of a push stream while fewer than `batchWindow` are unacknowledged,
+    /// so the pusher reads and sends while the receiver applies.
     func pump(_ l: Link, _ name: String, _ stream: PushStream) throws(StoreError) -> [ReplicationAction] {
-        guard stream.inFlight == nil, let policy = policies[name], let peerID = l.peer else { return [] }
-        let changes = try store.changes(in: policy.name, since: Int64(stream.since), limit: settings.batchMaxCount)
+        var actions: [ReplicationAction] = []
+        while stream.inFlight.count < settings.batchWindow {
+            let next = try announceNext(l, name, stream)
+            if next.isEmpty { break }
+            actions += next
+        }
+        return actions
+    }
+
+    func announceNext(_ l: Link, _ name: String, _ stream: PushStream) throws(StoreError) -> [ReplicationAction] {
+        guard let policy = policies[name], let peerID = l.peer else { return [] }
+        let changes = try store.changes(in: policy.name, since: Int64(stream.announcedUpTo), limit: settings.batchMaxCount)
         guard let last = changes.last else { return [] }
         var announced: [ReplicationMessage.AnnouncedChange] = []
         var ids: [String: Bool] = [:]
@@ -213,13 +232,14 @@ public final class ReplicationNode {
         }
         let batch = l.nextBatch
         l.nextBatch += 1
-        stream.inFlight = (batch, UInt64(last.sequence), ids)
+        stream.inFlight.append((batch, UInt64(last.sequence), ids))
+        stream.announcedUpTo = UInt64(last.sequence)
         return [.send(l.id, ReplicationMessage.announce(collection: name, batch: batch, upTo: UInt64(last.sequence), changes: announced).encoded())]
     }
 
     /// Whether the local version already holds everything `announced` carries.
-    func localCovers(_ local: StoredDocument?, _ announced: [UInt8]) -> Bool {
-        guard let local, let lv = try? DocumentVersion(decoding: local.version), let rv = try? DocumentVersion(decoding: announced) else { return false }
+    func localCovers(_ local: [UInt8]?, _ announced: [UInt8]) -> Bool {
+        guard let local, let lv = try? DocumentVersion(decoding: local), let rv = try? DocumentVersion(decoding: announced) else { return false }
         switch lv.vector.compare(rv.vector) {
         case .dominates: return true
         case .equal: return lv.bodyDigest >= rv.bodyDigest
@@ -230,11 +250,13 @@ public final class ReplicationNode {
     func receiveAnnounce(_ l: Link, _ peerID: PeerID, _ name: String, _ batch: UInt64, _ upTo: UInt64,
                          _ changes: [ReplicationMessage.AnnouncedChange], now: UInt64) throws -> [ReplicationAction] {
         guard let policy = policies[name], policy.pull else { throw ReplicationError.protocolViolation("announce for \(name), which we do not pull") }
-        guard l.pull[name] == nil else { throw ReplicationError.protocolViolation("announce of batch \(batch) before the previous one was acknowledged") }
+        guard (l.pull[name]?.count ?? 0) < settings.batchWindow * 2 else {
+            throw ReplicationError.protocolViolation("more than \(settings.batchWindow * 2) batches announced without waiting for acknowledgements")
+        }
         guard changes.count <= max(settings.batchMaxCount, 100_000) else { throw ReplicationError.protocolViolation("announce of \(changes.count) changes") }
         let inbound = InboundBatch(batch: batch, upTo: upTo)
-        let locals = try store.transaction { (tx) throws(StoreError) -> [StoredDocument?] in
-            try changes.map { (c) throws(StoreError) in try tx.get(policy.name, id: c.id) }
+        let locals = try store.transaction { (tx) throws(StoreError) -> [[UInt8]?] in
+            try changes.map { (c) throws(StoreError) in try tx.version(policy.name, id: c.id)?.version }
         }
         for (c, local) in zip(changes, locals) {
             guard (try? DocumentID(c.id)) != nil else { throw ReplicationError.protocolViolation("announced id is not a valid document id") }
@@ -249,7 +271,7 @@ public final class ReplicationNode {
                 inFlight[key] = (l.id, now)
             }
         }
-        l.pull[name] = inbound
+        l.pull[name, default: []].append(inbound)
         var actions: [ReplicationAction] = []
         if !inbound.requested.isEmpty {
             actions.append(.send(l.id, ReplicationMessage.request(collection: name, batch: batch, ids: inbound.requested.sorted()).encoded()))
@@ -259,7 +281,7 @@ public final class ReplicationNode {
     }
 
     func serveRequest(_ l: Link, _ peerID: PeerID, _ name: String, _ batch: UInt64, _ ids: [String]) throws -> [ReplicationAction] {
-        guard let policy = policies[name], let stream = l.push[name], let f = stream.inFlight, f.batch == batch else {
+        guard let policy = policies[name], let stream = l.push[name], let f = stream.inFlight.first(where: { $0.batch == batch }) else {
             throw ReplicationError.protocolViolation("request for batch \(batch) we did not announce")
         }
         guard ids.allSatisfy({ f.announced[$0] != nil }) else { throw ReplicationError.protocolViolation("request for a document we did not announce") }
@@ -287,7 +309,7 @@ public final class ReplicationNode {
 
     func receiveDocuments(_ l: Link, _ peerID: PeerID, _ name: String, _ batch: UInt64,
                           _ docs: [ReplicationMessage.DocumentBody], now: UInt64) throws -> [ReplicationAction] {
-        guard let policy = policies[name], let inbound = l.pull[name], inbound.batch == batch else {
+        guard let policy = policies[name], let inbound = l.pull[name]?.first(where: { $0.batch == batch }) else {
             throw ReplicationError.protocolViolation("documents for batch \(batch) we did not request")
         }
         guard docs.allSatisfy({ inbound.requested.contains($0.id) }) else {
@@ -350,23 +372,25 @@ public final class ReplicationNode {
             outcome.error = "refused by the pull filter"
             return outcome
         }
-        guard let local = try tx.get(policy.name, id: d.id) else {
-            try tx.write(DocumentWrite(collection: policy.name, id: docID, body: remoteBody, version: d.version))
+        guard let localMeta = try tx.version(policy.name, id: d.id) else {
+            try tx.write(DocumentWrite(collection: policy.name, id: docID, body: remoteBody, version: d.version), bodyValidated: true)
             return outcome
         }
-        let localVersion = (try? DocumentVersion(decoding: local.version)) ?? DocumentVersion(vector: VersionVector(), bodyDigest: 0)
+        let localVersion = (try? DocumentVersion(decoding: localMeta.version)) ?? DocumentVersion(vector: VersionVector(), bodyDigest: 0)
         switch remoteVersion.vector.compare(localVersion.vector) {
         case .dominated:
             return outcome
         case .equal:
             if remoteVersion.bodyDigest > localVersion.bodyDigest {
-                try tx.write(DocumentWrite(collection: policy.name, id: docID, body: remoteBody, version: d.version))
+                try tx.write(DocumentWrite(collection: policy.name, id: docID, body: remoteBody, version: d.version), bodyValidated: true)
             }
             return outcome
         case .dominates:
-            try tx.write(DocumentWrite(collection: policy.name, id: docID, body: remoteBody, version: d.version))
+            try tx.write(DocumentWrite(collection: policy.name, id: docID, body: remoteBody, version: d.version), bodyValidated: true)
             return outcome
         case .concurrent:
+            // Only a conflict needs the local body.
+            guard let local = try tx.get(policy.name, id: d.id) else { return outcome }
             let localDoc = ReplicatedDocument(collection: policy.name, id: d.id, body: local.body, version: localVersion)
             let resolution = policy.resolver.resolve(peerID, localDoc, remote)
             var body: String?
@@ -381,7 +405,7 @@ public final class ReplicationNode {
                 }
             }
             let version = DocumentVersion(vector: localVersion.vector.merged(with: remoteVersion.vector), bodyDigest: DocumentVersion.digest(of: body))
-            try tx.write(DocumentWrite(collection: policy.name, id: docID, body: body, version: version.encoded))
+            try tx.write(DocumentWrite(collection: policy.name, id: docID, body: body, version: version.encoded), bodyValidated: true)
             conflicts.append(ConflictRecord(collection: policy.name, id: d.id, localVersion: local.version, remoteVersion: d.version,
                                             peer: peerID.description, resolver: policy.resolver.name, outcome: label,
                                             atMillis: Int64(clock.wallMillis)))
@@ -389,12 +413,19 @@ public final class ReplicationNode {
         }
     }
 
-    /// If every announced document of the link's batch is held, moves the checkpoint and acknowledges.
+    /// Acknowledges, oldest first, every batch whose announced documents are all held, moving the
+    /// checkpoint (durably) before each acknowledgement. A later batch that completes first waits,
+    /// so the checkpoint never passes a document still missing.
     func completeIfDone(_ l: Link, _ peerID: PeerID, _ name: String) throws -> [ReplicationAction] {
-        guard let inbound = l.pull[name], inbound.waiting.isEmpty, let policy = policies[name] else { return [] }
-        try store.setCheckpoint(peer: peerID.description, collection: policy.name, direction: .pull, sequence: Int64(inbound.upTo))
-        l.pull[name] = nil
-        return [.send(l.id, ReplicationMessage.acknowledge(collection: name, batch: inbound.batch, upTo: inbound.upTo).encoded())]
+        guard let policy = policies[name] else { return [] }
+        var actions: [ReplicationAction] = []
+        while let head = l.pull[name]?.first, head.waiting.isEmpty {
+            try store.setCheckpoint(peer: peerID.description, collection: policy.name, direction: .pull, sequence: Int64(head.upTo))
+            l.pull[name]?.removeFirst()
+            actions.append(.send(l.id, ReplicationMessage.acknowledge(collection: name, batch: head.batch, upTo: head.upTo).encoded()))
+        }
+        if l.pull[name]?.isEmpty == true { l.pull[name] = nil }
+        return actions
     }
 
     /// Drops deferred documents that are now held (received over another link).
@@ -402,10 +433,11 @@ public final class ReplicationNode {
         var actions: [ReplicationAction] = []
         guard let policy = policies[name] else { return [] }
         for l in links.values.sorted(by: { $0.id < $1.id }) where l.id != except {
-            guard let inbound = l.pull[name], !inbound.deferred.isEmpty, let peerID = l.peer else { continue }
+            guard let batches = l.pull[name], let peerID = l.peer else { continue }
+            for inbound in batches where !inbound.deferred.isEmpty {
             let ids = inbound.deferred.sorted()
-            let locals = try store.transaction { (tx) throws(StoreError) -> [StoredDocument?] in
-                try ids.map { (id) throws(StoreError) in try tx.get(policy.name, id: id) }
+            let locals = try store.transaction { (tx) throws(StoreError) -> [[UInt8]?] in
+                try ids.map { (id) throws(StoreError) in try tx.version(policy.name, id: id)?.version }
             }
             var ask: [String] = []
             for (id, local) in zip(ids, locals) {
@@ -423,6 +455,7 @@ public final class ReplicationNode {
             if !ask.isEmpty {
                 actions.append(.send(l.id, ReplicationMessage.request(collection: name, batch: inbound.batch, ids: ask).encoded()))
             }
+            }
             actions += try completeIfDone(l, peerID, name)
         }
         return actions
@@ -432,7 +465,7 @@ public final class ReplicationNode {
     func retryDeferred(now: UInt64, force: Set<DocKey>) -> [ReplicationAction] {
         var actions: [ReplicationAction] = []
         for l in links.values.sorted(by: { $0.id < $1.id }) {
-            for (name, inbound) in l.pull.sorted(by: { $0.key < $1.key }) where !inbound.deferred.isEmpty {
+            for (name, batches) in l.pull.sorted(by: { $0.key < $1.key }) { for inbound in batches where !inbound.deferred.isEmpty {
                 var ask: [String] = []
                 for id in inbound.deferred.sorted() {
                     let key = DocKey(collection: name, id: id)
@@ -446,7 +479,7 @@ public final class ReplicationNode {
                     inbound.requested.insert(id)
                 }
                 actions.append(.send(l.id, ReplicationMessage.request(collection: name, batch: inbound.batch, ids: ask).encoded()))
-            }
+            } }
         }
         return actions
     }

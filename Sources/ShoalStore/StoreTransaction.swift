@@ -29,10 +29,23 @@ public final class StoreTransaction {
         return doc
     }
 
+    /// Only the version of a document (and whether it is a tombstone): cheaper than `get` when
+    /// the body is not needed, as when comparing announced versions.
+    public func version(_ collection: CollectionName, id: String) throws(StoreError) -> (version: [UInt8], deleted: Bool)? {
+        let s = try db.statement("SELECT version, deleted FROM documents WHERE collection_id = ? AND doc_id = ?")
+        try s.bind(0, try store.collectionIDForTransaction(collection))
+        try s.bind(1, id)
+        guard try s.step() else { return nil }
+        let result = (s.blob(0), s.int64(1) != 0)
+        try s.run()
+        return result
+    }
+
     /// Writes (or tombstones, with a nil body) a document at the next sequence.
+    /// `bodyValidated`: the caller already ran `validateBody` on this body (skip doing it twice).
     @discardableResult
-    public func write(_ w: DocumentWrite) throws(StoreError) -> Change {
-        if let body = w.body { try store.validateBody(body) }
+    public func write(_ w: DocumentWrite, bodyValidated: Bool = false) throws(StoreError) -> Change {
+        if let body = w.body, !bodyValidated { try store.validateBody(body) }
         let cid = try store.collectionIDForTransaction(w.collection)
         sequence += 1
         let s = try db.statement(DocumentStore.upsertSQL)

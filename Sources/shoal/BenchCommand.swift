@@ -2,14 +2,16 @@ import Glibc
 import ShoalCore
 import ShoalStore
 import ShoalTLS
+import ShoalRuntime
 
 extension CLI {
     static func bench(_ args: [String]) throws -> Int32 {
-        let a = try Arguments.parse(args, command: "bench", valueOptions: ["--docs", "--batch", "--rounds", "--durability", "--dir", "--handshakes", "--megabytes"])
+        let a = try Arguments.parse(args, command: "bench", valueOptions: ["--docs", "--batch", "--rounds", "--durability", "--dir", "--handshakes", "--megabytes", "--port"])
         if helpIfAsked(a, "bench") { return ExitCode.ok }
         try a.expectPositionals(1...1, command: "bench", usage: "bench store|tls")
         if a.positionals[0] == "tls" { return try benchTLS(a) }
-        guard a.positionals[0] == "store" else { throw UsageError(command: "bench", message: "unknown benchmark \"\(a.positionals[0])\" (store, tls)") }
+        if a.positionals[0] == "replication" { return try benchReplication(a) }
+        guard a.positionals[0] == "store" else { throw UsageError(command: "bench", message: "unknown benchmark \"\(a.positionals[0])\" (store, tls, replication)") }
         let docs = try a.int("--docs", command: "bench", default: 20_000, range: 1...10_000_000)
         let batch = try a.int("--batch", command: "bench", default: 100, range: 1...100_000)
         let rounds = try a.int("--rounds", command: "bench", default: 3, range: 1...50)
@@ -50,6 +52,26 @@ extension CLI {
         out("  baseline (bare mbedTLS)   \(fmt(TLSBenchmark.median(r.baselineMBps))) MB/s   rounds: \(r.baselineMBps.map(fmt).joined(separator: ", "))")
         out("  shoal TLSSession          \(fmt(TLSBenchmark.median(r.sessionMBps))) MB/s   rounds: \(r.sessionMBps.map(fmt).joined(separator: ", "))")
         out("  ratio session/baseline    \(fmt2(r.ratio))   (goal >= 0.80)")
+        return ExitCode.ok
+    }
+}
+
+extension CLI {
+    static func benchReplication(_ a: Arguments) throws -> Int32 {
+        let docs = try a.int("--docs", command: "bench", default: 10_000, range: 1...1_000_000)
+        let rounds = try a.int("--rounds", command: "bench", default: 3, range: 1...20)
+        let port = UInt16(try a.int("--port", command: "bench", default: 47_911, range: 1024...65_535))
+        var template = Array("\(a.values["--dir"] ?? "/tmp")/shoal-bench-XXXXXX".utf8CString)
+        guard let made = mkdtemp(&template) else { throw UsageError(command: "bench", message: "cannot create a directory") }
+        let dir = String(cString: made)
+        defer { _ = system("rm -rf '\(dir)'") }
+        out("replication benchmark: initial pull of \(docs) documents between two processes over TLS on 127.0.0.1:\(port), \(rounds) rounds")
+        let durability = Durability(rawValue: a.values["--durability"] ?? "full") ?? .full
+        let r = try ReplicationBenchmark.run(documents: docs, rounds: rounds, directory: dir, port: port, durability: durability)
+        out("  puller durability         \(durability.rawValue)")
+        out("  body size                 \(r.bodyBytes) bytes")
+        out("  pull rate                 \(fmt(r.median)) docs/s   rounds: \(r.docsPerSecond.map(fmt).joined(separator: ", "))   (goal >= 20000)")
+        out("  frame bytes per document  \(fmt(r.wireBytesPerDocument)) (both directions; \(fmt2(r.wireBytesPerDocument / Double(r.bodyBytes))) × the body)")
         return ExitCode.ok
     }
 }

@@ -1,0 +1,100 @@
+import Glibc
+import ShoalConfig
+import ShoalCore
+import ShoalLinux
+import ShoalReplication
+import ShoalStore
+import ShoalSupervision
+import ShoalTLS
+
+/// `shoal bench replication`: an initial pull of N ~1 KB documents between two processes over TLS
+/// on loopback. The pusher is a real `shoal run` child with the documents preloaded in its store;
+/// the puller is a replication node in this process with a fresh store (durability full, as on a
+/// gateway) each round. Timed from dialling until the last document is committed.
+public enum ReplicationBenchmark {
+    public struct Result: Sendable {
+        public var documents: Int
+        public var bodyBytes: Int
+        public var docsPerSecond: [Double]
+        public var wireBytesPerDocument: Double
+        public var median: Double { let s = docsPerSecond.sorted(); return s[s.count / 2] }
+    }
+
+    public static func run(documents: Int, rounds: Int, directory: String, port: UInt16, durability: Durability = .full) throws -> Result {
+        let quiet = Logger(sink: MemoryLogSink(), level: .none)
+        let pusherDir = directory + "/pusher", pullerDir = directory + "/puller"
+        let pusherID = try Identity.createSelfSigned(.init(commonName: "bench-pusher"))
+        let pullerID = try Identity.createSelfSigned(.init(commonName: "bench-puller"))
+        try IdentityStore(directory: pusherDir + "/identities").save(pusherID, label: "shoal")
+        let readings = try CollectionName(parsing: "sensors.readings")
+
+        // Preload the pusher's store the way its own gateway would have written it.
+        let store = try DocumentStore.open(StoreOptions(path: pusherDir + "/shoal.db", durability: .normal), logger: quiet)
+        try store.createCollection(readings)
+        let writer = LocalWriter(peer: pusherID.peerID, store: store, clock: try NodeClock(store: store))
+        var i = 0
+        while i < documents {
+            let end = min(i + 1000, documents)
+            _ = try writer.putAll(readings, try (i..<end).map { (try DocumentID("doc-\($0)"), StoreBenchmark.body($0)) })
+            i = end
+        }
+        store.close()
+
+        let site = directory + "/pusher.yaml"
+        let text = """
+            group: bench.replication
+            collections:
+              - name: sensors.readings
+            authenticator:
+              allowedPeers: [\(pullerID.peerID)]
+            replication:
+              listen: 127.0.0.1:\(port)
+            """
+        let fd = open(site, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+        _ = Array(text.utf8).withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        close(fd)
+        let child = try ChildProcess(path: ChildProcess.currentExecutable,
+                                     arguments: ["run", "--board", "sim", "--data-dir", pusherDir, "--config", site, "--log-level", "warning"])
+        defer { child.stop() }
+        var up = false
+        for _ in 0..<200 where !up {
+            if let s = try? TCPStream.connect(ipv4: "127.0.0.1", port: port, timeoutMillis: 200) { s.close(); up = true } else { usleep(50_000) }
+        }
+        guard up else { throw ConfigurationFailure(message: "the pusher did not start listening on 127.0.0.1:\(port)") }
+
+        var result = Result(documents: documents, bodyBytes: StoreBenchmark.body(0).utf8.count, docsPerSecond: [], wireBytesPerDocument: 0)
+        for round in 0..<rounds {
+            let dir = "\(pullerDir)-\(round)"
+            try Files.makeDirectories(dir)
+            let pullStore = try DocumentStore.open(StoreOptions(path: dir + "/shoal.db", durability: durability), logger: quiet)
+            try pullStore.createCollection(readings)
+            let clock = try NodeClock(store: pullStore)
+            var policy = CollectionPolicy(name: readings)
+            policy.push = false
+            let node = ReplicationNode(peer: pullerID.peerID, group: "bench.replication", store: pullStore, clock: clock, collections: [policy])
+            let loader = ConfigurationLoading.loader(directories: [])
+            let board = try loader.loadBoard("sim")
+            let siteConfig = try loader.loadSite(text: "group: bench.replication\n", file: "<bench>")
+            let gateway = Gateway(board: board, site: siteConfig, logger: quiet, report: SupervisionReport(), storePath: dir + "/shoal.db", socketPath: dir + "/c.sock")
+            let auth = PeerAuthenticator.trust(allowedPeers: [pusherID.peerID])
+            let driver = ReplicationDriver(node: node, gateway: gateway,
+                                           serverTLS: try TLSContext(role: .server, identity: pullerID, authenticator: auth),
+                                           clientTLS: try TLSContext(role: .client, identity: pullerID, authenticator: auth), backoffMillis: 100)
+            let start = ContinuousClock.now
+            try driver.start(listen: nil, peers: [HostPort(host: "127.0.0.1", port: port)])
+            // Every pulled document is one commit in the puller's feed; lastSequence is in memory.
+            while pullStore.lastSequence < Int64(documents) {
+                usleep(1000)
+                if ContinuousClock.now - start > .seconds(600) { throw ConfigurationFailure(message: "the pull did not finish in 10 minutes") }
+            }
+            let seconds = (ContinuousClock.now - start).secondsDouble
+            driver.stop()
+            guard try pullStore.stats().documents == documents else { throw ConfigurationFailure(message: "the puller holds the wrong number of documents") }
+            result.docsPerSecond.append(Double(documents) / seconds)
+            let bytes = gateway.counters.withLock { $0.bytesReceived + $0.bytesSent }
+            result.wireBytesPerDocument = Double(bytes) / Double(documents)
+            pullStore.close()
+        }
+        return result
+    }
+}
