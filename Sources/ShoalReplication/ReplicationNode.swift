@@ -44,6 +44,8 @@ public final class ReplicationNode {
         /// Announced batches not yet acknowledged, oldest first, per collection.
         var pull: [String: [InboundBatch]] = [:]
         var skewReported = false
+        /// The peer's purge horizon (from its HELLO): it may no longer hold tombstones older than this.
+        var remotePurgeHorizon: UInt64 = 0
         init(id: LinkID) { self.id = id }
     }
 
@@ -97,7 +99,7 @@ public final class ReplicationNode {
             ReplicationMessage.CollectionOffer(name: $0.name.description, push: $0.push, pull: $0.pull)
         }
         let hello = ReplicationMessage.hello(version: ReplicationMessage.protocolVersion, peer: peer, group: group, capabilities: 0,
-                                             purgeHorizonMillis: 0, neighbours: neighbours, collections: offers)
+                                             purgeHorizonMillis: UInt64(max(0, store.purgeHorizonMillis)), neighbours: neighbours, collections: offers)
         return [.send(link, hello.encoded())]
     }
 
@@ -152,13 +154,14 @@ public final class ReplicationNode {
             return fail(l, .remote(code: code, message: text), now: now, tellPeer: false)
         }
         guard let peerID = l.peer else {
-            guard case .hello(let version, let remote, let remoteGroup, _, _, _, let offers) = message else {
+            guard case .hello(let version, let remote, let remoteGroup, _, let remoteHorizon, _, let offers) = message else {
                 throw ReplicationError.protocolViolation("\(message.kind) before hello")
             }
             guard version == ReplicationMessage.protocolVersion else { throw ReplicationError.protocolVersion(version) }
             guard remoteGroup == group else { throw ReplicationError.wrongGroup(remoteGroup) }
             guard remote != peer else { throw ReplicationError.selfConnection }
             l.peer = remote
+            l.remotePurgeHorizon = remoteHorizon
             var actions: [ReplicationAction] = [.event(.peerConnected(link: l.id, peer: remote))]
             for offer in offers.sorted(by: { $0.name < $1.name }) {
                 guard let policy = policies[offer.name], policy.pull, offer.push else { continue }
@@ -258,10 +261,21 @@ public final class ReplicationNode {
         let locals = try store.transaction { (tx) throws(StoreError) -> [[UInt8]?] in
             try changes.map { (c) throws(StoreError) in try tx.version(policy.name, id: c.id)?.version }
         }
+        let horizon = UInt64(max(0, store.purgeHorizonMillis))
+        var refused: [ConflictRecord] = []
         for (c, local) in zip(changes, locals) {
             guard (try? DocumentID(c.id)) != nil else { throw ReplicationError.protocolViolation("announced id is not a valid document id") }
             if let only = policy.documentIDs, !only.contains(c.id) { continue }
             guard !localCovers(local, c.version) else { continue }
+            if local == nil, horizon > 0, let newest = (try? DocumentVersion(decoding: c.version))?.vector.current,
+               newest.timestamp.physicalMillis < horizon {
+                // We hold nothing of it and its newest write predates our purge horizon: it may be
+                // a document we deleted and purged since. Refuse it, visibly, rather than revive it.
+                refused.append(ConflictRecord(collection: policy.name, id: c.id, localVersion: [], remoteVersion: c.version,
+                                              peer: peerID.description, resolver: "purgeHorizon",
+                                              outcome: "refused: older than our purge horizon", atMillis: Int64(clock.wallMillis)))
+                continue
+            }
             inbound.waiting[c.id] = c
             let key = DocKey(collection: name, id: c.id)
             if let f = inFlight[key], f.link != l.id, now < f.at + settings.requestTimeoutMillis {
@@ -273,6 +287,11 @@ public final class ReplicationNode {
         }
         l.pull[name, default: []].append(inbound)
         var actions: [ReplicationAction] = []
+        if !refused.isEmpty {
+            let records = refused
+            try store.transaction { (tx) throws(StoreError) in for r in records { try tx.logConflict(r) } }
+            for r in refused { actions.append(.event(.conflict(link: l.id, peer: peerID, record: r))) }
+        }
         if !inbound.requested.isEmpty {
             actions.append(.send(l.id, ReplicationMessage.request(collection: name, batch: batch, ids: inbound.requested.sorted()).encoded()))
         }

@@ -23,10 +23,21 @@ struct StoreService: Service {
         }
         gateway.setStore(store, clock: clock)
         context.markReady()
+        let maxAgeMillis = gateway.board.mesh.txLogMaxAgeSeconds * 1000
+        var lastPurge = ContinuousClock.now - .seconds(3600)
         do {
             while await context.pause(for: .seconds(2)) {
                 try await gateway.storeThread.run { try store.ping() }
                 context.heartbeat()
+                // Retention, hourly: tombstones older than txLogMaxAgeSeconds go; the purge horizon
+                // they leave keeps replication from reviving them.
+                if ContinuousClock.now - lastPurge >= .seconds(3600) {
+                    lastPurge = ContinuousClock.now
+                    let removed = try await gateway.storeThread.run {
+                        try store.purgeTombstones(olderThan: Int64(NodeClock.systemWallMillis()) - maxAgeMillis).count
+                    }
+                    if removed > 0 { logger.info(.store, "retention: purged \(removed) tombstones older than \(maxAgeMillis / 1000) s") }
+                }
             }
         } catch {
             gateway.setStore(nil)

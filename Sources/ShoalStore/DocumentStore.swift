@@ -398,6 +398,44 @@ extension DocumentStore {
         }
     }
 
+    /// The metadata key of the purge horizon: tombstones last changed before it may be gone.
+    public static let purgeHorizonKey = "purgeHorizonMillis"
+
+    /// Removes tombstones last changed before `cutoffMillis` (wall time) and conflict-log entries
+    /// older than it, and raises the purge horizon to the cutoff — in one transaction. Replication
+    /// uses the horizon so that a peer that was away longer cannot bring a purged delete back.
+    /// Returns the ids removed, per collection.
+    @discardableResult
+    public func purgeTombstones(olderThan cutoffMillis: Int64) throws(StoreError) -> [(CollectionName, String)] {
+        try transaction { (tx) throws(StoreError) -> [(CollectionName, String)] in
+            let s = try tx.db.statement("""
+                SELECT c.scope, c.name, d.doc_id FROM documents d JOIN collections c ON c.id = d.collection_id
+                WHERE d.deleted = 1 AND d.updated_at < ?
+                """)
+            try s.bind(0, cutoffMillis)
+            var removed: [(CollectionName, String)] = []
+            while try s.step() {
+                if let scope = s.text(0), let name = s.text(1), let c = try? CollectionName(scope: scope, name: name) {
+                    removed.append((c, s.text(2) ?? ""))
+                }
+            }
+            let d = try tx.db.statement("DELETE FROM documents WHERE deleted = 1 AND updated_at < ?")
+            try d.bind(0, cutoffMillis)
+            try d.run()
+            let x = try tx.db.statement("DELETE FROM conflicts WHERE at < ?")
+            try x.bind(0, cutoffMillis)
+            try x.run()
+            let old = Int64(try tx.metadata(DocumentStore.purgeHorizonKey) ?? "0") ?? 0
+            try tx.setMetadata(DocumentStore.purgeHorizonKey, String(max(old, cutoffMillis)))
+            return removed
+        }
+    }
+
+    /// The current purge horizon (0: nothing ever purged).
+    public var purgeHorizonMillis: Int64 {
+        (try? metadata(DocumentStore.purgeHorizonKey)).flatMap { $0.flatMap { Int64($0) } } ?? 0
+    }
+
     /// A cheap round trip through SQLite, for the store service's heartbeat.
     public func ping() throws(StoreError) {
         try locked { db throws(StoreError) in

@@ -248,4 +248,36 @@ struct ReplicationTests {
         #expect(before.physicalMillis < nodes[0].wall.read() + 60_001)
         #expect(try nodes[0].snapshot()["from-the-future"] != nil)  // its document is still taken
     }
+
+    @Test("a purged delete is not brought back by a peer that still holds the document; the refusal is logged")
+    func purgedDeleteNotResurrected() throws {
+        let nodes = try makeNodes(["a", "b", "c"])
+        defer { nodes.forEach { $0.close() } }
+        let net = Network(nodes, seed: 10)
+        try nodes[0].put("x", "{\"v\":1}")
+        try nodes[0].put("kept", "{\"v\":1}")
+        let ab = net.connect(0, 1), bc = net.connect(1, 2)
+        net.settle()
+        #expect(try nodes[2].snapshot()["x"]?.0 == "{\"v\":1}")
+        net.cut(ab); net.cut(bc)
+        nodes[0].wall.advance(10)
+        try nodes[0].delete("x")
+        // Retention passes: a's tombstone for x is purged.
+        let removed = try nodes[0].store.purgeTombstones(olderThan: Int64(NodeClock.systemWallMillis()) + 60_000)
+        #expect(removed.map(\.1) == ["x"])
+        #expect(try nodes[0].snapshot()["x"] == nil)
+        // c never heard of the delete, and a holds no record of x any more.
+        net.connect(0, 2)
+        net.settle()
+        #expect(try nodes[0].snapshot()["x"] == nil, "x came back")
+        let refusals = try nodes[0].store.conflicts().filter { $0.resolver == "purgeHorizon" }
+        #expect(refusals.map(\.id) == ["x"])
+        #expect(net.closeErrors().isEmpty)
+        // A document written after the horizon still flows.
+        nodes[2].wall.advance(120_000)
+        try nodes[2].put("new", "{\"v\":2}")
+        net.committed(2)
+        net.settle()
+        #expect(try nodes[0].snapshot()["new"]?.0 == "{\"v\":2}")
+    }
 }
