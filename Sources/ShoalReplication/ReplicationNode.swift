@@ -130,6 +130,48 @@ public final class ReplicationNode {
         }
     }
 
+    /// Several frames that arrived together on one link. Consecutive document frames of one batch
+    /// are applied in a single store transaction (one commit, one fsync with durability full)
+    /// instead of one each; everything else is handled frame by frame, in order.
+    public func framesReceived(_ link: LinkID, _ payloads: [[UInt8]], now: UInt64) -> [ReplicationAction] {
+        guard payloads.count > 1 else { return payloads.first.map { frameReceived(link, $0, now: now) } ?? [] }
+        guard let l = links[link] else { return [] }
+        lastNow = max(lastNow, now)
+        var actions: [ReplicationAction] = []
+        var pending: (collection: String, batch: UInt64, docs: [ReplicationMessage.DocumentBody])?
+        do {
+            for payload in payloads {
+                guard links[link] != nil else { break }
+                let message: ReplicationMessage
+                do { message = try ReplicationMessage(decoding: payload) } catch { throw ReplicationError.wire(error) }
+                if case .documents(let c, let b, _, let docs) = message, l.peer != nil {
+                    if let p = pending, p.collection == c, p.batch == b {
+                        pending!.docs += docs
+                        continue
+                    }
+                    if let p = pending { actions += try handle(.documents(collection: p.collection, batch: p.batch, final: false, documents: p.docs), on: l, now: now) }
+                    pending = (c, b, docs)
+                    continue
+                }
+                if let p = pending {
+                    actions += try handle(.documents(collection: p.collection, batch: p.batch, final: false, documents: p.docs), on: l, now: now)
+                    pending = nil
+                }
+                actions += try handle(message, on: l, now: now)
+            }
+            if let p = pending, links[link] != nil {
+                actions += try handle(.documents(collection: p.collection, batch: p.batch, final: false, documents: p.docs), on: l, now: now)
+            }
+            return actions
+        } catch let error as ReplicationError {
+            return actions + fail(l, error, now: now)
+        } catch let error as StoreError {
+            return actions + fail(l, .store(error), now: now)
+        } catch {
+            return actions + fail(l, .protocolViolation("\(error)"), now: now)
+        }
+    }
+
     /// New local changes were committed (local writes, or documents applied from another link).
     public func localChangesCommitted() -> [ReplicationAction] {
         var actions: [ReplicationAction] = []

@@ -112,19 +112,29 @@ final class ReplicationDriver: @unchecked Sendable {
             let now = ReplicationDriver.nowMillis()
             nodeBeat.store(now, ordering: .relaxed)
             var actions: [ReplicationAction] = []
+            // Frames that arrived together on one link go to the node together (it applies
+            // consecutive document frames in one transaction).
+            var run: (link: LinkID, frames: [[UInt8]])?
+            func flush() {
+                if let r = run { actions += node.framesReceived(r.link, r.frames, now: UInt64(now)) }
+                run = nil
+            }
             for input in batch {
                 switch input {
                 case .opened(let id, let io):
+                    flush()
                     links[id] = io
                     actions += node.linkOpened(id, neighbours: node.connectedPeers)
                 case .frame(let id, let payload):
                     gateway.counters.withLock { $0.messagesReceived += 1; $0.bytesReceived += payload.count + 4 }
-                    actions += node.frameReceived(id, payload, now: UInt64(now))
+                    if run?.link == id { run!.frames.append(payload) } else { flush(); run = (id, [payload]) }
                 case .closed(let id):
+                    flush()
                     links.removeValue(forKey: id)
                     actions += node.linkClosed(id, now: UInt64(now))
                 }
             }
+            flush()
             if now - lastTick >= 250 {
                 lastTick = now
                 actions += node.tick(now: UInt64(now))

@@ -129,8 +129,11 @@ final class Network {
         guard !ready.isEmpty else { return false }
         ready.sort { ($0.0, $0.1) < ($1.0, $1.1) }
         let (link, to) = ready[Int.random(in: 0..<ready.count, using: &rng)]
-        let frame = queues[link]![to]!.removeFirst()
-        process(to, nodes[to].node.frameReceived(link, frame, now: now))
+        // Sometimes several frames arrive together, as they do from a socket.
+        let count = min(queues[link]![to]!.count, Int.random(in: 0..<4, using: &rng) == 0 ? Int.random(in: 2...6, using: &rng) : 1)
+        let frames = Array(queues[link]![to]!.prefix(count))
+        queues[link]![to]!.removeFirst(count)
+        process(to, count == 1 ? nodes[to].node.frameReceived(link, frames[0], now: now) : nodes[to].node.framesReceived(link, frames, now: now))
         return true
     }
 
