@@ -41,10 +41,13 @@ demo: build
 test: deps boards
 	$(SWIFT) test
 
-## Figures, not pass/fail: store writes vs a bare SQLite loop, on disk and on tmpfs.
+## Figures, not pass/fail: store writes vs a bare SQLite loop (disk and tmpfs), TLS handshakes and
+## throughput vs bare mbedTLS, and an initial pull between two processes over TLS.
 bench: release
 	./dist/shoal bench store
 	./dist/shoal bench store --dir /dev/shm
+	./dist/shoal bench tls
+	./dist/shoal bench replication
 
 size: release
 	@ls -l dist/shoal

@@ -14,7 +14,7 @@ public struct ReplicationSettings: Sendable {
     /// requestTimeoutMillis: how long a document requested from one peer is not asked of another.
     public var requestTimeoutMillis: UInt64 = 5000
     /// Batches a pusher may announce before the first is acknowledged, so sending and applying overlap.
-    public var batchWindow = 4
+    public var batchWindow = 8
     public init() {}
 }
 
