@@ -77,7 +77,8 @@ public final class Gateway: Sendable {
         let collections = (try? store?.collections())??.map(\.description) ?? site.collections.map(\.name.description)
         var state = self.state
         if state == .running && !report.isHealthy { state = .degraded }
-        return GatewayStatus(
+        let c = counters.withLock { $0 }
+        var status = GatewayStatus(
             state: state, version: ShoalVersion.current, boardID: board.id, boardName: board.name,
             boardSupport: board.support.rawValue, group: site.group, serviceType: GroupID(site.group).serviceType,
             uptimeSeconds: uptimeSeconds, storePath: storePath, durability: board.durability,
@@ -87,6 +88,14 @@ public final class Gateway: Sendable {
             peerID: identity?.peerID.description, identityLabel: site.identityLabel,
             identityNotAfter: identity.map { IdentityText.date($0.certificate.notAfter) }, identityProblem: identityProblem,
             children: report.snapshot.map { GatewayStatus.Child(path: $0.path, state: $0.state.rawValue, restarts: $0.restarts, lastError: $0.lastError) })
+        status.counters = [
+            "failedConnectionAttempts": Int64(c.failedConnections), "messagesSent": Int64(c.messagesSent),
+            "messagesReceived": Int64(c.messagesReceived), "documentsReceived": Int64(c.documentsReceived),
+            "documentsSent": Int64(c.documentsSent), "bytesSent": Int64(c.bytesSent), "bytesReceived": Int64(c.bytesReceived),
+            "conflicts": Int64(c.conflicts),
+        ]
+        status.clockSkewPeers = c.skewedPeers.sorted()
+        return status
     }
 }
 

@@ -44,6 +44,11 @@ public struct GatewayStatus: Sendable {
     public var identityLabel: String
     public var identityNotAfter: String?
     public var identityProblem: String?
+    /// The ObjectBox seed's counters (failed connection attempts, messages, documents, bytes,
+    /// conflicts), by name.
+    public var counters: [String: Int64] = [:]
+    /// Peers whose clocks run too far ahead of ours.
+    public var clockSkewPeers: [String] = []
     public var children: [Child]
 
     public init(state: GatewayState, version: String, boardID: String, boardName: String, boardSupport: String,
@@ -91,6 +96,10 @@ public struct GatewayStatus: Sendable {
         lines.append("board       \(boardID): \(boardName) [\(boardSupport)]")
         lines.append("peer id     \(peerID ?? "none yet") (identity \(identityLabel)\(identityNotAfter.map { ", valid until \($0)" } ?? ""))")
         if let p = identityProblem { lines.append("identity    PROBLEM: \(p)") }
+        if !counters.isEmpty {
+            lines.append("replication " + counters.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))
+        }
+        for p in clockSkewPeers { lines.append("clock skew  peer \(p) runs ahead of our clock") }
         lines.append("group       \(group) (DNS-SD \(serviceType))")
         lines.append("mesh        \(meshState), \(connectedPeers) peers connected")
         lines.append("store       \(storePath) (durability \(durability))")
@@ -120,6 +129,8 @@ public struct GatewayStatus: Sendable {
             ],
             "mesh": ["state": .string(meshState), "connectedPeers": .int(connectedPeers)],
             "peerID": peerID.map { .string($0) } ?? .null,
+            "counters": .object(counters.mapValues { .int($0) }),
+            "clockSkewPeers": .array(clockSkewPeers.map { .string($0) }),
             "identity": [
                 "label": .string(identityLabel), "notAfter": identityNotAfter.map { .string($0) } ?? .null,
                 "problem": identityProblem.map { .string($0) } ?? .null,
@@ -152,6 +163,8 @@ public struct GatewayStatus: Sendable {
                 Child(path: c["path"]?.stringValue ?? "?", state: c["state"]?.stringValue ?? "?",
                       restarts: Int(c["restarts"]?.int64Value ?? 0), lastError: c["lastError"]?.stringValue)
             })
+        counters = (s["counters"]?.objectValue ?? [:]).compactMapValues(\.int64Value)
+        clockSkewPeers = (s["clockSkewPeers"]?.arrayValue ?? []).compactMap(\.stringValue)
     }
 
     static func duration(_ s: Int64) -> String {

@@ -49,6 +49,7 @@ struct ReplicationProcessTests {
         #expect(aHas && bHas)
         let status = try Shoal.json(a.cli(["status", "--json"])) as? [String: Any]
         #expect((status?["mesh"] as? [String: Any])?["connectedPeers"] as? Int == 1)
+        #expect(((status?["counters"] as? [String: Any])?["documentsReceived"] as? Int ?? 0) >= 1)
 
         // A third gateway that b does not allow is refused, and b keeps serving.
         let cDir = base.path + "/c"
