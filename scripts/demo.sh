@@ -42,3 +42,27 @@ printf '\n\033[1m$ kill -TERM %s\033[0m\n' "$GW_PID"
 kill -TERM "$GW_PID"
 wait "$GW_PID" && echo "gateway stopped cleanly (exit 0)"
 GW_PID=""
+
+echo
+echo "Two gateways replicating over mutual TLS on loopback (static peers, each allowing the other's peer id):"
+PORT=$((30000 + $$ % 20000))
+for g in east west; do mkdir -p "$DATA/$g"; done
+EAST_ID=$("$SHOAL" identity create --board sim --data-dir "$DATA/east" --json | sed -n 's/.*"peerID": "\([0-9a-f]*\)".*/\1/p')
+WEST_ID=$("$SHOAL" identity create --board sim --data-dir "$DATA/west" --json | sed -n 's/.*"peerID": "\([0-9a-f]*\)".*/\1/p')
+printf 'group: shoal.demo\ncollections:\n  - name: sensors.readings\nauthenticator:\n  allowedPeers: [%s]\nreplication:\n  listen: 127.0.0.1:%s\n' "$WEST_ID" "$PORT" > "$DATA/east.yaml"
+printf 'group: shoal.demo\ncollections:\n  - name: sensors.readings\nauthenticator:\n  allowedPeers: [%s]\nreplication:\n  peers: [127.0.0.1:%s]\n' "$EAST_ID" "$PORT" > "$DATA/west.yaml"
+"$SHOAL" run --board sim --data-dir "$DATA/east" --config "$DATA/east.yaml" >/dev/null 2> >(grep --line-buffered -E 'replicating with' | sed -u 's/^/  [east log] /' >&3) &
+EAST_PID=$!
+"$SHOAL" run --board sim --data-dir "$DATA/west" --config "$DATA/west.yaml" >/dev/null 2> >(grep --line-buffered -E 'replicating with' | sed -u 's/^/  [west log] /' >&3) &
+WEST_PID=$!
+trap 'kill -TERM $EAST_PID $WEST_PID 2>/dev/null || true; wait $EAST_PID $WEST_PID 2>/dev/null || true; rm -rf "$DATA"' EXIT
+for _ in $(seq 1 100); do [ -S "$DATA/west/control.sock" ] && [ -S "$DATA/east/control.sock" ] && break; sleep 0.1; done
+step "$SHOAL" doc put sensors.readings pump-7 '{"pressure": 2.4, "site": "east"}' --socket "$DATA/east/control.sock"
+for _ in $(seq 1 50); do "$SHOAL" doc get sensors.readings pump-7 --socket "$DATA/west/control.sock" >/dev/null 2>&1 && break; sleep 0.1; done
+step "$SHOAL" doc get sensors.readings pump-7 --socket "$DATA/west/control.sock"
+step "$SHOAL" doc put sensors.readings pump-7 '{"pressure": 2.9, "site": "east", "checked": true}' --socket "$DATA/west/control.sock"
+sleep 0.5
+step "$SHOAL" doc get sensors.readings pump-7 --socket "$DATA/east/control.sock"
+kill -TERM $EAST_PID $WEST_PID
+wait $EAST_PID $WEST_PID && echo "both gateways stopped cleanly"
+trap 'rm -rf "$DATA"' EXIT
