@@ -310,7 +310,7 @@ public final class ReplicationNode {
             if let only = policy.documentIDs, !only.contains(c.id) { continue }
             guard !localCovers(local, c.version) else { continue }
             if local == nil, horizon > 0, let newest = (try? DocumentVersion(decoding: c.version))?.vector.current,
-               newest.timestamp.physicalMillis < horizon {
+               newest.timestamp.physicalMillis <= horizon {
                 // We hold nothing of it and its newest write predates our purge horizon: it may be
                 // a document we deleted and purged since. Refuse it, visibly, rather than revive it.
                 refused.append(ConflictRecord(collection: policy.name, id: c.id, localVersion: [], remoteVersion: c.version,
@@ -381,12 +381,13 @@ public final class ReplicationNode {
         var skewAhead: UInt64?
         let wall = clock.wallMillis
         try store.transaction { (tx) throws(StoreError) in
+            let horizon = UInt64(max(0, try purgeHorizon(tx)))
             for d in docs {
                 inbound.requested.remove(d.id)
                 inbound.waiting.removeValue(forKey: d.id)
                 inFlight.removeValue(forKey: DocKey(collection: name, id: d.id))
                 guard !d.version.isEmpty else { continue }  // gone at the sender
-                let outcome = try apply(tx, policy, from: peerID, d, conflicts: &conflicts)
+                let outcome = try apply(tx, policy, from: peerID, d, purgeHorizon: horizon, conflicts: &conflicts)
                 if let ts = outcome.remoteCurrent, !clock.observe(ts), ts.physicalMillis > wall {
                     skewAhead = max(skewAhead ?? 0, ts.physicalMillis - wall)
                 }
@@ -416,7 +417,7 @@ public final class ReplicationNode {
 
     /// Resolves one incoming document against the local one and writes the result, in `tx`.
     func apply(_ tx: StoreTransaction, _ policy: CollectionPolicy, from peerID: PeerID, _ d: ReplicationMessage.DocumentBody,
-               conflicts: inout [ConflictRecord]) throws(StoreError) -> ApplyOutcome {
+               purgeHorizon horizon: UInt64, conflicts: inout [ConflictRecord]) throws(StoreError) -> ApplyOutcome {
         let remoteVersion: DocumentVersion
         do { remoteVersion = try DocumentVersion(decoding: d.version) } catch { return ApplyOutcome(error: "bad version: \(error)") }
         guard let docID = try? DocumentID(d.id) else { return ApplyOutcome(error: "bad document id") }
@@ -434,6 +435,14 @@ public final class ReplicationNode {
             return outcome
         }
         guard let localMeta = try tx.version(policy.name, id: d.id) else {
+            // Same rule as at announce time: a purge may have happened since we asked for it.
+            if horizon > 0, let newest = remoteVersion.vector.current, newest.timestamp.physicalMillis <= horizon {
+                outcome.error = "refused: older than our purge horizon"
+                conflicts.append(ConflictRecord(collection: policy.name, id: d.id, localVersion: [], remoteVersion: d.version,
+                                                peer: peerID.description, resolver: "purgeHorizon", outcome: "refused: older than our purge horizon",
+                                                atMillis: Int64(clock.wallMillis)))
+                return outcome
+            }
             try tx.write(DocumentWrite(collection: policy.name, id: docID, body: remoteBody, version: d.version), bodyValidated: true)
             return outcome
         }
@@ -472,6 +481,10 @@ public final class ReplicationNode {
                                             atMillis: Int64(clock.wallMillis)))
             return outcome
         }
+    }
+
+    func purgeHorizon(_ tx: StoreTransaction) throws(StoreError) -> Int64 {
+        Int64(try tx.metadata(DocumentStore.purgeHorizonKey) ?? "0") ?? 0
     }
 
     /// Acknowledges, oldest first, every batch whose announced documents are all held, moving the

@@ -402,21 +402,29 @@ extension DocumentStore {
     public static let purgeHorizonKey = "purgeHorizonMillis"
 
     /// Removes tombstones last changed before `cutoffMillis` (wall time) and conflict-log entries
-    /// older than it, and raises the purge horizon to the cutoff — in one transaction. Replication
+    /// older than it, and raises the purge horizon to the cutoff (or to the newest purged delete's
+    /// HLC time, if later) — in one transaction. Replication
     /// uses the horizon so that a peer that was away longer cannot bring a purged delete back.
     /// Returns the ids removed, per collection.
     @discardableResult
     public func purgeTombstones(olderThan cutoffMillis: Int64) throws(StoreError) -> [(CollectionName, String)] {
         try transaction { (tx) throws(StoreError) -> [(CollectionName, String)] in
             let s = try tx.db.statement("""
-                SELECT c.scope, c.name, d.doc_id FROM documents d JOIN collections c ON c.id = d.collection_id
+                SELECT c.scope, c.name, d.doc_id, d.version FROM documents d JOIN collections c ON c.id = d.collection_id
                 WHERE d.deleted = 1 AND d.updated_at < ?
                 """)
             try s.bind(0, cutoffMillis)
             var removed: [(CollectionName, String)] = []
+            // The horizon must cover the purged deletes' own timestamps, not only the wall-clock
+            // cutoff: an HLC can run a little ahead of the wall clock (logical ticks, peers within
+            // the drift bound), and every version a purged delete beat is at or below its timestamp.
+            var newest: Int64 = 0
             while try s.step() {
                 if let scope = s.text(0), let name = s.text(1), let c = try? CollectionName(scope: scope, name: name) {
                     removed.append((c, s.text(2) ?? ""))
+                }
+                if let v = try? DocumentVersion(decoding: s.blob(3)), let current = v.vector.current {
+                    newest = max(newest, Int64(current.timestamp.physicalMillis))
                 }
             }
             let d = try tx.db.statement("DELETE FROM documents WHERE deleted = 1 AND updated_at < ?")
@@ -426,7 +434,7 @@ extension DocumentStore {
             try x.bind(0, cutoffMillis)
             try x.run()
             let old = Int64(try tx.metadata(DocumentStore.purgeHorizonKey) ?? "0") ?? 0
-            try tx.setMetadata(DocumentStore.purgeHorizonKey, String(max(old, cutoffMillis)))
+            try tx.setMetadata(DocumentStore.purgeHorizonKey, String(max(old, cutoffMillis, newest)))
             return removed
         }
     }

@@ -74,3 +74,68 @@ struct ReplicationPropertyTests {
         }
     }
 }
+
+@Suite("Replication properties with retention")
+struct RetentionPropertyTests {
+    /// Like the schedule property, with tombstone purges mixed in. Purges make divergence
+    /// legitimate (a node refuses what predates its horizon), so the property here is the one
+    /// that matters: no node ever holds, live, a version that a delete it purged should have beaten.
+    @Test("no purged delete is ever resurrected", arguments: ReplicationPropertyTests.seeds)
+    func noResurrection(_ seed: UInt64) throws {
+        var settings = ReplicationSettings()
+        settings.batchMaxCount = 5
+        let nodes = try makeNodes(["n0", "n1", "n2"], seed: seed, settings: settings)
+        defer { nodes.forEach { $0.close() } }
+        let net = Network(nodes, seed: seed)
+        var rng = SeededRandom(seed: seed ^ 0xDEAD)
+        let ids = (0..<8).map { "doc-\($0)" }
+        var purged: [(node: Int, id: String, version: DocumentVersion)] = []
+        for _ in 0..<200 {
+            switch Int.random(in: 0..<100, using: &rng) {
+            case 0..<30:
+                let n = Int.random(in: 0..<nodes.count, using: &rng)
+                nodes[n].wall.advance(UInt64.random(in: 1...20, using: &rng))
+                try nodes[n].put(ids.randomElement(using: &rng)!, "{\"r\":\(Int.random(in: 0..<100, using: &rng))}")
+                net.committed(n)
+            case 30..<45:
+                let n = Int.random(in: 0..<nodes.count, using: &rng)
+                let id = ids.randomElement(using: &rng)!
+                if try nodes[n].snapshot()[id]?.0 != nil {
+                    nodes[n].wall.advance(UInt64.random(in: 1...20, using: &rng))
+                    try nodes[n].delete(id)
+                    net.committed(n)
+                }
+            case 45..<50:
+                let n = Int.random(in: 0..<nodes.count, using: &rng)
+                let tombstones = try nodes[n].snapshot().filter { $0.value.0 == nil }
+                try nodes[n].store.purgeTombstones(olderThan: Int64(NodeClock.systemWallMillis()) + 1)
+                for (id, (_, v)) in tombstones { purged.append((n, id, try DocumentVersion(decoding: v))) }
+            case 50..<60:
+                let a = Int.random(in: 0..<nodes.count, using: &rng), b = Int.random(in: 0..<nodes.count, using: &rng)
+                if a != b && !net.links.values.contains(where: { Set([$0.a, $0.b]) == Set([a, b]) }) { net.connect(a, b) }
+            case 60..<66:
+                if let link = net.links.keys.sorted().randomElement(using: &rng) { net.cut(link) }
+            default:
+                for _ in 0..<Int.random(in: 1...20, using: &rng) { net.step() }
+            }
+        }
+        for link in net.links.keys.sorted() { net.cut(link) }
+        net.connect(0, 1); net.connect(1, 2); net.connect(0, 2)
+        for _ in 0..<3 { net.settle(); net.tick(6000) }
+        net.settle()
+        #expect(net.closeErrors().isEmpty, "seed \(seed): \(net.closeErrors())")
+        for p in purged {
+            guard let (body, v) = try nodes[p.node].snapshot()[p.id], body != nil else { continue }
+            let live = try DocumentVersion(decoding: v)
+            switch live.vector.compare(p.version.vector) {
+            case .dominates:
+                continue  // written after the delete: legitimately alive
+            case .concurrent:
+                let l = live.vector.current!, d = p.version.vector.current!
+                #expect((l.timestamp, l.peer) > (d.timestamp, d.peer), "seed \(seed): \(p.id) revived on n\(p.node) by an older concurrent write")
+            case .equal, .dominated:
+                Issue.record("seed \(seed): \(p.id) revived on n\(p.node) with a version the purged delete covered")
+            }
+        }
+    }
+}
