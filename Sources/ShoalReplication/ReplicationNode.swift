@@ -115,53 +115,55 @@ public final class ReplicationNode {
 
     /// A frame's payload arrived on `link`.
     public func frameReceived(_ link: LinkID, _ payload: [UInt8], now: UInt64) -> [ReplicationAction] {
-        guard let l = links[link] else { return [] }
-        lastNow = max(lastNow, now)
-        do {
-            let message: ReplicationMessage
-            do { message = try ReplicationMessage(decoding: payload) } catch { throw ReplicationError.wire(error) }
-            return try handle(message, on: l, now: now)
-        } catch let error as ReplicationError {
-            return fail(l, error, now: now)
-        } catch let error as StoreError {
-            return fail(l, .store(error), now: now)
-        } catch {
-            return fail(l, .protocolViolation("\(error)"), now: now)
-        }
+        preparedFramesReceived(link, [ReplicationNode.prepare(payload, maxBodyBytes: store.options.maxBodyBytes)], now: now)
     }
 
-    /// Several frames that arrived together on one link. Consecutive document frames of one batch
-    /// are applied in a single store transaction (one commit, one fsync with durability full)
-    /// instead of one each; everything else is handled frame by frame, in order.
+    /// Several frames that arrived together on one link (see `preparedFramesReceived`).
     public func framesReceived(_ link: LinkID, _ payloads: [[UInt8]], now: UInt64) -> [ReplicationAction] {
-        guard payloads.count > 1 else { return payloads.first.map { frameReceived(link, $0, now: now) } ?? [] }
+        let limit = store.options.maxBodyBytes
+        return preparedFramesReceived(link, payloads.map { ReplicationNode.prepare($0, maxBodyBytes: limit) }, now: now)
+    }
+
+    /// Decodes a frame and checks its documents (version, JSON body, size, digest) without touching
+    /// the node: the driver calls it on the link's own thread, so the node's thread only resolves
+    /// and writes. Thread-safe.
+    public static func prepare(_ payload: [UInt8], maxBodyBytes: Int) -> PreparedFrame {
+        let message: ReplicationMessage
+        do { message = try ReplicationMessage(decoding: payload) } catch { return PreparedFrame(result: .failure(.wire(error)), checked: nil) }
+        guard case .documents(_, _, _, let docs) = message else { return PreparedFrame(result: .success(message), checked: nil) }
+        return PreparedFrame(result: .success(message), checked: docs.map { CheckedDocument(checking: $0, maxBodyBytes: maxBodyBytes) })
+    }
+
+    /// Frames that arrived together on one link, already prepared. Consecutive document frames of
+    /// one batch are applied in a single store transaction (one commit, one fsync with durability
+    /// full) instead of one each; everything else is handled frame by frame, in order.
+    public func preparedFramesReceived(_ link: LinkID, _ frames: [PreparedFrame], now: UInt64) -> [ReplicationAction] {
         guard let l = links[link] else { return [] }
         lastNow = max(lastNow, now)
         var actions: [ReplicationAction] = []
-        var pending: (collection: String, batch: UInt64, docs: [ReplicationMessage.DocumentBody])?
+        var pending: (collection: String, batch: UInt64, docs: [CheckedDocument])?
+        func flush() throws -> [ReplicationAction] {
+            guard let p = pending, let peerID = l.peer, links[link] != nil else { pending = nil; return [] }
+            pending = nil
+            return try receiveDocuments(l, peerID, p.collection, p.batch, p.docs, now: now)
+        }
         do {
-            for payload in payloads {
+            for frame in frames {
                 guard links[link] != nil else { break }
-                let message: ReplicationMessage
-                do { message = try ReplicationMessage(decoding: payload) } catch { throw ReplicationError.wire(error) }
-                if case .documents(let c, let b, _, let docs) = message, l.peer != nil {
+                let message = try frame.result.get()
+                if case .documents(let c, let b, _, _) = message, let checked = frame.checked, l.peer != nil {
                     if let p = pending, p.collection == c, p.batch == b {
-                        pending!.docs += docs
+                        pending!.docs += checked
                         continue
                     }
-                    if let p = pending { actions += try handle(.documents(collection: p.collection, batch: p.batch, final: false, documents: p.docs), on: l, now: now) }
-                    pending = (c, b, docs)
+                    actions += try flush()
+                    pending = (c, b, checked)
                     continue
                 }
-                if let p = pending {
-                    actions += try handle(.documents(collection: p.collection, batch: p.batch, final: false, documents: p.docs), on: l, now: now)
-                    pending = nil
-                }
+                actions += try flush()
                 actions += try handle(message, on: l, now: now)
             }
-            if let p = pending, links[link] != nil {
-                actions += try handle(.documents(collection: p.collection, batch: p.batch, final: false, documents: p.docs), on: l, now: now)
-            }
+            actions += try flush()
             return actions
         } catch let error as ReplicationError {
             return actions + fail(l, error, now: now)
@@ -227,7 +229,8 @@ public final class ReplicationNode {
         case .request(let name, let batch, let ids):
             return try serveRequest(l, peerID, name, batch, ids)
         case .documents(let name, let batch, _, let docs):
-            return try receiveDocuments(l, peerID, name, batch, docs, now: now)
+            let limit = store.options.maxBodyBytes
+            return try receiveDocuments(l, peerID, name, batch, docs.map { CheckedDocument(checking: $0, maxBodyBytes: limit) }, now: now)
         case .acknowledge(let name, let batch, let upTo):
             guard let stream = l.push[name], let f = stream.inFlight.first, f.batch == batch, f.upTo == upTo else {
                 throw ReplicationError.protocolViolation("acknowledge of batch \(batch) out of order or never sent")
@@ -369,11 +372,11 @@ public final class ReplicationNode {
     }
 
     func receiveDocuments(_ l: Link, _ peerID: PeerID, _ name: String, _ batch: UInt64,
-                          _ docs: [ReplicationMessage.DocumentBody], now: UInt64) throws -> [ReplicationAction] {
+                          _ docs: [CheckedDocument], now: UInt64) throws -> [ReplicationAction] {
         guard let policy = policies[name], let inbound = l.pull[name]?.first(where: { $0.batch == batch }) else {
             throw ReplicationError.protocolViolation("documents for batch \(batch) we did not request")
         }
-        guard docs.allSatisfy({ inbound.requested.contains($0.id) }) else {
+        guard docs.allSatisfy({ inbound.requested.contains($0.raw.id) }) else {
             throw ReplicationError.protocolViolation("documents we did not request")
         }
         var items: [ReplicationEvent.Item] = []
@@ -382,12 +385,13 @@ public final class ReplicationNode {
         let wall = clock.wallMillis
         try store.transaction { (tx) throws(StoreError) in
             let horizon = UInt64(max(0, try purgeHorizon(tx)))
-            for d in docs {
+            for checked in docs {
+                let d = checked.raw
                 inbound.requested.remove(d.id)
                 inbound.waiting.removeValue(forKey: d.id)
                 inFlight.removeValue(forKey: DocKey(collection: name, id: d.id))
                 guard !d.version.isEmpty else { continue }  // gone at the sender
-                let outcome = try apply(tx, policy, from: peerID, d, purgeHorizon: horizon, conflicts: &conflicts)
+                let outcome = try apply(tx, policy, from: peerID, checked, purgeHorizon: horizon, conflicts: &conflicts)
                 if let ts = outcome.remoteCurrent, !clock.observe(ts), ts.physicalMillis > wall {
                     skewAhead = max(skewAhead ?? 0, ts.physicalMillis - wall)
                 }
@@ -395,6 +399,13 @@ public final class ReplicationNode {
             }
             try clock.persist(in: tx)
             for c in conflicts { try tx.logConflict(c) }
+            // Batches these documents completed move their checkpoint in the same commit.
+            var upTo: UInt64?
+            for b in l.pull[name] ?? [] {
+                guard b.waiting.isEmpty else { break }
+                upTo = b.upTo
+            }
+            if let upTo { try tx.setCheckpoint(peer: peerID.description, collection: policy.name, direction: .pull, sequence: Int64(upTo)) }
         }
         var actions: [ReplicationAction] = []
         if !items.isEmpty { actions.append(.event(.documents(link: l.id, peer: peerID, direction: .pull, items: items))) }
@@ -416,18 +427,13 @@ public final class ReplicationNode {
     }
 
     /// Resolves one incoming document against the local one and writes the result, in `tx`.
-    func apply(_ tx: StoreTransaction, _ policy: CollectionPolicy, from peerID: PeerID, _ d: ReplicationMessage.DocumentBody,
+    func apply(_ tx: StoreTransaction, _ policy: CollectionPolicy, from peerID: PeerID, _ checked: CheckedDocument,
                purgeHorizon horizon: UInt64, conflicts: inout [ConflictRecord]) throws(StoreError) -> ApplyOutcome {
-        let remoteVersion: DocumentVersion
-        do { remoteVersion = try DocumentVersion(decoding: d.version) } catch { return ApplyOutcome(error: "bad version: \(error)") }
-        guard let docID = try? DocumentID(d.id) else { return ApplyOutcome(error: "bad document id") }
-        let remoteBody: String? = d.deleted ? nil : String(decoding: d.body, as: UTF8.self)
-        if let b = remoteBody {
-            do { try store.validateBody(b) } catch { return ApplyOutcome(remoteCurrent: remoteVersion.vector.current?.timestamp, error: "\(error)") }
+        let d = checked.raw
+        guard let remoteVersion = checked.version, let docID = checked.id, checked.problem == nil else {
+            return ApplyOutcome(remoteCurrent: checked.version?.vector.current?.timestamp, error: checked.problem ?? "unreadable document")
         }
-        guard DocumentVersion.digest(of: remoteBody) == remoteVersion.bodyDigest else {
-            return ApplyOutcome(error: "body does not match its version's digest")
-        }
+        let remoteBody = checked.body
         let remote = ReplicatedDocument(collection: policy.name, id: d.id, body: remoteBody, version: remoteVersion)
         var outcome = ApplyOutcome(remoteCurrent: remoteVersion.vector.current?.timestamp)
         if let filter = policy.pullFilter, !filter(peerID, remote) {
@@ -493,10 +499,20 @@ public final class ReplicationNode {
     func completeIfDone(_ l: Link, _ peerID: PeerID, _ name: String) throws -> [ReplicationAction] {
         guard let policy = policies[name] else { return [] }
         var actions: [ReplicationAction] = []
+        var completed: [InboundBatch] = []
         while let head = l.pull[name]?.first, head.waiting.isEmpty {
-            try store.setCheckpoint(peer: peerID.description, collection: policy.name, direction: .pull, sequence: Int64(head.upTo))
+            completed.append(head)
             l.pull[name]?.removeFirst()
-            actions.append(.send(l.id, ReplicationMessage.acknowledge(collection: name, batch: head.batch, upTo: head.upTo).encoded()))
+        }
+        guard let last = completed.last else { return [] }
+        // One checkpoint write for all of them (a no-op if the documents' commit already wrote it),
+        // durable before any acknowledgement leaves.
+        let stored = try store.checkpoint(peer: peerID.description, collection: policy.name, direction: .pull)
+        if stored < Int64(last.upTo) {
+            try store.setCheckpoint(peer: peerID.description, collection: policy.name, direction: .pull, sequence: Int64(last.upTo))
+        }
+        for b in completed {
+            actions.append(.send(l.id, ReplicationMessage.acknowledge(collection: name, batch: b.batch, upTo: b.upTo).encoded()))
         }
         if l.pull[name]?.isEmpty == true { l.pull[name] = nil }
         return actions

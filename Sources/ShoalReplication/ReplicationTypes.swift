@@ -145,3 +145,47 @@ public enum ReplicationAction: Sendable {
     case close(LinkID)
     case event(ReplicationEvent)
 }
+
+/// A received document checked on the link's thread: version decoded, id, body (JSON object within
+/// the size limit, matching its version's digest). `problem` says why it cannot be applied.
+public struct CheckedDocument: Sendable {
+    public let raw: ReplicationMessage.DocumentBody
+    let version: DocumentVersion?
+    let id: DocumentID?
+    let body: String?
+    let problem: String?
+
+    init(checking d: ReplicationMessage.DocumentBody, maxBodyBytes: Int) {
+        raw = d
+        id = try? DocumentID(d.id)
+        guard !d.version.isEmpty else {
+            version = nil; body = nil; problem = nil
+            return
+        }
+        let v: DocumentVersion
+        do { v = try DocumentVersion(decoding: d.version) } catch {
+            version = nil; body = nil; problem = "bad version: \(error)"
+            return
+        }
+        version = v
+        let text: String? = d.deleted ? nil : String(decoding: d.body, as: UTF8.self)
+        body = text
+        if id == nil { problem = "bad document id"; return }
+        if let text {
+            if d.body.count > maxBodyBytes { problem = "body is \(d.body.count) bytes, over the limit of \(maxBodyBytes)"; return }
+            do {
+                guard try JSONValue.validate(text) else { problem = "invalid document: a document body is a JSON object"; return }
+            } catch {
+                problem = "invalid document: \(error)"
+                return
+            }
+        }
+        problem = DocumentVersion.digest(of: text) == v.bodyDigest ? nil : "body does not match its version's digest"
+    }
+}
+
+/// A frame decoded, its documents checked, ready for the node (see `ReplicationNode.prepare`).
+public struct PreparedFrame: Sendable {
+    let result: Result<ReplicationMessage, ReplicationError>
+    let checked: [CheckedDocument]?
+}

@@ -49,6 +49,7 @@ public enum ReplicationBenchmark {
               allowedPeers: [\(pullerID.peerID)]
             replication:
               listen: 127.0.0.1:\(port)
+            \(ProcessEnvironment.get("SHOAL_BENCH_PUSHER_MESH") ?? "")
             """
         let fd = open(site, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
         _ = Array(text.utf8).withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
@@ -88,6 +89,20 @@ public enum ReplicationBenchmark {
                 if ContinuousClock.now - start > .seconds(600) { throw ConfigurationFailure(message: "the pull did not finish in 10 minutes") }
             }
             let seconds = (ContinuousClock.now - start).secondsDouble
+            if ProcessEnvironment.get("SHOAL_BENCH_THREADS") != nil {
+                for task in Files.list("/proc/self/task") {
+                    if let stat = try? Files.read("/proc/self/task/\(task)/stat") {
+                        let f = stat.split(separator: " ")
+                        print("thread \(task): utime \(f[13]) stime \(f[14]) (ticks)")
+                    }
+                }
+                for task in Files.list("/proc/\(child.pid)/task") {
+                    if let stat = try? Files.read("/proc/\(child.pid)/task/\(task)/stat") {
+                        let f = stat.split(separator: " ")
+                        print("pusher thread \(task): utime \(f[13]) stime \(f[14]) (ticks)")
+                    }
+                }
+            }
             driver.stop()
             guard try pullStore.stats().documents == documents else { throw ConfigurationFailure(message: "the puller holds the wrong number of documents") }
             result.docsPerSecond.append(Double(documents) / seconds)

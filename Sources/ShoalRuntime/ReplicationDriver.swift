@@ -24,7 +24,7 @@ final class ReplicationDriver: @unchecked Sendable {
 
     private enum Input {
         case opened(LinkID, LinkIO)
-        case frame(LinkID, [UInt8])
+        case frame(LinkID, PreparedFrame, bytes: Int)
         case closed(LinkID)
     }
 
@@ -114,9 +114,9 @@ final class ReplicationDriver: @unchecked Sendable {
             var actions: [ReplicationAction] = []
             // Frames that arrived together on one link go to the node together (it applies
             // consecutive document frames in one transaction).
-            var run: (link: LinkID, frames: [[UInt8]])?
+            var run: (link: LinkID, frames: [PreparedFrame])?
             func flush() {
-                if let r = run { actions += node.framesReceived(r.link, r.frames, now: UInt64(now)) }
+                if let r = run { actions += node.preparedFramesReceived(r.link, r.frames, now: UInt64(now)) }
                 run = nil
             }
             for input in batch {
@@ -125,9 +125,9 @@ final class ReplicationDriver: @unchecked Sendable {
                     flush()
                     links[id] = io
                     actions += node.linkOpened(id, neighbours: node.connectedPeers)
-                case .frame(let id, let payload):
-                    gateway.counters.withLock { $0.messagesReceived += 1; $0.bytesReceived += payload.count + 4 }
-                    if run?.link == id { run!.frames.append(payload) } else { flush(); run = (id, [payload]) }
+                case .frame(let id, let frame, let bytes):
+                    gateway.counters.withLock { $0.messagesReceived += 1; $0.bytesReceived += bytes + 4 }
+                    if run?.link == id { run!.frames.append(frame) } else { flush(); run = (id, [frame]) }
                 case .closed(let id):
                     flush()
                     links.removeValue(forKey: id)
@@ -229,6 +229,7 @@ final class ReplicationDriver: @unchecked Sendable {
         post(.opened(io.id, io))
         var decoder = FrameDecoder(limit: ReplicationMessage.frameLimit)
         var buffer = [UInt8](repeating: 0, count: 64 * 1024)
+        let bodyLimit = node.store.options.maxBodyBytes
         loop: while !isStopping && !io.isClosed {
             do {
                 for payload in io.takeOutbox() {
@@ -237,7 +238,11 @@ final class ReplicationDriver: @unchecked Sendable {
                 let n = try buffer.withUnsafeMutableBytes { (raw) throws(TLSError) -> Int in try io.session.read(into: raw, timeoutMillis: 1000) }
                 if n == 0 { break loop }
                 decoder.feed(buffer[0..<n])
-                while let frame = try decoder.next() { post(.frame(io.id, frame)) }
+                // Decoding and checking documents happen here, on the link's thread, so the node's
+                // thread only resolves and writes.
+                while let frame = try decoder.next() {
+                    post(.frame(io.id, ReplicationNode.prepare(frame, maxBodyBytes: bodyLimit), bytes: frame.count))
+                }
             } catch TLSError.timeout {
                 continue
             } catch {
