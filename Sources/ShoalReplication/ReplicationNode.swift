@@ -440,16 +440,18 @@ public final class ReplicationNode {
             outcome.error = "refused by the pull filter"
             return outcome
         }
+        // Same rule as at announce time: a purge may have happened since we asked for it. It only
+        // matters for a document we hold nothing of, and only an old one.
+        let beforeHorizon = horizon > 0 && (remoteVersion.vector.current?.timestamp.physicalMillis ?? 0) <= horizon
+        if !beforeHorizon,
+           try tx.insertIfAbsent(DocumentWrite(collection: policy.name, id: docID, body: remoteBody, version: d.version), bodyValidated: true) != nil {
+            return outcome  // new here: stored in one statement
+        }
         guard let localMeta = try tx.version(policy.name, id: d.id) else {
-            // Same rule as at announce time: a purge may have happened since we asked for it.
-            if horizon > 0, let newest = remoteVersion.vector.current, newest.timestamp.physicalMillis <= horizon {
-                outcome.error = "refused: older than our purge horizon"
-                conflicts.append(ConflictRecord(collection: policy.name, id: d.id, localVersion: [], remoteVersion: d.version,
-                                                peer: peerID.description, resolver: "purgeHorizon", outcome: "refused: older than our purge horizon",
-                                                atMillis: Int64(clock.wallMillis)))
-                return outcome
-            }
-            try tx.write(DocumentWrite(collection: policy.name, id: docID, body: remoteBody, version: d.version), bodyValidated: true)
+            outcome.error = "refused: older than our purge horizon"
+            conflicts.append(ConflictRecord(collection: policy.name, id: d.id, localVersion: [], remoteVersion: d.version,
+                                            peer: peerID.description, resolver: "purgeHorizon", outcome: "refused: older than our purge horizon",
+                                            atMillis: Int64(clock.wallMillis)))
             return outcome
         }
         let localVersion = (try? DocumentVersion(decoding: localMeta.version)) ?? DocumentVersion(vector: VersionVector(), bodyDigest: 0)

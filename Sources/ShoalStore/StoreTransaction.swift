@@ -62,6 +62,29 @@ public final class StoreTransaction {
         return Change(sequence: sequence, collection: w.collection, id: w.id.rawValue, deleted: w.body == nil, revision: revision, version: w.version)
     }
 
+    /// Inserts a document that does not exist yet, in one statement; nil (and nothing written) if
+    /// the collection already holds that id. The replicator's fast path for documents it lacks.
+    public func insertIfAbsent(_ w: DocumentWrite, bodyValidated: Bool = false) throws(StoreError) -> Change? {
+        if let body = w.body, !bodyValidated { try store.validateBody(body) }
+        let cid = try store.collectionIDForTransaction(w.collection)
+        let s = try db.statement("""
+            INSERT INTO documents(collection_id, doc_id, body, deleted, revision, version, sequence, updated_at)
+            VALUES (?1, ?2, ?3, ?4, 1, ?5, ?6, ?7) ON CONFLICT(collection_id, doc_id) DO NOTHING RETURNING revision
+            """)
+        try s.bind(0, cid)
+        try s.bind(1, w.id.rawValue)
+        try s.bind(2, w.body)
+        try s.bind(3, w.body == nil ? 1 : 0)
+        try s.bind(4, blob: w.version)
+        try s.bind(5, sequence + 1)
+        try s.bind(6, now)
+        guard try s.step() else { return nil }
+        let revision = s.int64(0)
+        try s.run()
+        sequence += 1
+        return Change(sequence: sequence, collection: w.collection, id: w.id.rawValue, deleted: w.body == nil, revision: revision, version: w.version)
+    }
+
     public func setCheckpoint(peer: String, collection: CollectionName, direction: CheckpointDirection, sequence: Int64) throws(StoreError) {
         let s = try db.statement("""
             INSERT INTO checkpoints(peer_id, collection_id, direction, sequence, updated_at) VALUES (?, ?, ?, ?, ?)
