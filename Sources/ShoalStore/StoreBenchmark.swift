@@ -37,7 +37,7 @@ public enum StoreBenchmark {
     public static func run(directory: String, documents: Int, batch: Int, durability: Durability, rounds: Int, logger: Logger) throws -> Result {
         precondition(documents > 0 && batch > 0 && rounds > 0)
         let bodies = (0..<documents).map { body($0) }
-        let ids = (0..<documents).map { i -> DocumentID in try! DocumentID("doc-\(i)") }
+        let ids = try (0..<documents).map { i throws -> DocumentID in try DocumentID("doc-\(i)") }
         var result = Result(documents: documents, batch: batch, durability: durability, storeDocsPerSecond: [], baselineDocsPerSecond: [], bodyBytes: bodies[0].utf8.count)
         for round in 0..<rounds {
             let basePath = "\(directory)/baseline-\(round).db"

@@ -1,0 +1,271 @@
+import ShoalCore
+import ShoalStore
+import ShoalWire
+
+/// The pulling side of a link: deciding what to request, applying bodies (resolving conflicts),
+/// moving checkpoints, and sharing requests across links.
+extension ReplicationNode {
+    /// Whether the local version already holds everything `announced` carries.
+    func localCovers(_ local: [UInt8]?, _ announced: [UInt8]) -> Bool {
+        guard let local, let lv = try? DocumentVersion(decoding: local), let rv = try? DocumentVersion(decoding: announced) else { return false }
+        switch lv.vector.compare(rv.vector) {
+        case .dominates: return true
+        case .equal: return lv.bodyDigest >= rv.bodyDigest
+        case .dominated, .concurrent: return false
+        }
+    }
+
+    func receiveAnnounce(_ l: Link, _ peerID: PeerID, _ name: String, _ batch: UInt64, _ upTo: UInt64,
+                         _ changes: [ReplicationMessage.AnnouncedChange], now: UInt64) throws -> [ReplicationAction] {
+        guard let policy = policies[name], policy.pull else { throw ReplicationError.protocolViolation("announce for \(name), which we do not pull") }
+        guard (l.pull[name]?.count ?? 0) < settings.batchWindow * 2 else {
+            throw ReplicationError.protocolViolation("more than \(settings.batchWindow * 2) batches announced without waiting for acknowledgements")
+        }
+        guard changes.count <= max(settings.batchMaxCount, 100_000) else { throw ReplicationError.protocolViolation("announce of \(changes.count) changes") }
+        let inbound = InboundBatch(batch: batch, upTo: upTo)
+        let locals = try store.transaction { (tx) throws(StoreError) -> [[UInt8]?] in
+            try changes.map { (c) throws(StoreError) in try tx.version(policy.name, id: c.id)?.version }
+        }
+        let horizon = UInt64(max(0, store.purgeHorizonMillis))
+        var refused: [ConflictRecord] = []
+        for (c, local) in zip(changes, locals) {
+            guard (try? DocumentID(c.id)) != nil else { throw ReplicationError.protocolViolation("announced id is not a valid document id") }
+            if let only = policy.documentIDs, !only.contains(c.id) { continue }
+            guard !localCovers(local, c.version) else { continue }
+            if local == nil, horizon > 0, let newest = (try? DocumentVersion(decoding: c.version))?.vector.current,
+               newest.timestamp.physicalMillis <= horizon {
+                // We hold nothing of it and its newest write predates our purge horizon: it may be
+                // a document we deleted and purged since. Refuse it, visibly, rather than revive it.
+                refused.append(ConflictRecord(collection: policy.name, id: c.id, localVersion: [], remoteVersion: c.version,
+                                              peer: peerID.description, resolver: "purgeHorizon",
+                                              outcome: "refused: older than our purge horizon", atMillis: Int64(clock.wallMillis)))
+                continue
+            }
+            inbound.waiting[c.id] = c
+            let key = DocKey(collection: name, id: c.id)
+            if let f = inFlight[key], f.link != l.id, now < f.at + settings.requestTimeoutMillis {
+                inbound.deferred.insert(c.id)
+            } else {
+                inbound.requested.insert(c.id)
+                inFlight[key] = (l.id, now)
+            }
+        }
+        l.pull[name, default: []].append(inbound)
+        var actions: [ReplicationAction] = []
+        if !refused.isEmpty {
+            let records = refused
+            try store.transaction { (tx) throws(StoreError) in for r in records { try tx.logConflict(r) } }
+            for r in refused { actions.append(.event(.conflict(link: l.id, peer: peerID, record: r))) }
+        }
+        if !inbound.requested.isEmpty {
+            actions.append(.send(l.id, ReplicationMessage.request(collection: name, batch: batch, ids: inbound.requested.sorted()).encoded()))
+        }
+        actions += try completeIfDone(l, peerID, name)
+        return actions
+    }
+
+    func receiveDocuments(_ l: Link, _ peerID: PeerID, _ name: String, _ batch: UInt64,
+                          _ docs: [CheckedDocument], now: UInt64) throws -> [ReplicationAction] {
+        guard let policy = policies[name], let inbound = l.pull[name]?.first(where: { $0.batch == batch }) else {
+            throw ReplicationError.protocolViolation("documents for batch \(batch) we did not request")
+        }
+        guard docs.allSatisfy({ inbound.requested.contains($0.raw.id) }) else {
+            throw ReplicationError.protocolViolation("documents we did not request")
+        }
+        var items: [ReplicationEvent.Item] = []
+        var conflicts: [ConflictRecord] = []
+        var skewAhead: UInt64?
+        let wall = clock.wallMillis
+        try store.transaction { (tx) throws(StoreError) in
+            let horizon = UInt64(max(0, try purgeHorizon(tx)))
+            for checked in docs {
+                let d = checked.raw
+                inbound.requested.remove(d.id)
+                inbound.waiting.removeValue(forKey: d.id)
+                inFlight.removeValue(forKey: DocKey(collection: name, id: d.id))
+                guard !d.version.isEmpty else { continue }  // gone at the sender
+                let outcome = try apply(tx, policy, from: peerID, checked, purgeHorizon: horizon, conflicts: &conflicts)
+                if let ts = outcome.remoteCurrent, !clock.observe(ts), ts.physicalMillis > wall {
+                    skewAhead = max(skewAhead ?? 0, ts.physicalMillis - wall)
+                }
+                items.append(.init(collection: name, id: d.id, deleted: d.deleted, error: outcome.error))
+            }
+            try clock.persist(in: tx)
+            for c in conflicts { try tx.logConflict(c) }
+            // Batches these documents completed move their checkpoint in the same commit.
+            var upTo: UInt64?
+            for b in l.pull[name] ?? [] {
+                guard b.waiting.isEmpty else { break }
+                upTo = b.upTo
+            }
+            if let upTo { try tx.setCheckpoint(peer: peerID.description, collection: policy.name, direction: .pull, sequence: Int64(upTo)) }
+        }
+        var actions: [ReplicationAction] = []
+        if !items.isEmpty { actions.append(.event(.documents(link: l.id, peer: peerID, direction: .pull, items: items))) }
+        for c in conflicts { actions.append(.event(.conflict(link: l.id, peer: peerID, record: c))) }
+        if let ahead = skewAhead, !l.skewReported {
+            l.skewReported = true
+            actions.append(.event(.clockSkew(link: l.id, peer: peerID, aheadMillis: ahead)))
+        }
+        actions += try completeIfDone(l, peerID, name)
+        // What arrived may be what other links' batches were waiting for.
+        actions += try settleDeferred(collection: name, except: l.id)
+        if !items.isEmpty { actions += localChangesCommitted() }
+        return actions
+    }
+
+    struct ApplyOutcome {
+        var remoteCurrent: HLCTimestamp?
+        var error: String?
+    }
+
+    /// Resolves one incoming document against the local one and writes the result, in `tx`.
+    func apply(_ tx: StoreTransaction, _ policy: CollectionPolicy, from peerID: PeerID, _ checked: CheckedDocument,
+               purgeHorizon horizon: UInt64, conflicts: inout [ConflictRecord]) throws(StoreError) -> ApplyOutcome {
+        let d = checked.raw
+        guard let remoteVersion = checked.version, let docID = checked.id, checked.problem == nil else {
+            return ApplyOutcome(remoteCurrent: checked.version?.vector.current?.timestamp, error: checked.problem ?? "unreadable document")
+        }
+        let remoteBody = checked.body
+        let remote = ReplicatedDocument(collection: policy.name, id: d.id, body: remoteBody, version: remoteVersion)
+        var outcome = ApplyOutcome(remoteCurrent: remoteVersion.vector.current?.timestamp)
+        if let filter = policy.pullFilter, !filter(peerID, remote) {
+            outcome.error = "refused by the pull filter"
+            return outcome
+        }
+        // Same rule as at announce time: a purge may have happened since we asked for it. It only
+        // matters for a document we hold nothing of, and only an old one.
+        let beforeHorizon = horizon > 0 && (remoteVersion.vector.current?.timestamp.physicalMillis ?? 0) <= horizon
+        if !beforeHorizon,
+           try tx.insertIfAbsent(DocumentWrite(collection: policy.name, id: docID, body: remoteBody, version: d.version), bodyValidated: true) != nil {
+            return outcome  // new here: stored in one statement
+        }
+        guard let localMeta = try tx.version(policy.name, id: d.id) else {
+            outcome.error = "refused: older than our purge horizon"
+            conflicts.append(ConflictRecord(collection: policy.name, id: d.id, localVersion: [], remoteVersion: d.version,
+                                            peer: peerID.description, resolver: "purgeHorizon", outcome: "refused: older than our purge horizon",
+                                            atMillis: Int64(clock.wallMillis)))
+            return outcome
+        }
+        let localVersion = (try? DocumentVersion(decoding: localMeta.version)) ?? DocumentVersion(vector: VersionVector(), bodyDigest: 0)
+        switch remoteVersion.vector.compare(localVersion.vector) {
+        case .dominated:
+            return outcome
+        case .equal:
+            if remoteVersion.bodyDigest > localVersion.bodyDigest {
+                try tx.write(DocumentWrite(collection: policy.name, id: docID, body: remoteBody, version: d.version), bodyValidated: true)
+            }
+            return outcome
+        case .dominates:
+            try tx.write(DocumentWrite(collection: policy.name, id: docID, body: remoteBody, version: d.version), bodyValidated: true)
+            return outcome
+        case .concurrent:
+            // Only a conflict needs the local body.
+            guard let local = try tx.get(policy.name, id: d.id) else { return outcome }
+            let localDoc = ReplicatedDocument(collection: policy.name, id: d.id, body: local.body, version: localVersion)
+            let resolution = policy.resolver.resolve(peerID, localDoc, remote)
+            var body: String?
+            var label: String
+            switch resolution {
+            case .keepLocal: body = local.body; label = "local"
+            case .takeRemote: body = remoteBody; label = "remote"
+            case .delete: body = nil; label = "deleted"
+            case .merged(let merged):
+                do { try store.validateBody(merged); body = merged; label = "merged" } catch {
+                    body = local.body; label = "local (resolver returned an invalid body)"
+                }
+            }
+            let version = DocumentVersion(vector: localVersion.vector.merged(with: remoteVersion.vector), bodyDigest: DocumentVersion.digest(of: body))
+            try tx.write(DocumentWrite(collection: policy.name, id: docID, body: body, version: version.encoded), bodyValidated: true)
+            conflicts.append(ConflictRecord(collection: policy.name, id: d.id, localVersion: local.version, remoteVersion: d.version,
+                                            peer: peerID.description, resolver: policy.resolver.name, outcome: label,
+                                            atMillis: Int64(clock.wallMillis)))
+            return outcome
+        }
+    }
+
+    func purgeHorizon(_ tx: StoreTransaction) throws(StoreError) -> Int64 {
+        Int64(try tx.metadata(DocumentStore.purgeHorizonKey) ?? "0") ?? 0
+    }
+
+    /// Acknowledges, oldest first, every batch whose announced documents are all held, moving the
+    /// checkpoint (durably) before each acknowledgement. A later batch that completes first waits,
+    /// so the checkpoint never passes a document still missing.
+    func completeIfDone(_ l: Link, _ peerID: PeerID, _ name: String) throws -> [ReplicationAction] {
+        guard let policy = policies[name] else { return [] }
+        var actions: [ReplicationAction] = []
+        var completed: [InboundBatch] = []
+        while let head = l.pull[name]?.first, head.waiting.isEmpty {
+            completed.append(head)
+            l.pull[name]?.removeFirst()
+        }
+        guard let last = completed.last else { return [] }
+        // One checkpoint write for all of them (a no-op if the documents' commit already wrote it),
+        // durable before any acknowledgement leaves.
+        let stored = try store.checkpoint(peer: peerID.description, collection: policy.name, direction: .pull)
+        if stored < Int64(last.upTo) {
+            try store.setCheckpoint(peer: peerID.description, collection: policy.name, direction: .pull, sequence: Int64(last.upTo))
+        }
+        for b in completed {
+            actions.append(.send(l.id, ReplicationMessage.acknowledge(collection: name, batch: b.batch, upTo: b.upTo).encoded()))
+        }
+        if l.pull[name]?.isEmpty == true { l.pull[name] = nil }
+        return actions
+    }
+
+    /// Drops deferred documents that are now held (received over another link).
+    func settleDeferred(collection name: String, except: LinkID) throws -> [ReplicationAction] {
+        var actions: [ReplicationAction] = []
+        guard let policy = policies[name] else { return [] }
+        for l in links.values.sorted(by: { $0.id < $1.id }) where l.id != except {
+            guard let batches = l.pull[name], let peerID = l.peer else { continue }
+            for inbound in batches where !inbound.deferred.isEmpty {
+            let ids = inbound.deferred.sorted()
+            let locals = try store.transaction { (tx) throws(StoreError) -> [[UInt8]?] in
+                try ids.map { (id) throws(StoreError) in try tx.version(policy.name, id: id)?.version }
+            }
+            var ask: [String] = []
+            for (id, local) in zip(ids, locals) {
+                if localCovers(local, inbound.waiting[id]?.version ?? []) {
+                    inbound.deferred.remove(id)
+                    inbound.waiting.removeValue(forKey: id)
+                } else if inFlight[DocKey(collection: name, id: id)] == nil {
+                    // What arrived elsewhere was not this version (a concurrent one): ask here now.
+                    inbound.deferred.remove(id)
+                    inbound.requested.insert(id)
+                    inFlight[DocKey(collection: name, id: id)] = (l.id, lastNow)
+                    ask.append(id)
+                }
+            }
+            if !ask.isEmpty {
+                actions.append(.send(l.id, ReplicationMessage.request(collection: name, batch: inbound.batch, ids: ask).encoded()))
+            }
+            }
+            actions += try completeIfDone(l, peerID, name)
+        }
+        return actions
+    }
+
+    /// Deferred documents whose other request timed out (or whose link closed) are requested here.
+    func retryDeferred(now: UInt64, force: Set<DocKey>) -> [ReplicationAction] {
+        var actions: [ReplicationAction] = []
+        for l in links.values.sorted(by: { $0.id < $1.id }) {
+            for (name, batches) in l.pull.sorted(by: { $0.key < $1.key }) { for inbound in batches where !inbound.deferred.isEmpty {
+                var ask: [String] = []
+                for id in inbound.deferred.sorted() {
+                    let key = DocKey(collection: name, id: id)
+                    if let f = inFlight[key], !force.contains(key), now < f.at + settings.requestTimeoutMillis, links[f.link] != nil { continue }
+                    ask.append(id)
+                    inFlight[key] = (l.id, now)
+                }
+                guard !ask.isEmpty else { continue }
+                for id in ask {
+                    inbound.deferred.remove(id)
+                    inbound.requested.insert(id)
+                }
+                actions.append(.send(l.id, ReplicationMessage.request(collection: name, batch: inbound.batch, ids: ask).encoded()))
+            } }
+        }
+        return actions
+    }
+}

@@ -1,0 +1,69 @@
+import ShoalCore
+import ShoalStore
+import ShoalWire
+
+/// The pushing side of a link: announcing batches of changes, serving requests for bodies.
+extension ReplicationNode {
+    /// Announces the next batches of a push stream while fewer than `batchWindow` are unacknowledged,
+    /// so the pusher reads and sends while the receiver applies.
+    func pump(_ l: Link, _ name: String, _ stream: PushStream) throws(StoreError) -> [ReplicationAction] {
+        var actions: [ReplicationAction] = []
+        while stream.inFlight.count < settings.batchWindow {
+            let next = try announceNext(l, name, stream)
+            if next.isEmpty { break }
+            actions += next
+        }
+        return actions
+    }
+
+    func announceNext(_ l: Link, _ name: String, _ stream: PushStream) throws(StoreError) -> [ReplicationAction] {
+        guard let policy = policies[name], let peerID = l.peer else { return [] }
+        let changes = try store.changes(in: policy.name, since: Int64(stream.announcedUpTo), limit: settings.batchMaxCount)
+        guard let last = changes.last else { return [] }
+        var announced: [ReplicationMessage.AnnouncedChange] = []
+        var ids: [String: Bool] = [:]
+        for c in changes {
+            if let only = policy.documentIDs, !only.contains(c.id) { continue }
+            if let filter = policy.pushFilter {
+                guard let docID = try? DocumentID(c.id) else { continue }
+                let doc = try store.get(policy.name, id: docID)
+                let version = (try? DocumentVersion(decoding: c.version)) ?? DocumentVersion(vector: VersionVector(), bodyDigest: 0)
+                if !filter(peerID, ReplicatedDocument(collection: policy.name, id: c.id, body: doc?.body, version: version)) { continue }
+            }
+            announced.append(.init(sequence: UInt64(c.sequence), id: c.id, deleted: c.deleted, version: c.version))
+            ids[c.id] = c.deleted
+        }
+        let batch = l.nextBatch
+        l.nextBatch += 1
+        stream.inFlight.append((batch, UInt64(last.sequence), ids))
+        stream.announcedUpTo = UInt64(last.sequence)
+        return [.send(l.id, ReplicationMessage.announce(collection: name, batch: batch, upTo: UInt64(last.sequence), changes: announced).encoded())]
+    }
+
+    func serveRequest(_ l: Link, _ peerID: PeerID, _ name: String, _ batch: UInt64, _ ids: [String]) throws -> [ReplicationAction] {
+        guard let policy = policies[name], let stream = l.push[name], let f = stream.inFlight.first(where: { $0.batch == batch }) else {
+            throw ReplicationError.protocolViolation("request for batch \(batch) we did not announce")
+        }
+        guard ids.allSatisfy({ f.announced[$0] != nil }) else { throw ReplicationError.protocolViolation("request for a document we did not announce") }
+        let docs = try store.transaction { (tx) throws(StoreError) -> [StoredDocument?] in
+            try ids.map { (id) throws(StoreError) in try tx.get(policy.name, id: id) }
+        }
+        var actions: [ReplicationAction] = []
+        var frame: [ReplicationMessage.DocumentBody] = []
+        var frameBytes = 0
+        func flush(final: Bool) {
+            actions.append(.send(l.id, ReplicationMessage.documents(collection: name, batch: batch, final: final, documents: frame).encoded()))
+            frame = []
+            frameBytes = 0
+        }
+        for (id, doc) in zip(ids, docs) {
+            // A document gone since the announcement goes out with an empty version: "not here".
+            let body = Array((doc?.body ?? "").utf8)
+            if !frame.isEmpty && (frameBytes + body.count > settings.batchSizeBytes || frame.count >= settings.batchMaxCount) { flush(final: false) }
+            frame.append(.init(id: id, deleted: doc?.isDeleted ?? true, version: doc?.version ?? [], body: body))
+            frameBytes += body.count + id.utf8.count + (doc?.version.count ?? 0)
+        }
+        flush(final: true)
+        return actions
+    }
+}
