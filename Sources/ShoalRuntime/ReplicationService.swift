@@ -34,8 +34,6 @@ struct ReplicationService: Service {
         settings.batchSizeBytes = Int(mesh.txLogBatchSizeKb) * 1024
         settings.batchMaxCount = Int(mesh.txLogBatchMaxCount)
         settings.requestTimeoutMillis = UInt64(mesh.requestTimeoutMillis)
-        let node = ReplicationNode(peer: identity.peerID, group: site.group, store: store, clock: clock,
-                                   collections: policies, settings: settings)
 
         var roots = config.trustedRoots
         if roots.isEmpty && config.allowedPeers.isEmpty, identity.certificate.chainDER.count > 1,
@@ -46,19 +44,28 @@ struct ReplicationService: Service {
             gateway.logger.warning(.tls, "no authenticator in \(site.source): every peer will be refused; add authenticator.allowedPeers or rootCertificates")
         }
         let authenticator = PeerAuthenticator.trust(roots: roots, allowedPeers: config.allowedPeers)
-        let driver = ReplicationDriver(
-            node: node, gateway: gateway,
-            serverTLS: try TLSContext(role: .server, identity: identity, authenticator: authenticator),
-            clientTLS: try TLSContext(role: .client, identity: identity, authenticator: authenticator),
-            backoffMillis: Int(mesh.backoffMillis))
-        try driver.start(listen: site.listenAddress, peers: site.staticPeers)
-        gateway.logger.info(.replication, "replicating \(policies.count) collections as \(identity.peerID.short); static peers: \(site.staticPeers.map(\.description).joined(separator: ", ").isEmpty ? "none" : site.staticPeers.map(\.description).joined(separator: ", "))")
+        let gw = gateway
+        // Seeding the TLS random generators can wait for kernel entropy on a freshly booted board,
+        // and stopping waits for threads: both happen on a thread of their own, never on the pool.
+        let collections = policies, limits = settings
+        let driver = try await gateway.storeThread.run { () throws -> ReplicationDriver in
+            let node = ReplicationNode(peer: identity.peerID, group: site.group, store: store, clock: clock,
+                                       collections: collections, settings: limits)
+            let driver = ReplicationDriver(
+                node: node, gateway: gw,
+                serverTLS: try TLSContext(role: .server, identity: identity, authenticator: authenticator),
+                clientTLS: try TLSContext(role: .client, identity: identity, authenticator: authenticator),
+                backoffMillis: Int(mesh.backoffMillis))
+            try driver.start(listen: site.listenAddress, peers: site.staticPeers)
+            return driver
+        }
+        gateway.logger.info(.replication, "replicating \(collections.count) collections as \(identity.peerID.short); static peers: \(site.staticPeers.map(\.description).joined(separator: ", ").isEmpty ? "none" : site.staticPeers.map(\.description).joined(separator: ", "))")
         context.markReady()
         while await context.pause(for: .seconds(1)) {
             // The node thread beats every 100 ms; one that stopped beating is hung.
             let beat = driver.nodeBeat.load(ordering: .relaxed)
             if ReplicationDriver.nowMillis() - beat < 10_000 { context.heartbeat() }
         }
-        driver.stop()
+        _ = try? await gateway.storeThread.run { driver.stop() }
     }
 }

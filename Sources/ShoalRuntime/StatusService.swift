@@ -28,7 +28,8 @@ struct StatusService: Service {
             let due = console.statusIntervalSeconds > 0 && ContinuousClock.now - lastWrite >= interval
             if key != lastKey || due {
                 let line = status.consoleLine
-                if let writer { writer.writeLine(line) }
+                // stdout may be a pipe that stalls: write from a thread of our own.
+                if let w = writer { _ = try await gateway.storeThread.run { w.writeLine(line) } }
                 if key != lastKey { gateway.logger.verbose(.status, line) }
                 lastKey = key
                 lastWrite = ContinuousClock.now
