@@ -89,6 +89,8 @@ extension ReplicationNode {
                     skewAhead = max(skewAhead ?? 0, ts.physicalMillis - wall)
                 }
                 items.append(.init(collection: name, id: d.id, deleted: d.deleted, error: outcome.error))
+                // No echo: if this link pulls from us, do not announce back what it just gave us.
+                if let seq = outcome.tookSenderVersionAt, l.push[name] != nil { l.echoes.insert(seq) }
             }
             try clock.persist(in: tx)
             for c in conflicts { try tx.logConflict(c) }
@@ -117,6 +119,9 @@ extension ReplicationNode {
     struct ApplyOutcome {
         var remoteCurrent: HLCTimestamp?
         var error: String?
+        /// The local sequence of a write that took the sender's version as it was (no merge): the
+        /// sender need not hear of it again.
+        var tookSenderVersionAt: Int64?
     }
 
     /// Resolves one incoming document against the local one and writes the result, in `tx`.
@@ -137,7 +142,8 @@ extension ReplicationNode {
         // matters for a document we hold nothing of, and only an old one.
         let beforeHorizon = horizon > 0 && (remoteVersion.vector.current?.timestamp.physicalMillis ?? 0) <= horizon
         if !beforeHorizon,
-           try tx.insertIfAbsent(DocumentWrite(collection: policy.name, id: docID, body: remoteBody, version: d.version), bodyValidated: true) != nil {
+           let change = try tx.insertIfAbsent(DocumentWrite(collection: policy.name, id: docID, body: remoteBody, version: d.version), bodyValidated: true) {
+            outcome.tookSenderVersionAt = change.sequence
             return outcome  // new here: stored in one statement
         }
         guard let localMeta = try tx.version(policy.name, id: d.id) else {
@@ -153,11 +159,11 @@ extension ReplicationNode {
             return outcome
         case .equal:
             if remoteVersion.bodyDigest > localVersion.bodyDigest {
-                try tx.write(DocumentWrite(collection: policy.name, id: docID, body: remoteBody, version: d.version), bodyValidated: true)
+                outcome.tookSenderVersionAt = try tx.write(DocumentWrite(collection: policy.name, id: docID, body: remoteBody, version: d.version), bodyValidated: true).sequence
             }
             return outcome
         case .dominates:
-            try tx.write(DocumentWrite(collection: policy.name, id: docID, body: remoteBody, version: d.version), bodyValidated: true)
+            outcome.tookSenderVersionAt = try tx.write(DocumentWrite(collection: policy.name, id: docID, body: remoteBody, version: d.version), bodyValidated: true).sequence
             return outcome
         case .concurrent:
             // Only a conflict needs the local body.

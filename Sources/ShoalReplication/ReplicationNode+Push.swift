@@ -23,6 +23,7 @@ extension ReplicationNode {
         var announced: [ReplicationMessage.AnnouncedChange] = []
         var ids: [String: Bool] = [:]
         for c in changes {
+            if l.echoes.remove(c.sequence) != nil { continue }
             if let only = policy.documentIDs, !only.contains(c.id) { continue }
             if let filter = policy.pushFilter {
                 guard let docID = try? DocumentID(c.id) else { continue }
@@ -33,6 +34,8 @@ extension ReplicationNode {
             announced.append(.init(sequence: UInt64(c.sequence), id: c.id, deleted: c.deleted, version: c.version))
             ids[c.id] = c.deleted
         }
+        // Echo records this batch passed are done with (a document changed again since has a new sequence).
+        if !l.echoes.isEmpty { l.echoes = l.echoes.filter { $0 > last.sequence } }
         let batch = l.nextBatch
         l.nextBatch += 1
         stream.inFlight.append((batch, UInt64(last.sequence), ids))

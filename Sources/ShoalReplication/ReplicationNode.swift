@@ -44,6 +44,9 @@ public final class ReplicationNode {
         /// Announced batches not yet acknowledged, oldest first, per collection.
         var pull: [String: [InboundBatch]] = [:]
         var skewReported = false
+        /// Local sequences whose change is exactly what this link sent us (not announced back to
+        /// it); pruned as its push stream passes them.
+        var echoes: Set<Int64> = []
         /// The peer's purge horizon (from its HELLO): it may no longer hold tombstones older than this.
         var remotePurgeHorizon: UInt64 = 0
         init(id: LinkID) { self.id = id }
@@ -218,11 +221,10 @@ public final class ReplicationNode {
         case .hello:
             throw ReplicationError.protocolViolation("second hello")
         case .subscribe(let name, let since):
-            guard let policy = policies[name], policy.push else { throw ReplicationError.protocolViolation("subscribe to \(name), which we do not push") }
+            guard policies[name]?.push == true else { throw ReplicationError.protocolViolation("subscribe to \(name), which we do not push") }
             guard l.push[name] == nil else { throw ReplicationError.protocolViolation("second subscribe to \(name)") }
             let stream = PushStream(since: since)
             l.push[name] = stream
-            _ = policy
             return try pump(l, name, stream)
         case .announce(let name, let batch, let upTo, let changes):
             return try receiveAnnounce(l, peerID, name, batch, upTo, changes, now: now)

@@ -37,10 +37,9 @@ struct ControlHandler {
         case "ping": return ["pong": true]
         case "status": return gateway.statusSnapshot().json
         case "doc.put":
-            let (store, collection, id) = try target(r)
+            let (_, collection, id) = try target(r)
             guard let body = r["body"], body.isObject else { throw bad("\"body\" must be a JSON object") }
             let change = try writer().put(collection, id: id, body: body.compactText)
-            _ = store
             gateway.logger.verbose(.control, "put \(collection)/\(id) at sequence \(change.sequence)")
             return ControlHandler.json(change)
         case "doc.get":
@@ -50,9 +49,8 @@ struct ControlHandler {
             }
             return try ControlHandler.json(doc)
         case "doc.delete":
-            let (store, collection, id) = try target(r)
+            let (_, collection, id) = try target(r)
             let change = try writer().delete(collection, id: id)
-            _ = store
             gateway.logger.verbose(.control, "deleted \(collection)/\(id) at sequence \(change.sequence)")
             return ControlHandler.json(change)
         case "doc.list":

@@ -23,6 +23,14 @@ struct ReplicationTests {
         net.settle()
         #expect(try nodes[0].snapshot().count == 100)
         try expectConverged(nodes)
+        // No echo: each side pushed only its own 50 documents, not the 50 it had just received.
+        for n in 0..<2 {
+            let pushed = net.events.compactMap { e -> [ReplicationEvent.Item]? in
+                guard e.node == n, case .documents(_, _, .push, let items) = e.event else { return nil }
+                return items
+            }.flatMap { $0 }.map(\.id)
+            #expect(Set(pushed) == Set((0..<50).map { "\(n == 0 ? "a" : "b")-\($0)" }), "node \(n) pushed \(pushed.count)")
+        }
         // Continuous: a later write flows without reconnecting.
         try nodes[1].put("late", "{\"x\":1}")
         net.committed(1)
