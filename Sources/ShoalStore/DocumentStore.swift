@@ -227,7 +227,7 @@ extension DocumentStore {
     /// The document, or its tombstone, or nil if it never existed.
     public func get(_ collection: CollectionName, id: DocumentID) throws(StoreError) -> StoredDocument? {
         try locked { db throws(StoreError) in
-            let s = try db.statement("SELECT body, revision, version, sequence, updated_at, deleted FROM documents WHERE collection_id = ? AND doc_id = ?")
+            let s = try db.statement(.get)
             try s.bind(0, try collectionID(collection))
             try s.bind(1, id.rawValue)
             guard try s.step() else { return nil }

@@ -28,6 +28,8 @@ final class SQLiteConnection {
     func close() {
         for (_, s) in statements { sqlite3_finalize(s) }
         statements.removeAll()
+        for case let s? in hot { sqlite3_finalize(s) }
+        hot = Array(repeating: nil, count: HotStatement.allCases.count)
         if let handle { sqlite3_close_v2(handle) }
         handle = nil
     }
@@ -63,6 +65,23 @@ final class SQLiteConnection {
         try check(sqlite3_prepare_v3(handle, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &s, nil), "sqlite3_prepare_v3(\(sql.prefix(60)))")
         guard let s else { throw .sqlite(call: "sqlite3_prepare_v3", code: SQLITE_MISUSE, message: "empty statement") }
         statements[sql] = s
+        return Statement(raw: s, connection: self)
+    }
+
+    /// The statements run once per document: found by index, not by hashing their SQL text.
+    private var hot: [OpaquePointer?] = Array(repeating: nil, count: HotStatement.allCases.count)
+
+    func statement(_ which: HotStatement) throws(StoreError) -> Statement {
+        if let s = hot[which.rawValue] {
+            sqlite3_reset(s)
+            sqlite3_clear_bindings(s)
+            return Statement(raw: s, connection: self)
+        }
+        guard let handle else { throw .closed }
+        var s: OpaquePointer?
+        try check(sqlite3_prepare_v3(handle, which.sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &s, nil), "sqlite3_prepare_v3(\(which))")
+        guard let s else { throw .sqlite(call: "sqlite3_prepare_v3", code: SQLITE_MISUSE, message: "empty statement") }
+        hot[which.rawValue] = s
         return Statement(raw: s, connection: self)
     }
 
@@ -129,4 +148,21 @@ struct Statement {
 /// The SQLite library this binary is linked against.
 public enum SQLiteLibrary {
     public static var version: String { String(cString: sqlite3_libversion()) }
+}
+
+/// The per-document statements (see `SQLiteConnection.statement(_: HotStatement)`).
+enum HotStatement: Int, CaseIterable {
+    case upsert, insertIfAbsent, version, get
+
+    var sql: String {
+        switch self {
+        case .upsert: DocumentStore.upsertSQL
+        case .insertIfAbsent: """
+            INSERT INTO documents(collection_id, doc_id, body, deleted, revision, version, sequence, updated_at)
+            VALUES (?1, ?2, ?3, ?4, 1, ?5, ?6, ?7) ON CONFLICT(collection_id, doc_id) DO NOTHING RETURNING revision
+            """
+        case .version: "SELECT version, deleted FROM documents WHERE collection_id = ? AND doc_id = ?"
+        case .get: "SELECT body, revision, version, sequence, updated_at, deleted FROM documents WHERE collection_id = ? AND doc_id = ?"
+        }
+    }
 }

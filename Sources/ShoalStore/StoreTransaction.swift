@@ -19,7 +19,7 @@ public final class StoreTransaction {
     }
 
     public func get(_ collection: CollectionName, id: String) throws(StoreError) -> StoredDocument? {
-        let s = try db.statement("SELECT body, revision, version, sequence, updated_at, deleted FROM documents WHERE collection_id = ? AND doc_id = ?")
+        let s = try db.statement(.get)
         try s.bind(0, try store.collectionIDForTransaction(collection))
         try s.bind(1, id)
         guard try s.step() else { return nil }
@@ -32,7 +32,7 @@ public final class StoreTransaction {
     /// Only the version of a document (and whether it is a tombstone): cheaper than `get` when
     /// the body is not needed, as when comparing announced versions.
     public func version(_ collection: CollectionName, id: String) throws(StoreError) -> (version: [UInt8], deleted: Bool)? {
-        let s = try db.statement("SELECT version, deleted FROM documents WHERE collection_id = ? AND doc_id = ?")
+        let s = try db.statement(.version)
         try s.bind(0, try store.collectionIDForTransaction(collection))
         try s.bind(1, id)
         guard try s.step() else { return nil }
@@ -48,7 +48,7 @@ public final class StoreTransaction {
         if let body = w.body, !bodyValidated { try store.validateBody(body) }
         let cid = try store.collectionIDForTransaction(w.collection)
         sequence += 1
-        let s = try db.statement(DocumentStore.upsertSQL)
+        let s = try db.statement(.upsert)
         try s.bind(0, cid)
         try s.bind(1, w.id.rawValue)
         try s.bind(2, w.body)
@@ -67,10 +67,7 @@ public final class StoreTransaction {
     public func insertIfAbsent(_ w: DocumentWrite, bodyValidated: Bool = false) throws(StoreError) -> Change? {
         if let body = w.body, !bodyValidated { try store.validateBody(body) }
         let cid = try store.collectionIDForTransaction(w.collection)
-        let s = try db.statement("""
-            INSERT INTO documents(collection_id, doc_id, body, deleted, revision, version, sequence, updated_at)
-            VALUES (?1, ?2, ?3, ?4, 1, ?5, ?6, ?7) ON CONFLICT(collection_id, doc_id) DO NOTHING RETURNING revision
-            """)
+        let s = try db.statement(.insertIfAbsent)
         try s.bind(0, cid)
         try s.bind(1, w.id.rawValue)
         try s.bind(2, w.body)
