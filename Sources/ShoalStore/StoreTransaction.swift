@@ -45,29 +45,24 @@ public final class StoreTransaction {
     /// `bodyValidated`: the caller already ran `validateBody` on this body (skip doing it twice).
     @discardableResult
     public func write(_ w: DocumentWrite, bodyValidated: Bool = false) throws(StoreError) -> Change {
-        if let body = w.body, !bodyValidated { try store.validateBody(body) }
-        let cid = try store.collectionIDForTransaction(w.collection)
-        sequence += 1
-        let s = try db.statement(.upsert)
-        try s.bind(0, cid)
-        try s.bind(1, w.id.rawValue)
-        try s.bind(2, w.body)
-        try s.bind(3, w.body == nil ? 1 : 0)
-        try s.bind(4, blob: w.version)
-        try s.bind(5, sequence)
-        try s.bind(6, now)
-        guard try s.step() else { throw .sqlite(call: "upsert document", code: SQLITE_ERROR, message: "no revision returned") }
-        let revision = s.int64(0)
-        try s.run()
-        return Change(sequence: sequence, collection: w.collection, id: w.id.rawValue, deleted: w.body == nil, revision: revision, version: w.version)
+        guard let change = try writeRow(w, with: .upsert, bodyValidated: bodyValidated) else {
+            throw .sqlite(call: "upsert document", code: SQLITE_ERROR, message: "no revision returned")
+        }
+        return change
     }
 
     /// Inserts a document that does not exist yet, in one statement; nil (and nothing written) if
     /// the collection already holds that id. The replicator's fast path for documents it lacks.
     public func insertIfAbsent(_ w: DocumentWrite, bodyValidated: Bool = false) throws(StoreError) -> Change? {
+        try writeRow(w, with: .insertIfAbsent, bodyValidated: bodyValidated)
+    }
+
+    /// Runs a document-writing statement (upsert or insert-if-absent) at the next sequence; nil if
+    /// it wrote nothing (the sequence is then not used).
+    private func writeRow(_ w: DocumentWrite, with statement: HotStatement, bodyValidated: Bool) throws(StoreError) -> Change? {
         if let body = w.body, !bodyValidated { try store.validateBody(body) }
         let cid = try store.collectionIDForTransaction(w.collection)
-        let s = try db.statement(.insertIfAbsent)
+        let s = try db.statement(statement)
         try s.bind(0, cid)
         try s.bind(1, w.id.rawValue)
         try s.bind(2, w.body)
