@@ -19,7 +19,7 @@ public final class BlockingThread: @unchecked Sendable {
         self.name = name
         self.maxQueued = maxQueued
         // The thread keeps this object alive until shutdown() lets its loop end.
-        let started = DetachedThread.start { [self] in loop() }
+        let started = DetachedThread.start(name: name) { [self] in loop() }
         precondition(started, "cannot start the \(name) thread")
     }
 

@@ -24,7 +24,7 @@ struct ControlService: Service {
         let failure = Mutex<String?>(nil)
         let active = Atomic<Int>(0)
         let gw = gateway
-        let started = DetachedThread.start {
+        let started = DetachedThread.start(name: "control-accept") {
             defer { ended.open() }
             var consecutiveErrors = 0
             while !context.isShuttingDown {
@@ -37,7 +37,7 @@ struct ControlService: Service {
                         ControlService.refuse(socket, "too many control connections (\(ControlService.maxConnections)); try again")
                         continue
                     }
-                    let ok = DetachedThread.start {
+                    let ok = DetachedThread.start(name: "control-conn") {
                         defer { active.subtract(1, ordering: .relaxed) }
                         ControlConnection(socket: socket, gateway: gw, context: context).serve()
                     }

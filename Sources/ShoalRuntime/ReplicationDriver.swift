@@ -59,10 +59,10 @@ final class ReplicationDriver: @unchecked Sendable {
             let l = try TCPListener(ipv4: listen.host, port: listen.port)
             listener = l
             log.info(.mesh, "replication listening on \(listen.host):\(l.port)")
-            spawn { self.acceptLoop(l) }
+            spawn("repl-accept") { self.acceptLoop(l) }
         }
-        spawn { self.nodeLoop() }
-        for p in peers { spawn { self.dialLoop(p) } }
+        spawn("repl-node") { self.nodeLoop() }
+        for p in peers { spawn("repl-dial") { self.dialLoop(p) } }
     }
 
     /// The port the listener got (useful with port 0).
@@ -77,9 +77,9 @@ final class ReplicationDriver: @unchecked Sendable {
         while threadsRunning.load(ordering: .relaxed) > 0 && ReplicationDriver.nowMillis() < deadline { usleep(10_000) }
     }
 
-    private func spawn(_ body: @escaping @Sendable () -> Void) {
+    private func spawn(_ name: String, _ body: @escaping @Sendable () -> Void) {
         threadsRunning.add(1, ordering: .relaxed)
-        let ok = DetachedThread.start {
+        let ok = DetachedThread.start(name: name) {
             body()
             self.threadsRunning.subtract(1, ordering: .relaxed)
         }
@@ -191,7 +191,7 @@ final class ReplicationDriver: @unchecked Sendable {
     private func acceptLoop(_ listener: TCPListener) {
         while !isStopping {
             guard let stream = try? listener.accept(timeoutMillis: 250) else { continue }
-            spawn {
+            spawn("repl-link") {
                 do {
                     let session = try TLSSession.accept(over: stream, context: self.serverTLS)
                     self.run(LinkIO(id: self.nextLink.add(1, ordering: .relaxed).oldValue, session: session, stream: stream))
