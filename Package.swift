@@ -33,6 +33,11 @@ let package = Package(
 
         // Replication: the sans-IO protocol state machine over the store and the wire codec.
         .target(name: "ShoalReplication", dependencies: ["ShoalCore", "ShoalWire", "ShoalStore"]),
+        // Sans-IO mesh manager (pure: no C library).
+        .target(name: "ShoalMesh", dependencies: ["ShoalCore", "ShoalConfig"]),
+        // The seeded radio medium in virtual time, with real stores, replicators and mesh managers
+        // inside (tests, `shoal sim`, `shoal demo`).
+        .target(name: "ShoalSim", dependencies: ["ShoalCore", "ShoalMesh", "ShoalReplication", "ShoalStore", "ShoalWire"]),
 
         // Composition root.
         .target(name: "ShoalRuntime", dependencies: [
@@ -41,12 +46,13 @@ let package = Package(
         ]),
         .target(name: "ShoalTesting", dependencies: ["ShoalCore", "ShoalSupervision"]),
 
-        .executableTarget(name: "shoal", dependencies: ["ShoalRuntime", "ShoalStatus", "ShoalStore", "ShoalConfig", "ShoalYAML", "ShoalTLS", "ShoalLinux", "ShoalWire", "ShoalCore"]),
+        .executableTarget(name: "shoal", dependencies: ["ShoalRuntime", "ShoalSim", "ShoalMesh", "ShoalStatus", "ShoalStore", "ShoalConfig", "ShoalYAML", "ShoalTLS", "ShoalLinux", "ShoalWire", "ShoalCore"]),
 
         .testTarget(name: "ShoalCoreTests", dependencies: ["ShoalCore", "ShoalWire", "ShoalTesting"]),
         .testTarget(name: "ShoalSupervisionTests", dependencies: ["ShoalSupervision", "ShoalTesting"]),
         .testTarget(name: "ShoalStoreTests", dependencies: ["ShoalStore", "ShoalTesting"]),
         .testTarget(name: "ShoalConfigTests", dependencies: ["ShoalConfig", "ShoalYAML", "ShoalRuntime", "ShoalTLS"]),
+        .testTarget(name: "ShoalMeshTests", dependencies: ["ShoalMesh", "ShoalSim", "ShoalCore", "ShoalConfig"]),
         .testTarget(name: "ShoalReplicationTests", dependencies: ["ShoalReplication", "ShoalStore", "ShoalWire", "ShoalTesting", "ShoalCore"]),
         .testTarget(name: "ShoalTLSTests", dependencies: ["ShoalTLS", "ShoalLinux", "ShoalTesting", "ShoalCore"]),
         .testTarget(name: "ShoalCLITests", dependencies: ["shoal", "ShoalStore", "ShoalTesting"]),

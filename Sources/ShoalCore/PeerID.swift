@@ -3,12 +3,19 @@
 /// first 8) is for the LED console line and other tight places, never for deciding trust.
 public struct PeerID: Sendable, Hashable, Comparable, CustomStringConvertible {
     public let bytes: [UInt8]
+    /// The first 8 bytes, big-endian: orders and hashes ids without walking the array (the mesh
+    /// compares ids constantly). A digest's bytes are uniform, so it hashes as well as all 32.
+    let prefix: UInt64
 
     /// The 32 digest bytes. (ShoalTLS makes them from a certificate.)
     public init(bytes: [UInt8]) {
         precondition(bytes.count == 32, "a peer id is 32 bytes")
         self.bytes = bytes
+        prefix = bytes.prefix(8).reduce(0) { $0 << 8 | UInt64($1) }
     }
+
+    public static func == (a: PeerID, b: PeerID) -> Bool { a.prefix == b.prefix && a.bytes == b.bytes }
+    public func hash(into h: inout Hasher) { h.combine(prefix) }
 
     /// Parses the 64-hex-digit form (either case).
     public init?(hex: String) {
@@ -22,7 +29,7 @@ public struct PeerID: Sendable, Hashable, Comparable, CustomStringConvertible {
             out.append(hi << 4 | lo)
             i += 2
         }
-        bytes = out
+        self.init(bytes: out)
     }
 
     static func nibble(_ c: UInt8) -> UInt8? {
@@ -44,5 +51,7 @@ public struct PeerID: Sendable, Hashable, Comparable, CustomStringConvertible {
         return String(decoding: out, as: UTF8.self)
     }
     public var short: String { String(description.prefix(8)) }
-    public static func < (a: PeerID, b: PeerID) -> Bool { a.bytes.lexicographicallyPrecedes(b.bytes) }
+    public static func < (a: PeerID, b: PeerID) -> Bool {
+        a.prefix != b.prefix ? a.prefix < b.prefix : a.bytes.lexicographicallyPrecedes(b.bytes)
+    }
 }

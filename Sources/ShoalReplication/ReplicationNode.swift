@@ -246,6 +246,8 @@ public final class ReplicationNode {
                 actions.append(.event(.documents(link: l.id, peer: peerID, direction: .push, items: items)))
             }
             return actions + (try pump(l, name, stream))
+        case .topology(let origin, let sequence, let neighbours):
+            return [.event(.topology(link: l.id, peer: peerID, origin: origin, sequence: sequence, neighbours: neighbours))]
         case .error:
             return []
         }

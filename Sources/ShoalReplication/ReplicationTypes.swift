@@ -98,6 +98,8 @@ public enum ReplicationEvent: Sendable {
     /// A peer's clock runs ahead of ours by more than the bound; its timestamps do not move our clock.
     case clockSkew(link: LinkID, peer: PeerID, aheadMillis: UInt64)
     case conflict(link: LinkID, peer: PeerID, record: ConflictRecord)
+    /// Mesh gossip arrived on a link (see `ReplicationMessage.topology`); the mesh manager takes it.
+    case topology(link: LinkID, peer: PeerID, origin: PeerID, sequence: UInt64, neighbours: [PeerID])
     /// The link was closed because of this error (nil: closed by the driver).
     case linkClosed(link: LinkID, peer: PeerID?, error: ReplicationError?)
 }

@@ -176,6 +176,8 @@ final class ReplicationDriver: @unchecked Sendable {
         case .conflict(_, let peer, let record):
             gateway.counters.withLock { $0.conflicts += 1 }
             log.info(.replication, "conflict on \(record.collection)/\(record.id) with \(peer.short): \(record.resolver) chose \(record.outcome)")
+        case .topology:
+            break  // static peers: no mesh manager to tell yet
         case .linkClosed(let link, let peer, let error):
             gateway.counters.withLock { _ = $0.peers.removeValue(forKey: String(link)) }
             if let error {

@@ -61,8 +61,11 @@ public enum ReplicationMessage: Sendable, Equatable {
     case acknowledge(collection: String, batch: UInt64, upTo: UInt64)
     /// Sent before closing a link, with why.
     case error(code: UInt16, message: String)
+    /// Mesh gossip, flooded hop by hop: `origin`'s links now go to `neighbours`. A higher
+    /// `sequence` from the same origin replaces a lower one.
+    case topology(origin: PeerID, sequence: UInt64, neighbours: [PeerID])
 
-    enum Tag: UInt8 { case hello = 1, subscribe, announce, request, documents, acknowledge, error }
+    enum Tag: UInt8 { case hello = 1, subscribe, announce, request, documents, acknowledge, error, topology }
 
     public var kind: String {
         switch self {
@@ -73,6 +76,7 @@ public enum ReplicationMessage: Sendable, Equatable {
         case .documents: "documents"
         case .acknowledge: "acknowledge"
         case .error: "error"
+        case .topology: "topology"
         }
     }
 }
@@ -119,6 +123,9 @@ extension ReplicationMessage {
             w.u8(Tag.acknowledge.rawValue); w.string(c); w.u64(batch); w.u64(upTo)
         case .error(let code, let message):
             w.u8(Tag.error.rawValue); w.u16(code); w.string(String(message.utf8.prefix(1000)) ?? "")
+        case .topology(let origin, let sequence, let neighbours):
+            w.u8(Tag.topology.rawValue); w.raw(origin.bytes); w.u64(sequence)
+            w.u16(UInt16(neighbours.count)); for n in neighbours { w.raw(n.bytes) }
         }
         return w.bytes
     }
@@ -182,6 +189,14 @@ extension ReplicationMessage {
             self = .acknowledge(collection: try r.string(), batch: try r.u64(), upTo: try r.u64())
         case .error:
             self = .error(code: try r.u16(), message: try r.string())
+        case .topology:
+            let origin = PeerID(bytes: try r.raw(32))
+            let sequence = try r.u64()
+            let n = Int(try r.u16())
+            guard n <= 64 else { throw .badValue("\(n) neighbours (at most 64)") }
+            var neighbours: [PeerID] = []
+            for _ in 0..<n { neighbours.append(PeerID(bytes: try r.raw(32))) }
+            self = .topology(origin: origin, sequence: sequence, neighbours: neighbours)
         }
         guard r.remaining == 0 else { throw .trailingBytes(r.remaining) }
     }

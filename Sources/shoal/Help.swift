@@ -14,7 +14,8 @@ enum Help {
           log        Log levels of a running gateway: level DOMAIN LEVEL | levels
           identity   The gateway's TLS identity: create | show | delete
           board      Board files: list | show NAME | check FILE
-          bench      Benchmarks that print figures: store, tls
+          bench      Benchmarks that print figures: store, tls, replication
+          sim        Simulate a mesh of gateways (virtual time, real stores): plan a site
           version    Versions of shoal and of the C libraries it uses
           help       This text, or `shoal help COMMAND`
 
@@ -100,6 +101,25 @@ enum Help {
             list: every board shoal knows (built-in and in --board-dir). show: a board after its
             `extends:` chain is merged. check: validates a board file (and a site file); errors
             name file:line: key. Exit 3 if invalid.
+            """,
+        "sim": """
+            Usage: shoal sim [--nodes N] [--topology full|line|grid|random] [--kind wifi|ble]
+                             [--seconds S] [--seed X] [--seeds K] [--loss P] [--partitions] [--crashes]
+                             [--skew MS] [--writes N] [--body BYTES] [--max-connections N] [--dot] [--dir DIR]
+
+            Runs N gateways (default 10) in one process on a simulated radio in virtual time: real
+            SQLite stores (in DIR, default /dev/shm), the real replicator and the real mesh manager.
+            The topology says who hears whom (full: everyone; line: neighbours; grid: 4 neighbours;
+            random: nearby points). The mesh forms; one write from node 0 is timed until every node
+            holds it; then --writes documents (some edits and deletes) are written on random nodes.
+            With --partitions, --crashes or --skew, faults come and go for the first half of
+            --seconds (default 300) and the second half shows the healing. Prints when the mesh
+            formed, the probe's time against the sum of per-hop latencies, convergence time, bytes
+            sent against the ideal (one body per node), links per node, and whether every invariant
+            held (connected mesh, budget, one link per pair, convergence, no lost write). --seeds K
+            runs K seeds from --seed and prints a summary; a failing seed prints the command that
+            replays it exactly. Exit status 1 when an invariant failed. --dot prints the final
+            topology as Graphviz.
             """,
         "bench": """
             Usage: shoal bench store [--docs N] [--batch N] [--rounds N] [--durability full|normal] [--dir DIR]

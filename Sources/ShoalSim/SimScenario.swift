@@ -1,0 +1,158 @@
+import Glibc
+import ShoalCore
+import ShoalMesh
+
+/// A standard run: let the mesh form, (optionally) time one write across it, write a workload
+/// while faults come and go, stop the faults, and check every invariant once things settle.
+/// `shoal sim` and the property tests both use it.
+public struct SimScenario: Sendable {
+    public var config = SimConfig()
+    /// Virtual seconds the whole run may take.
+    public var seconds: UInt64 = 120
+    public var writes = 20
+    public var bodyBytes = 1024
+    /// Time one write from node 0 until every node holds it (no faults only).
+    public var probeLatency = false
+    public init() {}
+}
+
+public struct SimReport: Sendable {
+    public var seed: UInt64
+    public var nodes: Int
+    /// When the link graph first joined everything the radio graph joins.
+    public var formedAtMillis: UInt64?
+    /// The probe write: until every node held it, and the sum of per-hop link latencies on the
+    /// longest path it took through the link graph.
+    public var probeMillis: UInt64?
+    public var probePathLatencyMillis: UInt64?
+    public var probeHops: Int?
+    /// From the end of faults and writes until every node held the same documents.
+    public var convergedAfterMillis: UInt64?
+    public var bytesDuringWrites: UInt64 = 0
+    public var idealBytes: UInt64 = 0
+    public var linksPerNode: [Int] = []
+    public var crashes = 0
+    public var partitions = 0
+    public var maxFramesInFlight = 0
+    public var virtualMillis: UInt64 = 0
+    public var wallSeconds: Double = 0
+    /// Invariants that did not hold, in words (empty: all held).
+    public var failures: [String] = []
+    public var dot = ""
+
+    public var bytesRatio: Double { idealBytes == 0 ? 0 : Double(bytesDuringWrites) / Double(idealBytes) }
+    public var speed: Double { wallSeconds == 0 ? 0 : Double(virtualMillis) / 1000 / wallSeconds }
+}
+
+extension SimScenario {
+    public func run() throws -> SimReport {
+        let started = ContinuousClock.now
+        let sim = try Simulation(config)
+        defer { sim.cleanUp() }
+        var report = SimReport(seed: config.seed, nodes: config.nodes)
+        var rng = SeededRandom(seed: config.seed ^ 0x5EED)
+        let limit = seconds * 1000
+        let faults = config.partitions || config.crashes || config.maxSkewMillis > 0
+
+        // 1. The mesh forms.
+        report.formedAtMillis = sim.run(until: min(limit, 120_000)) { !sim.meshConnected || sim.upNodes.count < config.nodes }
+
+        // 2. One write, timed hop by hop.
+        if probeLatency && !faults {
+            try sim.write(on: 0, id: "probe", body: SimScenario.body(0, bytes: bodyBytes))
+            let t0 = sim.now
+            if let at = sim.run(until: min(limit, t0 + 60_000), every: 1, while: { !sim.allHold("probe") }) {
+                report.probeMillis = at - t0
+                let hops = sim.linkHops(from: 0).compactMap { $0 }.max() ?? 0
+                report.probeHops = hops
+                report.probePathLatencyMillis = UInt64(hops) * config.kind.latencyMillis
+            }
+        }
+
+        // 3. The workload, while faults come and go (until faultsUntil).
+        let bytesBefore = sim.bytesSent
+        let writesEnd = faults ? max(sim.now + 1000, config.faultsUntilMillis) : sim.now + 1000
+        var ids: [String] = []
+        for k in 0..<writes {
+            let at = sim.now + (writesEnd - sim.now) / UInt64(max(1, writes - k))
+            sim.run(until: at)
+            let up = sim.upNodes
+            guard !up.isEmpty else { continue }
+            let node = up[Int.random(in: 0..<up.count, using: &rng)]
+            // Mostly new documents; some edits and deletes of existing ones (concurrent when the
+            // mesh is cut), so conflicts get resolved too.
+            let roll = Int.random(in: 0..<10, using: &rng)
+            if roll < 2, let id = ids.randomElement(using: &rng) {
+                try sim.write(on: node, id: id, body: SimScenario.body(k, bytes: bodyBytes))
+                report.idealBytes += UInt64(bodyBytes) * UInt64(config.nodes - 1)
+            } else if roll == 2, let id = ids.randomElement(using: &rng) {
+                try sim.delete(on: node, id: id)
+            } else {
+                let id = "doc-\(k)"
+                ids.append(id)
+                try sim.write(on: node, id: id, body: SimScenario.body(k, bytes: bodyBytes))
+                report.idealBytes += UInt64(bodyBytes) * UInt64(config.nodes - 1)
+            }
+        }
+        sim.run(until: max(sim.now, config.faultsUntilMillis))
+        let quietFrom = sim.now
+
+        // 4. Faults over: everything converges.
+        if let at = sim.run(until: limit, while: { sim.upNodes.count < config.nodes || !sim.countsMatch || !sim.converged || !sim.meshConnected }) {
+            report.convergedAfterMillis = at - quietFrom
+        }
+        report.bytesDuringWrites = sim.bytesSent - bytesBefore
+        if getenv("SHOAL_SIM_BYTES") != nil { print(sim.bytesByType.sorted { $0.key < $1.key }) }
+        report.linksPerNode = (0..<config.nodes).map { sim.linkCount($0) }
+        report.crashes = sim.crashCount
+        report.partitions = sim.partitionCount
+        report.maxFramesInFlight = sim.maxFramesInFlight
+        report.virtualMillis = sim.now
+
+        // 5. Invariants.
+        if report.formedAtMillis == nil { report.failures.append("the mesh never joined what the radio graph joins") }
+        if report.convergedAfterMillis == nil { report.failures.append("no convergence within \(seconds) s") }
+        if sim.upNodes.count < config.nodes { report.failures.append("nodes still down at the end") }
+        if !sim.meshConnected { report.failures.append("the link graph is not connected where the radio graph is") }
+        if !sim.converged { report.failures.append("nodes hold different documents") }
+        let lost = sim.lostWrites()
+        if !lost.isEmpty { report.failures.append("acknowledged writes lost: \(lost.prefix(3).joined(separator: "; "))") }
+        if let v = sim.budgetViolations.first { report.failures.append("over the connection budget: \(v)") }
+        if let d = sim.duplicateLinks.first { report.failures.append("two links for one pair: \(d)") }
+        report.dot = sim.dot()
+        report.wallSeconds = (ContinuousClock.now - started).secondsDouble
+        return report
+    }
+
+    /// A JSON body of about `bytes` bytes.
+    public static func body(_ k: Int, bytes: Int) -> String {
+        let head = #"{"n":\#(k),"pad":""#
+        let pad = max(0, bytes - head.utf8.count - 2)
+        return head + String(repeating: "x", count: pad) + #""}"#
+    }
+}
+
+extension Simulation {
+    func allHold(_ id: String) -> Bool {
+        guard let docID = try? DocumentID(id) else { return false }
+        return upNodes.allSatisfy { i in (try? nodes[i].store?.get(collection, id: docID)) != nil }
+    }
+
+    /// Hops from `from` to every node through open links (nil: unreachable).
+    public func linkHops(from: Int) -> [Int?] {
+        var adjacency: [Int: [Int]] = [:]
+        for (a, b) in links { adjacency[a, default: []].append(b); adjacency[b, default: []].append(a) }
+        var d = [Int?](repeating: nil, count: nodes.count)
+        d[from] = 0
+        var queue = [from], head = 0
+        while head < queue.count {
+            let x = queue[head]; head += 1
+            for y in adjacency[x] ?? [] where d[y] == nil { d[y] = d[x]! + 1; queue.append(y) }
+        }
+        return d
+    }
+}
+
+extension Duration {
+    var secondsDouble: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
+}

@@ -1,0 +1,108 @@
+import Glibc
+import ShoalCore
+import ShoalMesh
+import ShoalSim
+
+extension CLI {
+    /// `shoal sim`: runs the mesh in the simulator and prints the figures a site planner wants.
+    static func sim(_ args: [String]) throws -> Int32 {
+        let a = try Arguments.parse(args, command: "sim",
+                                    valueOptions: ["--nodes", "--topology", "--seconds", "--seed", "--seeds", "--loss", "--kind",
+                                                   "--writes", "--body", "--max-connections", "--dir", "--skew"],
+                                    flagOptions: ["--partitions", "--crashes", "--dot", "--quiet"])
+        if helpIfAsked(a, "sim") { return ExitCode.ok }
+        try a.expectPositionals(0...0, command: "sim", usage: "sim [--nodes N] [--topology T] ...")
+        var s = SimScenario()
+        s.config.nodes = try a.int("--nodes", command: "sim", default: 10, range: 2...500)
+        guard let topology = SimTopology(rawValue: a.values["--topology"] ?? "full") else {
+            throw UsageError(command: "sim", message: "--topology is one of \(SimTopology.allCases.map(\.rawValue).joined(separator: ", "))")
+        }
+        s.config.topology = topology
+        switch a.values["--kind"] ?? "wifi" {
+        case "wifi": s.config.kind = .wifi
+        case "ble": s.config.kind = .ble
+        default: throw UsageError(command: "sim", message: "--kind is wifi or ble")
+        }
+        s.seconds = UInt64(try a.int("--seconds", command: "sim", default: 300, range: 10...864_000))
+        let firstSeed = UInt64(try a.int("--seed", command: "sim", default: 1, range: 0...Int.max))
+        let seeds = try a.int("--seeds", command: "sim", default: 1, range: 1...1_000_000)
+        if let text = a.values["--loss"] {
+            guard let p = Double(text), p >= 0, p < 1 else { throw UsageError(command: "sim", message: "--loss is a probability in [0, 1)") }
+            s.config.loss = p
+        }
+        s.writes = try a.int("--writes", command: "sim", default: 20, range: 0...100_000)
+        s.bodyBytes = try a.int("--body", command: "sim", default: 1024, range: 16...1_000_000)
+        s.config.mesh.maxConnectionCount = try a.int("--max-connections", command: "sim", default: 3, range: 1...16)
+        s.config.maxSkewMillis = UInt64(try a.int("--skew", command: "sim", default: 0, range: 0...3_600_000))
+        s.config.partitions = a.flags.contains("--partitions")
+        s.config.crashes = a.flags.contains("--crashes")
+        let faults = s.config.partitions || s.config.crashes || s.config.maxSkewMillis > 0
+        // Faults come and go for the first half of the run; the second half shows the healing.
+        s.config.faultsUntilMillis = faults ? s.seconds * 1000 / 2 : 0
+        s.config.transportsFromKind()
+        s.probeLatency = !faults
+        var st = stat()
+        s.config.directory = a.values["--dir"] ?? (stat("/dev/shm", &st) == 0 ? "/dev/shm" : "/tmp")
+        let quiet = a.flags.contains("--quiet") || seeds > 1
+
+        out("simulation: \(s.config.nodes) nodes, \(topology.rawValue) topology, \(s.config.kind.transport.rawValue)-like links "
+            + "(\(s.config.kind.latencyMillis) ms, \(s.config.kind.bytesPerSecond / 1000) kB/s), loss \(s.config.loss), "
+            + "maxConnectionCount \(s.config.mesh.maxConnectionCount), \(s.writes) writes of \(s.bodyBytes) bytes, "
+            + (faults ? "faults (\([s.config.partitions ? "partitions" : nil, s.config.crashes ? "crashes" : nil, s.config.maxSkewMillis > 0 ? "clock skew" : nil].compactMap { $0 }.joined(separator: ", "))) for \(s.seconds / 2) s, " : "no faults, ")
+            + "up to \(s.seconds) s virtual, seed\(seeds > 1 ? "s \(firstSeed)…\(firstSeed + UInt64(seeds) - 1)" : " \(firstSeed)")")
+        var failed = 0
+        var reports: [SimReport] = []
+        for k in 0..<seeds {
+            s.config.seed = firstSeed + UInt64(k)
+            let r = try s.run()
+            reports.append(r)
+            if !r.failures.isEmpty {
+                failed += 1
+                out("seed \(r.seed): FAILED — \(r.failures.joined(separator: "; "))  (replay: shoal sim \(replayArguments(a, seed: r.seed)))")
+            } else if seeds > 1 && !a.flags.contains("--quiet") && (k + 1) % 50 == 0 {
+                out("  \(k + 1) seeds run, \(failed) failed")
+            }
+            if !quiet { printReport(r, s) }
+            if a.flags.contains("--dot") && seeds == 1 { out(r.dot, newline: false) }
+        }
+        if seeds > 1 { printSummary(reports, failed: failed) }
+        return failed == 0 ? ExitCode.ok : ExitCode.failure
+    }
+
+    static func replayArguments(_ a: Arguments, seed: UInt64) -> String {
+        var parts: [String] = []
+        for (k, v) in a.values.sorted(by: { $0.key < $1.key }) where k != "--seed" && k != "--seeds" { parts.append("\(k) \(v)") }
+        for f in a.flags.sorted() where f != "--quiet" { parts.append(f) }
+        return (parts + ["--seed \(seed)"]).joined(separator: " ")
+    }
+
+    static func ms(_ v: UInt64?) -> String { v.map { "\($0) ms" } ?? "never" }
+
+    static func printReport(_ r: SimReport, _ s: SimScenario) {
+        let links = r.linksPerNode
+        out("  mesh formed               \(ms(r.formedAtMillis)) (virtual)")
+        if let p = r.probeMillis, let path = r.probePathLatencyMillis {
+            out("  one write reached all     \(p) ms over \(r.probeHops ?? 0) hops; per-hop latencies sum to \(path) ms (ratio \(fmt2(Double(p) / Double(max(path, 1)))), goal <= 2)")
+        }
+        out("  converged                 \(ms(r.convergedAfterMillis)) after the last write\(s.config.faultsUntilMillis > 0 ? " and the end of faults" : "")")
+        out("  bytes sent                \(r.bytesDuringWrites) during the writes; ideal (one body per node) \(r.idealBytes): ratio \(fmt2(r.bytesRatio))\(s.config.faultsUntilMillis > 0 ? " (includes re-syncs after faults)" : " (goal <= 1.2)")")
+        out("  links per node            min \(links.min() ?? 0), max \(links.max() ?? 0), mean \(fmt2(Double(links.reduce(0, +)) / Double(max(1, links.count)))); total \(links.reduce(0, +) / 2)")
+        if r.crashes + r.partitions > 0 { out("  faults                    \(r.crashes) crashes, \(r.partitions) partitions") }
+        out("  most frames in flight     \(r.maxFramesInFlight) on one link direction")
+        out("  speed                     \(fmt2(Double(r.virtualMillis) / 1000)) virtual s in \(fmt2(r.wallSeconds)) s: \(fmt(r.speed)) virtual s per wall s")
+        out("  invariants                \(r.failures.isEmpty ? "all held (connected mesh, budget, one link per pair, convergence, no lost write)" : "FAILED: " + r.failures.joined(separator: "; "))")
+    }
+
+    static func printSummary(_ reports: [SimReport], failed: Int) {
+        func median(_ xs: [Double]) -> Double { let s = xs.sorted(); return s.isEmpty ? 0 : s[s.count / 2] }
+        let conv = reports.compactMap(\.convergedAfterMillis).map(Double.init)
+        out("  seeds                     \(reports.count) run, \(failed) failed")
+        out("  converged (median, max)   \(fmt(median(conv))) ms, \(fmt(conv.max() ?? 0)) ms")
+        out("  bytes ratio (median)      \(fmt2(median(reports.map(\.bytesRatio))))")
+        out("  speed (median)            \(fmt(median(reports.map(\.speed)))) virtual s per wall s")
+    }
+}
+
+extension SimConfig {
+    mutating func transportsFromKind() { mesh.transports = [kind.transport] }
+}
