@@ -52,7 +52,7 @@ let package = Package(
         .testTarget(name: "ShoalSupervisionTests", dependencies: ["ShoalSupervision", "ShoalTesting"]),
         .testTarget(name: "ShoalStoreTests", dependencies: ["ShoalStore", "ShoalTesting"]),
         .testTarget(name: "ShoalConfigTests", dependencies: ["ShoalConfig", "ShoalYAML", "ShoalRuntime", "ShoalTLS"]),
-        .testTarget(name: "ShoalMeshTests", dependencies: ["ShoalMesh", "ShoalSim", "ShoalCore", "ShoalConfig"]),
+        .testTarget(name: "ShoalMeshTests", dependencies: ["ShoalMesh", "ShoalSim", "ShoalCore", "ShoalConfig", "ShoalRuntime"]),
         .testTarget(name: "ShoalReplicationTests", dependencies: ["ShoalReplication", "ShoalStore", "ShoalWire", "ShoalTesting", "ShoalCore"]),
         .testTarget(name: "ShoalTLSTests", dependencies: ["ShoalTLS", "ShoalLinux", "ShoalTesting", "ShoalCore"]),
         .testTarget(name: "ShoalCLITests", dependencies: ["shoal", "ShoalStore", "ShoalTesting"]),

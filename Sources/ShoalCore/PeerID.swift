@@ -14,6 +14,9 @@ public struct PeerID: Sendable, Hashable, Comparable, CustomStringConvertible {
         prefix = bytes.prefix(8).reduce(0) { $0 << 8 | UInt64($1) }
     }
 
+    /// The first 8 bytes as a number (for deterministic weights and quick comparisons).
+    public var prefix64: UInt64 { prefix }
+
     public static func == (a: PeerID, b: PeerID) -> Bool { a.prefix == b.prefix && a.bytes == b.bytes }
     public func hash(into h: inout Hasher) { h.combine(prefix) }
 

@@ -72,7 +72,8 @@ public final class MeshManager {
     var graph: [PeerID: (sequence: UInt64, neighbours: [PeerID])] = [:]
     var sequence: UInt64
     /// `component()` without a cut, until links or gossip change.
-    var componentCache: Set<PeerID>?
+    var componentCache: Set<PeerID>? { didSet { if componentCache == nil { treeCache = nil } } }
+    var treeCache: Set<PeerID>?
 
     /// `sequenceBase` makes our gossip newer than anything sent before a restart: pass the wall
     /// clock in milliseconds (the simulator passes its virtual time). `fallbackSeed` is used when
@@ -94,6 +95,50 @@ public final class MeshManager {
     public func isAdvertising(_ t: MeshTransport) -> Bool { advertising[t]?.active == true }
     /// Whether the driver should run replication on this connection (false once closed or refused).
     public func keeps(_ id: ConnectionID) -> Bool { connections[id] != nil }
+
+    /// Our connections, by id.
+    public var connectionIDs: [ConnectionID] { connections.keys.sorted() }
+
+    /// Whether this connection lies on the mesh's spanning tree. Every node computes the same tree
+    /// from the same gossip (a minimum spanning tree over links both ends report, weighted by a
+    /// hash of the pair), so live changes pushed along it reach each node once; the other links
+    /// only announce them.
+    public func isTreeLink(_ id: ConnectionID) -> Bool {
+        guard let c = connections[id] else { return false }
+        return treeNeighbours().contains(c.peer)
+    }
+
+    func treeNeighbours() -> Set<PeerID> {
+        if let t = treeCache, componentCache != nil { return t }
+        let members = component()
+        var edges: [(w: UInt64, a: PeerID, b: PeerID)] = []
+        for a in members {
+            let listA = a == me ? neighbours : (graph[a]?.neighbours ?? [])
+            for b in listA where a < b && members.contains(b) {
+                let listB = b == me ? neighbours : (graph[b]?.neighbours ?? [])
+                guard listB.contains(a) else { continue }  // both ends must say so
+                var x = (a.prefix64 ^ b.prefix64) &* 0x9E37_79B9_7F4A_7C15
+                x ^= x >> 29
+                edges.append((x, a, b))
+            }
+        }
+        edges.sort { ($0.w, $0.a, $0.b) < ($1.w, $1.a, $1.b) }
+        var parent: [PeerID: PeerID] = [:]
+        func root(_ p: PeerID) -> PeerID {
+            var r = p
+            while let q = parent[r], q != r { r = q }
+            return r
+        }
+        var mine = Set<PeerID>()
+        for e in edges {
+            let ra = root(e.a), rb = root(e.b)
+            guard ra != rb else { continue }
+            parent[ra] = rb
+            if e.a == me { mine.insert(e.b) } else if e.b == me { mine.insert(e.a) }
+        }
+        treeCache = mine
+        return mine
+    }
 
     /// Every peer reachable through links, from gossip (ourselves excluded).
     public var reachable: Set<PeerID> { var c = component(); c.remove(me); return c }
@@ -526,11 +571,21 @@ public final class MeshManager {
     /// `without`: as if our direct link to that peer were gone.
     func component(without cut: PeerID? = nil) -> Set<PeerID> {
         if cut == nil, let c = componentCache { return c }
+        // Links both ends report (our own list for ours): a crashed node's last list cannot glue
+        // parts together that are no longer linked.
+        var adjacency: [PeerID: [PeerID]] = [:]
+        let mine = Set(neighbours)
+        for (origin, entry) in graph where origin != me {
+            for n in entry.neighbours where n != origin {
+                let mutual = n == me ? mine.contains(origin) : (graph[n]?.neighbours.contains(origin) ?? false)
+                if mutual { adjacency[origin, default: []].append(n) }
+            }
+        }
         var seen: Set<PeerID> = [me]
         var queue = neighbours.filter { $0 != cut }
         seen.formUnion(queue)
         while let p = queue.popLast() {
-            for n in graph[p]?.neighbours ?? [] where !seen.contains(n) {
+            for n in adjacency[p] ?? [] where !seen.contains(n) {
                 if cut != nil && ((p == cut && n == me) || (p == me && n == cut)) { continue }
                 seen.insert(n)
                 queue.append(n)
@@ -539,4 +594,5 @@ public final class MeshManager {
         if cut == nil { componentCache = seen }
         return seen
     }
+
 }

@@ -15,14 +15,21 @@ extension ReplicationNode {
         }
     }
 
+    /// `included`: ids whose bodies came with the announce (a push): taken as requested from this
+    /// link, without a request, whatever other links have in flight. `live`: a push — what it
+    /// lacks without a body waits `lazyWaitMillis` before it is requested.
     func receiveAnnounce(_ l: Link, _ peerID: PeerID, _ name: String, _ batch: UInt64, _ upTo: UInt64,
-                         _ changes: [ReplicationMessage.AnnouncedChange], now: UInt64) throws -> [ReplicationAction] {
+                         _ changes: [ReplicationMessage.AnnouncedChange], now: UInt64, included: Set<String> = [], live: Bool = false) throws -> [ReplicationAction] {
         guard let policy = policies[name], policy.pull else { throw ReplicationError.protocolViolation("announce for \(name), which we do not pull") }
         guard (l.pull[name]?.count ?? 0) < settings.batchWindow * 2 else {
             throw ReplicationError.protocolViolation("more than \(settings.batchWindow * 2) batches announced without waiting for acknowledgements")
         }
         guard changes.count <= max(settings.batchMaxCount, 100_000) else { throw ReplicationError.protocolViolation("announce of \(changes.count) changes") }
         let inbound = InboundBatch(batch: batch, upTo: upTo)
+        if live {
+            inbound.notBefore = now + settings.lazyWaitMillis
+            inbound.live = true
+        }
         let locals = try store.transaction { (tx) throws(StoreError) -> [[UInt8]?] in
             try changes.map { (c) throws(StoreError) in try tx.version(policy.name, id: c.id)?.version }
         }
@@ -43,7 +50,12 @@ extension ReplicationNode {
             }
             inbound.waiting[c.id] = c
             let key = DocKey(collection: name, id: c.id)
-            if let f = inFlight[key], f.link != l.id, now < f.at + settings.requestTimeoutMillis {
+            if included.contains(c.id) {
+                inbound.requested.insert(c.id)
+                inFlight[key] = (l.id, now)
+            } else if live {
+                inbound.deferred.insert(c.id)
+            } else if let f = inFlight[key], f.link != l.id, now < f.at + settings.requestTimeoutMillis {
                 inbound.deferred.insert(c.id)
             } else {
                 inbound.requested.insert(c.id)
@@ -57,10 +69,26 @@ extension ReplicationNode {
             try store.transaction { (tx) throws(StoreError) in for r in records { try tx.logConflict(r) } }
             for r in refused { actions.append(.event(.conflict(link: l.id, peer: peerID, record: r))) }
         }
-        if !inbound.requested.isEmpty {
-            actions.append(.send(l.id, ReplicationMessage.request(collection: name, batch: batch, ids: inbound.requested.sorted()).encoded()))
+        let ask = included.isEmpty ? inbound.requested : inbound.requested.subtracting(included)
+        if !ask.isEmpty {
+            actions.append(.send(l.id, ReplicationMessage.request(collection: name, batch: batch, ids: ask.sorted()).encoded()))
         }
         actions += try completeIfDone(l, peerID, name)
+        return actions
+    }
+
+    /// An announce with bodies: what we lack among the included documents is applied at once
+    /// (one transaction), the rest is requested as after an announce.
+    func receivePush(_ l: Link, _ peerID: PeerID, _ name: String, _ batch: UInt64, _ upTo: UInt64,
+                     _ changes: [ReplicationMessage.AnnouncedChange], _ docs: [CheckedDocument], now: UInt64) throws -> [ReplicationAction] {
+        var byID: [String: CheckedDocument] = [:]
+        for d in docs { byID[d.raw.id] = d }
+        let announced = Set(changes.map(\.id))
+        guard byID.keys.allSatisfy({ announced.contains($0) }) else { throw ReplicationError.protocolViolation("pushed a body it did not announce") }
+        var actions = try receiveAnnounce(l, peerID, name, batch, upTo, changes, now: now, included: Set(byID.keys), live: true)
+        guard links[l.id] != nil, let inbound = l.pull[name]?.first(where: { $0.batch == batch }) else { return actions }
+        let apply = inbound.requested.sorted().compactMap { byID[$0] }
+        if !apply.isEmpty { actions += try receiveDocuments(l, peerID, name, batch, apply, now: now) }
         return actions
     }
 
@@ -111,7 +139,7 @@ extension ReplicationNode {
         }
         actions += try completeIfDone(l, peerID, name)
         // What arrived may be what other links' batches were waiting for.
-        actions += try settleDeferred(collection: name, except: l.id)
+        actions += try settleDeferred(collection: name, except: l.id, arrived: Set(docs.map(\.raw.id)))
         if !items.isEmpty { actions += localChangesCommitted() }
         return actions
     }
@@ -212,15 +240,22 @@ extension ReplicationNode {
         if stored < Int64(last.upTo) {
             try store.setCheckpoint(peer: peerID.description, collection: policy.name, direction: .pull, sequence: Int64(last.upTo))
         }
-        for b in completed {
-            actions.append(.send(l.id, ReplicationMessage.acknowledge(collection: name, batch: b.batch, upTo: b.upTo).encoded()))
+        // One cumulative acknowledgement for all of them. Live batches (pushes) may wait for the
+        // next tick, so a trickle of single changes does not cost one acknowledgement each; the
+        // pusher's window (batchWindow) bounds how many wait.
+        let held = l.heldAcks[name]?.count ?? 0
+        if completed.allSatisfy(\.live), held + completed.count < max(1, settings.batchWindow / 2) {
+            l.heldAcks[name] = (last.batch, last.upTo, held + completed.count)
+        } else {
+            l.heldAcks[name] = nil
+            actions.append(.send(l.id, ReplicationMessage.acknowledge(collection: name, batch: last.batch, upTo: last.upTo).encoded()))
         }
         if l.pull[name]?.isEmpty == true { l.pull[name] = nil }
         return actions
     }
 
     /// Drops deferred documents that are now held (received over another link).
-    func settleDeferred(collection name: String, except: LinkID) throws -> [ReplicationAction] {
+    func settleDeferred(collection name: String, except: LinkID, arrived: Set<String>) throws -> [ReplicationAction] {
         var actions: [ReplicationAction] = []
         guard let policy = policies[name] else { return [] }
         for l in links.values.sorted(by: { $0.id < $1.id }) where l.id != except {
@@ -235,7 +270,7 @@ extension ReplicationNode {
                 if localCovers(local, inbound.waiting[id]?.version ?? []) {
                     inbound.deferred.remove(id)
                     inbound.waiting.removeValue(forKey: id)
-                } else if inFlight[DocKey(collection: name, id: id)] == nil {
+                } else if inFlight[DocKey(collection: name, id: id)] == nil && (arrived.contains(id) || lastNow >= inbound.notBefore) {
                     // What arrived elsewhere was not this version (a concurrent one): ask here now.
                     inbound.deferred.remove(id)
                     inbound.requested.insert(id)
@@ -261,6 +296,7 @@ extension ReplicationNode {
                 for id in inbound.deferred.sorted() {
                     let key = DocKey(collection: name, id: id)
                     if let f = inFlight[key], !force.contains(key), now < f.at + settings.requestTimeoutMillis, links[f.link] != nil { continue }
+                    if inFlight[key] == nil, now < inbound.notBefore { continue }
                     ask.append(id)
                     inFlight[key] = (l.id, now)
                 }

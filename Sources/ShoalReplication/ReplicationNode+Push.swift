@@ -36,11 +36,40 @@ extension ReplicationNode {
         }
         // Echo records this batch passed are done with (a document changed again since has a new sequence).
         if !l.echoes.isEmpty { l.echoes = l.echoes.filter { $0 > last.sequence } }
+        if announced.isEmpty && !changes.isEmpty && changes.count < settings.batchMaxCount {
+            // Only echoes (or filtered changes) and nothing more to read: nothing to tell the peer.
+            // The next batch's upTo covers these sequences; no announce, no acknowledgement.
+            stream.announcedUpTo = UInt64(last.sequence)
+            return []
+        }
         let batch = l.nextBatch
         l.nextBatch += 1
         stream.inFlight.append((batch, UInt64(last.sequence), ids))
         stream.announcedUpTo = UInt64(last.sequence)
+        if settings.eagerBodyBytes > 0, !announced.isEmpty, announced.count <= settings.eagerMaxCount {
+            let bodies = l.eager ? try eagerBodies(policy, announced) : []
+            return [.send(l.id, ReplicationMessage.push(collection: name, batch: batch, upTo: UInt64(last.sequence), changes: announced, documents: bodies).encoded())]
+        }
         return [.send(l.id, ReplicationMessage.announce(collection: name, batch: batch, upTo: UInt64(last.sequence), changes: announced).encoded())]
+    }
+
+    /// The bodies of small announced documents (and tombstones), as they stand, up to one frame's
+    /// worth (txLogBatchSizeKb).
+    func eagerBodies(_ policy: CollectionPolicy, _ announced: [ReplicationMessage.AnnouncedChange]) throws(StoreError) -> [ReplicationMessage.DocumentBody] {
+        let docs = try store.transaction { (tx) throws(StoreError) -> [StoredDocument?] in
+            try announced.map { (c) throws(StoreError) in try tx.get(policy.name, id: c.id) }
+        }
+        var out: [ReplicationMessage.DocumentBody] = []
+        var total = 0
+        for (c, doc) in zip(announced, docs) {
+            guard let doc, doc.version == c.version else { continue }  // changed since: let it be requested
+            let body = Array((doc.body ?? "").utf8)
+            guard body.count <= settings.eagerBodyBytes, total + body.count <= settings.batchSizeBytes else { continue }
+            total += body.count
+            // The version is the announced one: not sent twice (see ReplicationMessage.push).
+            out.append(.init(id: c.id, deleted: doc.isDeleted, version: [], body: body))
+        }
+        return out
     }
 
     func serveRequest(_ l: Link, _ peerID: PeerID, _ name: String, _ batch: UInt64, _ ids: [String]) throws -> [ReplicationAction] {

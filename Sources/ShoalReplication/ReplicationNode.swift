@@ -44,11 +44,17 @@ public final class ReplicationNode {
         /// Announced batches not yet acknowledged, oldest first, per collection.
         var pull: [String: [InboundBatch]] = [:]
         var skewReported = false
+        /// Live batches completed (checkpoint written) whose acknowledgement waits for the next
+        /// tick, per collection: the newest one, acknowledging all.
+        var heldAcks: [String: (batch: UInt64, upTo: UInt64, count: Int)] = [:]
         /// Local sequences whose change is exactly what this link sent us (not announced back to
         /// it); pruned as its push stream passes them.
         var echoes: Set<Int64> = []
         /// The peer's purge horizon (from its HELLO): it may no longer hold tombstones older than this.
         var remotePurgeHorizon: UInt64 = 0
+        /// Push live changes' bodies on this link (it is on the mesh's spanning tree); otherwise
+        /// announce them only.
+        var eager = true
         init(id: LinkID) { self.id = id }
     }
 
@@ -59,6 +65,7 @@ public final class ReplicationNode {
         var announcedUpTo: UInt64
         /// Batches announced and not yet acknowledged, oldest first (at most `batchWindow`).
         var inFlight: [(batch: UInt64, upTo: UInt64, announced: [String: Bool])] = []
+
         init(since: UInt64) {
             self.since = since
             announcedUpTo = since
@@ -72,6 +79,11 @@ public final class ReplicationNode {
         var waiting: [String: ReplicationMessage.AnnouncedChange] = [:]
         var requested: Set<String> = []
         var deferred: Set<String> = []
+        /// Deferred ids nobody else has in flight are not requested before this time (a live
+        /// announce without bodies: the bodies are probably on their way along the tree).
+        var notBefore: UInt64 = 0
+        /// Came as a push (live changes): its acknowledgement may wait for the next tick.
+        var live = false
         init(batch: UInt64, upTo: UInt64) {
             self.batch = batch
             self.upTo = upTo
@@ -89,6 +101,12 @@ public final class ReplicationNode {
         var p: [String: CollectionPolicy] = [:]
         for c in collections { p[c.name.description] = c }
         policies = p
+    }
+
+    /// Whether live changes' bodies ride with their announces on this link (the mesh manager says:
+    /// yes on its spanning tree's links, no on the others, so each body crosses each tree edge once).
+    public func setEagerPush(_ link: LinkID, _ eager: Bool) {
+        links[link]?.eager = eager
     }
 
     /// Peers with a link that finished HELLO.
@@ -133,8 +151,25 @@ public final class ReplicationNode {
     public static func prepare(_ payload: [UInt8], maxBodyBytes: Int) -> PreparedFrame {
         let message: ReplicationMessage
         do { message = try ReplicationMessage(decoding: payload) } catch { return PreparedFrame(result: .failure(.wire(error)), checked: nil) }
-        guard case .documents(_, _, _, let docs) = message else { return PreparedFrame(result: .success(message), checked: nil) }
-        return PreparedFrame(result: .success(message), checked: docs.map { CheckedDocument(checking: $0, maxBodyBytes: maxBodyBytes) })
+        switch message {
+        case .documents(_, _, _, let docs):
+            return PreparedFrame(result: .success(message), checked: docs.map { CheckedDocument(checking: $0, maxBodyBytes: maxBodyBytes) })
+        case .push(_, _, _, let changes, let docs):
+            return PreparedFrame(result: .success(message), checked: pushedBodies(changes, docs).map { CheckedDocument(checking: $0, maxBodyBytes: maxBodyBytes) })
+        default:
+            return PreparedFrame(result: .success(message), checked: nil)
+        }
+    }
+
+    /// A push's bodies with their versions filled in from the announced changes (sent empty).
+    static func pushedBodies(_ changes: [ReplicationMessage.AnnouncedChange], _ docs: [ReplicationMessage.DocumentBody]) -> [ReplicationMessage.DocumentBody] {
+        var versions: [String: [UInt8]] = [:]
+        for c in changes { versions[c.id] = c.version }
+        return docs.map { d in
+            var d = d
+            if d.version.isEmpty { d.version = versions[d.id] ?? [] }
+            return d
+        }
     }
 
     /// Frames that arrived together on one link, already prepared. Consecutive document frames of
@@ -164,6 +199,10 @@ public final class ReplicationNode {
                     continue
                 }
                 actions += try flush()
+                if case .push(let c, let b, let upTo, let changes, _) = message, let checked = frame.checked, let peerID = l.peer {
+                    actions += try receivePush(l, peerID, c, b, upTo, changes, checked, now: now)
+                    continue
+                }
                 actions += try handle(message, on: l, now: now)
             }
             actions += try flush()
@@ -191,7 +230,14 @@ public final class ReplicationNode {
     /// Time passed: requests deferred to another link whose timeout ran out go to their own link.
     public func tick(now: UInt64) -> [ReplicationAction] {
         lastNow = max(lastNow, now)
-        return retryDeferred(now: now, force: [])
+        var actions: [ReplicationAction] = []
+        for l in links.values.sorted(by: { $0.id < $1.id }) where !l.heldAcks.isEmpty {
+            for (name, held) in l.heldAcks.sorted(by: { $0.key < $1.key }) {
+                actions.append(.send(l.id, ReplicationMessage.acknowledge(collection: name, batch: held.batch, upTo: held.upTo).encoded()))
+            }
+            l.heldAcks = [:]
+        }
+        return actions + retryDeferred(now: now, force: [])
     }
 
     // MARK: - Messages
@@ -234,18 +280,22 @@ public final class ReplicationNode {
             let limit = store.options.maxBodyBytes
             return try receiveDocuments(l, peerID, name, batch, docs.map { CheckedDocument(checking: $0, maxBodyBytes: limit) }, now: now)
         case .acknowledge(let name, let batch, let upTo):
-            guard let stream = l.push[name], let f = stream.inFlight.first, f.batch == batch, f.upTo == upTo else {
-                throw ReplicationError.protocolViolation("acknowledge of batch \(batch) out of order or never sent")
+            // Cumulative: acknowledging a batch acknowledges every older one on this stream.
+            guard let stream = l.push[name], let i = stream.inFlight.firstIndex(where: { $0.batch == batch }), stream.inFlight[i].upTo == upTo else {
+                throw ReplicationError.protocolViolation("acknowledge of batch \(batch), which is not in flight")
             }
+            let done = stream.inFlight[...i]
             stream.since = upTo
-            stream.inFlight.removeFirst()
+            stream.inFlight.removeFirst(i + 1)
             try store.setCheckpoint(peer: peerID.description, collection: policies[name]!.name, direction: .push, sequence: Int64(upTo))
             var actions: [ReplicationAction] = []
-            if !f.announced.isEmpty {
-                let items = f.announced.sorted { $0.key < $1.key }.map { ReplicationEvent.Item(collection: name, id: $0.key, deleted: $0.value, error: nil) }
-                actions.append(.event(.documents(link: l.id, peer: peerID, direction: .push, items: items)))
-            }
+            let items = done.flatMap { f in f.announced.sorted { $0.key < $1.key }.map { ReplicationEvent.Item(collection: name, id: $0.key, deleted: $0.value, error: nil) } }
+            if !items.isEmpty { actions.append(.event(.documents(link: l.id, peer: peerID, direction: .push, items: items))) }
             return actions + (try pump(l, name, stream))
+        case .push(let name, let batch, let upTo, let changes, let docs):
+            let limit = store.options.maxBodyBytes
+            return try receivePush(l, peerID, name, batch, upTo, changes,
+                                   ReplicationNode.pushedBodies(changes, docs).map { CheckedDocument(checking: $0, maxBodyBytes: limit) }, now: now)
         case .topology(let origin, let sequence, let neighbours):
             return [.event(.topology(link: l.id, peer: peerID, origin: origin, sequence: sequence, neighbours: neighbours))]
         case .error:

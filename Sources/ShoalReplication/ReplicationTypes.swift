@@ -15,6 +15,15 @@ public struct ReplicationSettings: Sendable {
     public var requestTimeoutMillis: UInt64 = 5000
     /// Batches a pusher may announce before the first is acknowledged, so sending and applying overlap.
     public var batchWindow = 8
+    /// Live changes (a batch of at most `eagerMaxCount`) carry the bodies of documents up to this
+    /// size in the announce itself, so each hop costs one message instead of three; 0 turns it off.
+    /// Catch-up (large batches) always goes announce → request → documents, so nothing held is
+    /// sent twice in bulk.
+    public var eagerBodyBytes = 4096
+    public var eagerMaxCount = 64
+    /// How long a live change announced without its body waits for the body to arrive pushed on
+    /// another link before it is requested here.
+    public var lazyWaitMillis: UInt64 = 300
     public init() {}
 }
 

@@ -11,6 +11,11 @@ public struct SimScenario: Sendable {
     public var seconds: UInt64 = 120
     public var writes = 20
     public var bodyBytes = 1024
+    /// Writes come in groups of this many at one instant (1: one at a time).
+    public var burst = 1
+    /// Share of writes (in tenths) that edit (2) or delete (1) an existing document.
+    public var editTenths = 2
+    public var deleteTenths = 1
     /// Time one write from node 0 until every node holds it (no faults only).
     public var probeLatency = false
     public init() {}
@@ -73,19 +78,24 @@ extension SimScenario {
         let bytesBefore = sim.bytesSent
         let writesEnd = faults ? max(sim.now + 1000, config.faultsUntilMillis) : sim.now + 1000
         var ids: [String] = []
+        var burstNode = 0
         for k in 0..<writes {
-            let at = sim.now + (writesEnd - sim.now) / UInt64(max(1, writes - k))
-            sim.run(until: at)
+            if k % max(1, burst) == 0 {
+                let at = sim.now + (writesEnd - sim.now) / UInt64(max(1, (writes - k) / max(1, burst)))
+                sim.run(until: at)
+            }
             let up = sim.upNodes
             guard !up.isEmpty else { continue }
-            let node = up[Int.random(in: 0..<up.count, using: &rng)]
+            // A burst is one gateway writing several documents at once.
+            if k % max(1, burst) == 0 || !up.contains(burstNode) { burstNode = up[Int.random(in: 0..<up.count, using: &rng)] }
+            let node = burstNode
             // Mostly new documents; some edits and deletes of existing ones (concurrent when the
             // mesh is cut), so conflicts get resolved too.
             let roll = Int.random(in: 0..<10, using: &rng)
-            if roll < 2, let id = ids.randomElement(using: &rng) {
+            if roll < editTenths, let id = ids.randomElement(using: &rng) {
                 try sim.write(on: node, id: id, body: SimScenario.body(k, bytes: bodyBytes))
                 report.idealBytes += UInt64(bodyBytes) * UInt64(config.nodes - 1)
-            } else if roll == 2, let id = ids.randomElement(using: &rng) {
+            } else if roll < editTenths + deleteTenths, let id = ids.randomElement(using: &rng) {
                 try sim.delete(on: node, id: id)
             } else {
                 let id = "doc-\(k)"
@@ -102,7 +112,7 @@ extension SimScenario {
             report.convergedAfterMillis = at - quietFrom
         }
         report.bytesDuringWrites = sim.bytesSent - bytesBefore
-        if getenv("SHOAL_SIM_BYTES") != nil { print(sim.bytesByType.sorted { $0.key < $1.key }) }
+        if getenv("SHOAL_SIM_BYTES") != nil { print(sim.bytesByType.sorted { $0.key < $1.key }, "pushed bodies", sim.pushedBodies, "changes", sim.pushedChanges, "frames", sim.framesSent) }
         report.linksPerNode = (0..<config.nodes).map { sim.linkCount($0) }
         report.crashes = sim.crashCount
         report.partitions = sim.partitionCount
@@ -120,6 +130,13 @@ extension SimScenario {
         if let v = sim.budgetViolations.first { report.failures.append("over the connection budget: \(v)") }
         if let d = sim.duplicateLinks.first { report.failures.append("two links for one pair: \(d)") }
         report.dot = sim.dot()
+        if sim.keepLog {
+            for l in sim.log { print(l) }
+            for n in sim.nodes {
+                let m = n.mesh
+                print("node \(n.index) up \(n.up) state \(m?.state.rawValue ?? "-") links \(m?.connectionCount ?? -1) heard \(n.heard.sorted()) adv \(n.advertising) scanning \(m?.isScanning ?? false) reach \(m?.reachable.count ?? -1) docs \((try? n.store?.stats().documents) ?? nil ?? -1)")
+            }
+        }
         report.wallSeconds = (ContinuousClock.now - started).secondsDouble
         return report
     }

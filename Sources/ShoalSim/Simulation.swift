@@ -46,6 +46,7 @@ public final class SimNode {
     public internal(set) var events: [MeshEvent] = []
     public internal(set) var documentsApplied = 0
     public internal(set) var restarts = 0
+    var commitPending = false
 
     init(index: Int, peer: PeerID, dir: String, skew: Int64) {
         self.index = index
@@ -87,13 +88,16 @@ public final class Simulation {
     public private(set) var framesSent: UInt64 = 0
     /// Bytes sent per message type (the frame's first byte: see ReplicationMessage).
     public private(set) var bytesByType: [UInt8: UInt64] = [:]
+    public var debugBodies = getenv("SHOAL_SIM_BYTES") != nil
+    public private(set) var pushedBodies = 0
+    public private(set) var pushedChanges = 0
     public private(set) var maxFramesInFlight = 0
     public private(set) var budgetViolations: [String] = []
     public private(set) var writes: [(node: Int, id: String, version: VersionVector)] = []
     public private(set) var crashCount = 0
     public private(set) var partitionCount = 0
     public private(set) var log: [String] = []
-    public var keepLog = false
+    public var keepLog = getenv("SHOAL_SIM_LOG") != nil
 
     enum Event {
         case meshWake(Int)
@@ -102,6 +106,7 @@ public final class Simulation {
         case connect(from: Int, to: Int, MeshTransport)
         case deliver(conn: Int, to: Int, frame: [UInt8])
         case remoteClosed(conn: Int, to: Int)
+        case committed(Int)
         case partitionToggle
         case crash(Int)
         case restart(Int)
@@ -170,7 +175,7 @@ public final class Simulation {
             let n = nodes[i]
             guard n.up, let r = n.replicator else { return }
             replicationActions(n, r.tick(now: now))
-            schedule(at: now + 500, .replicationTick(i))
+            schedule(at: now + 100, .replicationTick(i))
         case .discoverySweep:
             sweep()
             schedule(at: now + 500, .discoverySweep)
@@ -193,6 +198,11 @@ public final class Simulation {
             guard n.up else { return }
             if let r = n.replicator { replicationActions(n, r.linkClosed(c, now: now)) }
             meshInput(n, .closed(c))
+        case .committed(let i):
+            let n = nodes[i]
+            n.commitPending = false
+            guard n.up, let r = n.replicator else { return }
+            replicationActions(n, r.localChangesCommitted())
         case .partitionToggle:
             if medium.partition == nil && (config.faultsUntilMillis == 0 || now < config.faultsUntilMillis) {
                 let side = Set((0..<config.nodes).filter { _ in Bool.random(using: &rng) })
@@ -368,12 +378,16 @@ public final class Simulation {
         guard toB ? c.openA : c.openB else { return }
         guard medium.hears(c.a, c.b) else { return }  // partitioned: lost; the link breaks by timeout
         let side = toB ? 0 : 1
-        let bytes = UInt64(frame.count + 4 + 29)  // frame length + TLS record overhead
+        let bytes = UInt64(frame.count + 4 + 21)  // frame length + TLS record (ChaCha20-Poly1305: header 5 + tag 16)
         bytesSent += bytes
         framesSent += 1
         bytesByType[frame.first ?? 0, default: 0] += bytes
+        if debugBodies, case .push(_, _, _, let changes, let docs)? = try? ReplicationMessage(decoding: frame) {
+            pushedBodies += docs.count
+            pushedChanges += changes.count
+        }
         let k = config.kind
-        let transmit = bytes * 1000 / k.bytesPerSecond
+        let transmit = (bytes * 1000 + k.bytesPerSecond - 1) / k.bytesPerSecond  // whole ms, rounded up
         var start = max(now, c.busyUntil[side])
         if medium.loss > 0, Double.random(in: 0..<1, using: &rng) < medium.loss { start += k.retransmitMillis }
         c.busyUntil[side] = start + transmit
@@ -418,6 +432,10 @@ public final class Simulation {
                 if n.events.count < 10_000 { n.events.append(e) }
             }
         }
+        // Live changes' bodies ride along the mesh's spanning tree only.
+        if let r = n.replicator {
+            for id in m.connectionIDs { r.setEagerPush(id, m.isTreeLink(id)) }
+        }
         if let w = m.nextWake, n.wakeAt.map({ w < $0 }) ?? true {
             n.wakeAt = w
             schedule(at: w, .meshWake(n.index))
@@ -455,17 +473,26 @@ public final class Simulation {
         guard n.up, let r = n.replicator else { return false }
         let change = try r.writer.put(collection, id: DocumentID(id), body: body)
         writes.append((i, id, try DocumentVersion(decoding: change.version).vector))
-        replicationActions(n, r.localChangesCommitted())
+        committed(n)
         return true
+    }
+
+    /// Local commits are announced once per instant, as the runtime's driver does per loop.
+    func committed(_ n: SimNode) {
+        guard !n.commitPending else { return }
+        n.commitPending = true
+        schedule(at: now, .committed(n.index))
     }
 
     @discardableResult
     public func delete(on i: Int, id: String) throws -> Bool {
         let n = nodes[i]
-        guard n.up, let r = n.replicator else { return false }
+        guard n.up, let r = n.replicator, let store = n.store else { return false }
+        // Only what this node holds (and not already deleted) can be deleted here.
+        guard let held = try store.get(collection, id: DocumentID(id)), !held.isDeleted else { return false }
         let change = try r.writer.delete(collection, id: DocumentID(id))
         writes.append((i, id, try DocumentVersion(decoding: change.version).vector))
-        replicationActions(n, r.localChangesCommitted())
+        committed(n)
         return true
     }
 

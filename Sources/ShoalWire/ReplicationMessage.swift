@@ -64,8 +64,14 @@ public enum ReplicationMessage: Sendable, Equatable {
     /// Mesh gossip, flooded hop by hop: `origin`'s links now go to `neighbours`. A higher
     /// `sequence` from the same origin replaces a lower one.
     case topology(origin: PeerID, sequence: UInt64, neighbours: [PeerID])
+    /// Live changes (small batches): an announce that carries the bodies of some of its documents.
+    /// The receiver applies those it lacks at once; the rest it requests — after a short wait, since
+    /// on a link off the mesh's spanning tree (bodies left out on purpose) they usually arrive
+    /// pushed along the tree first. Saves two messages per hop. A body's version is its announced
+    /// change's version, so it is sent empty.
+    case push(collection: String, batch: UInt64, upTo: UInt64, changes: [AnnouncedChange], documents: [DocumentBody])
 
-    enum Tag: UInt8 { case hello = 1, subscribe, announce, request, documents, acknowledge, error, topology }
+    enum Tag: UInt8 { case hello = 1, subscribe, announce, request, documents, acknowledge, error, topology, push }
 
     public var kind: String {
         switch self {
@@ -77,6 +83,7 @@ public enum ReplicationMessage: Sendable, Equatable {
         case .acknowledge: "acknowledge"
         case .error: "error"
         case .topology: "topology"
+        case .push: "push"
         }
     }
 }
@@ -126,6 +133,11 @@ extension ReplicationMessage {
         case .topology(let origin, let sequence, let neighbours):
             w.u8(Tag.topology.rawValue); w.raw(origin.bytes); w.u64(sequence)
             w.u16(UInt16(neighbours.count)); for n in neighbours { w.raw(n.bytes) }
+        case .push(let c, let batch, let upTo, let changes, let docs):
+            w.u8(Tag.push.rawValue); w.string(c); w.u64(batch); w.u64(upTo); w.u32(UInt32(changes.count))
+            for x in changes { w.u64(x.sequence); w.string(x.id); w.u8(x.deleted ? 1 : 0); w.blob(x.version) }
+            w.u32(UInt32(docs.count))
+            for d in docs { w.string(d.id); w.u8(d.deleted ? 1 : 0); w.blob(d.version); w.blob(d.body) }
         }
         return w.bytes
     }
@@ -159,14 +171,11 @@ extension ReplicationMessage {
             self = .subscribe(collection: try r.string(), since: try r.u64())
         case .announce:
             let c = try r.string(), batch = try r.u64(), upTo = try r.u64()
-            let n = Int(try r.u32())
-            try r.need(n * 15)  // smallest entry: seq 8 + id 2 + flag 1 + version 4
-            var changes: [AnnouncedChange] = []
-            changes.reserveCapacity(n)
-            for _ in 0..<n {
-                changes.append(AnnouncedChange(sequence: try r.u64(), id: try r.string(), deleted: try r.u8() != 0, version: try r.blob()))
-            }
-            self = .announce(collection: c, batch: batch, upTo: upTo, changes: changes)
+            self = .announce(collection: c, batch: batch, upTo: upTo, changes: try ReplicationMessage.changes(&r))
+        case .push:
+            let c = try r.string(), batch = try r.u64(), upTo = try r.u64()
+            let changes = try ReplicationMessage.changes(&r)
+            self = .push(collection: c, batch: batch, upTo: upTo, changes: changes, documents: try ReplicationMessage.bodies(&r))
         case .request:
             let c = try r.string(), batch = try r.u64()
             let n = Int(try r.u32())
@@ -177,14 +186,7 @@ extension ReplicationMessage {
             self = .request(collection: c, batch: batch, ids: ids)
         case .documents:
             let c = try r.string(), batch = try r.u64(), final = try r.u8() != 0
-            let n = Int(try r.u32())
-            try r.need(n * 11)
-            var docs: [DocumentBody] = []
-            docs.reserveCapacity(n)
-            for _ in 0..<n {
-                docs.append(DocumentBody(id: try r.string(), deleted: try r.u8() != 0, version: try r.blob(), body: try r.blob()))
-            }
-            self = .documents(collection: c, batch: batch, final: final, documents: docs)
+            self = .documents(collection: c, batch: batch, final: final, documents: try ReplicationMessage.bodies(&r))
         case .acknowledge:
             self = .acknowledge(collection: try r.string(), batch: try r.u64(), upTo: try r.u64())
         case .error:
@@ -199,6 +201,30 @@ extension ReplicationMessage {
             self = .topology(origin: origin, sequence: sequence, neighbours: neighbours)
         }
         guard r.remaining == 0 else { throw .trailingBytes(r.remaining) }
+    }
+}
+
+extension ReplicationMessage {
+    static func changes(_ r: inout WireReader) throws(WireError) -> [AnnouncedChange] {
+        let n = Int(try r.u32())
+        try r.need(n * 15)  // smallest entry: seq 8 + id 2 + flag 1 + version 4
+        var changes: [AnnouncedChange] = []
+        changes.reserveCapacity(n)
+        for _ in 0..<n {
+            changes.append(AnnouncedChange(sequence: try r.u64(), id: try r.string(), deleted: try r.u8() != 0, version: try r.blob()))
+        }
+        return changes
+    }
+
+    static func bodies(_ r: inout WireReader) throws(WireError) -> [DocumentBody] {
+        let n = Int(try r.u32())
+        try r.need(n * 11)  // smallest entry: id 2 + flag 1 + version 4 + body 4
+        var docs: [DocumentBody] = []
+        docs.reserveCapacity(n)
+        for _ in 0..<n {
+            docs.append(DocumentBody(id: try r.string(), deleted: try r.u8() != 0, version: try r.blob(), body: try r.blob()))
+        }
+        return docs
     }
 }
 

@@ -8,7 +8,7 @@ extension CLI {
     static func sim(_ args: [String]) throws -> Int32 {
         let a = try Arguments.parse(args, command: "sim",
                                     valueOptions: ["--nodes", "--topology", "--seconds", "--seed", "--seeds", "--loss", "--kind",
-                                                   "--writes", "--body", "--max-connections", "--dir", "--skew"],
+                                                   "--writes", "--body", "--max-connections", "--dir", "--skew", "--burst", "--edits"],
                                     flagOptions: ["--partitions", "--crashes", "--dot", "--quiet"])
         if helpIfAsked(a, "sim") { return ExitCode.ok }
         try a.expectPositionals(0...0, command: "sim", usage: "sim [--nodes N] [--topology T] ...")
@@ -32,6 +32,11 @@ extension CLI {
         }
         s.writes = try a.int("--writes", command: "sim", default: 20, range: 0...100_000)
         s.bodyBytes = try a.int("--body", command: "sim", default: 1024, range: 16...1_000_000)
+        s.burst = try a.int("--burst", command: "sim", default: 1, range: 1...100_000)
+        if let e = a.values["--edits"] {
+            guard e == "on" || e == "off" else { throw UsageError(command: "sim", message: "--edits is on or off") }
+            if e == "off" { s.editTenths = 0; s.deleteTenths = 0 }
+        }
         s.config.mesh.maxConnectionCount = try a.int("--max-connections", command: "sim", default: 3, range: 1...16)
         s.config.maxSkewMillis = UInt64(try a.int("--skew", command: "sim", default: 0, range: 0...3_600_000))
         s.config.partitions = a.flags.contains("--partitions")
@@ -47,7 +52,7 @@ extension CLI {
 
         out("simulation: \(s.config.nodes) nodes, \(topology.rawValue) topology, \(s.config.kind.transport.rawValue)-like links "
             + "(\(s.config.kind.latencyMillis) ms, \(s.config.kind.bytesPerSecond / 1000) kB/s), loss \(s.config.loss), "
-            + "maxConnectionCount \(s.config.mesh.maxConnectionCount), \(s.writes) writes of \(s.bodyBytes) bytes, "
+            + "maxConnectionCount \(s.config.mesh.maxConnectionCount), \(s.writes) writes of \(s.bodyBytes) bytes\(s.burst > 1 ? " in bursts of \(s.burst)" : ""), "
             + (faults ? "faults (\([s.config.partitions ? "partitions" : nil, s.config.crashes ? "crashes" : nil, s.config.maxSkewMillis > 0 ? "clock skew" : nil].compactMap { $0 }.joined(separator: ", "))) for \(s.seconds / 2) s, " : "no faults, ")
             + "up to \(s.seconds) s virtual, seed\(seeds > 1 ? "s \(firstSeed)…\(firstSeed + UInt64(seeds) - 1)" : " \(firstSeed)")")
         var failed = 0
@@ -95,7 +100,7 @@ extension CLI {
 
     static func printSummary(_ reports: [SimReport], failed: Int) {
         func median(_ xs: [Double]) -> Double { let s = xs.sorted(); return s.isEmpty ? 0 : s[s.count / 2] }
-        let conv = reports.compactMap(\.convergedAfterMillis).map(Double.init)
+        let conv = reports.compactMap { $0.convergedAfterMillis.map { Double($0) } }
         out("  seeds                     \(reports.count) run, \(failed) failed")
         out("  converged (median, max)   \(fmt(median(conv))) ms, \(fmt(conv.max() ?? 0)) ms")
         out("  bytes ratio (median)      \(fmt2(median(reports.map(\.bytesRatio))))")

@@ -138,11 +138,18 @@ final class Network {
     }
 
     /// Delivers until nothing moves (with a bound that catches livelock).
+    /// When nothing is left to deliver, a tick (with no time passing) lets acknowledgements held
+    /// back for live batches go, as the driver's periodic tick would.
     func settle(maxSteps: Int = 2_000_000) {
         var steps = 0
-        while step() {
+        while true {
+            while step() {
+                steps += 1
+                precondition(steps < maxSteps, "network did not settle")
+            }
+            tick(0)
+            if !step() { return }
             steps += 1
-            precondition(steps < maxSteps, "network did not settle")
         }
     }
 
