@@ -17,9 +17,10 @@ import ShoalCore
 /// - At most `maxConnectionCount` links (in + out, attempts included); `connectDelayMillis` between
 ///   attempts; `backoffMillis` before dialling a peer that failed again.
 /// - One link per pair: if both sides dialled, both keep the link dialled by the lower peer id.
-/// - A full node accepts a newcomer that has no links by evicting one of its own links whose peer
-///   stays reachable without it (the mesh stays connected), at most once per `evictionBackoffMillis`;
-///   otherwise it refuses.
+/// - A full node accepts a newcomer that has no links — or any peer outside its component, so two
+///   full parts can still join — by evicting one of its own links whose peer stays reachable
+///   without it (the mesh stays connected), at most once per `evictionBackoffMillis`; otherwise it
+///   refuses.
 ///
 /// What a reader gets wrong: the manager never touches replication. Links it keeps carry
 /// replication; the driver opens the replicator on a link once the manager has not closed it.
@@ -241,7 +242,11 @@ public final class MeshManager {
             guard isRunning, peer != me, usable.contains(t) else { return [] }
             var r = peers[peer] ?? PeerRecord()
             if let load { r.load = load }
-            if r.heardOn.insert(t).inserted { out.append(.event(.peerDiscovery(peer, t, online: true))) }
+            if r.heardOn.insert(t).inserted {
+                out.append(.event(.peerDiscovery(peer, t, online: true)))
+                // Heard again after being lost: fresh evidence it is there, dial without waiting.
+                r.failedAt = nil
+            }
             peers[peer] = r
         case .lost(let peer, let t):
             guard peers[peer]?.heardOn.remove(t) != nil else { return [] }
@@ -409,12 +414,15 @@ public final class MeshManager {
             open(Connection(id: id, peer: peer, transport: t, outgoing: false), now: now, &out)
             return
         }
-        // Full. A newcomer (no links of its own) may take a link whose loss keeps the mesh whole.
-        let newcomer = (graph[peer]?.neighbours.isEmpty ?? true) && !component().contains(peer) && (r.load ?? 0) == 0
-        if newcomer, lastEviction.map({ now >= $0 + settings.evictionBackoffMillis }) ?? true, let victim = evictionCandidate() {
+        // Full. A peer we cannot reach otherwise — a newcomer with no links, or a part of the mesh
+        // we are cut off from (two full cliques would otherwise never join) — may take a link
+        // whose loss keeps our side whole. At most once per evictionBackoff.
+        let outsider = !component().contains(peer)
+        if outsider, lastEviction.map({ now >= $0 + settings.evictionBackoffMillis }) ?? true, let victim = evictionCandidate() {
             lastEviction = now
             counters.evictions += 1
-            out.append(.close(victim.id, reason: "evicted to make room for a newcomer"))
+            let newcomer = (graph[peer]?.neighbours.isEmpty ?? true) && (r.load ?? 0) == 0
+            out.append(.close(victim.id, reason: newcomer ? "evicted to make room for a newcomer" : "evicted to join another part of the mesh"))
             dropConnection(victim.id, now: now, &out)
             open(Connection(id: id, peer: peer, transport: t, outgoing: false), now: now, &out)
             return
@@ -471,9 +479,8 @@ public final class MeshManager {
         return peers.contains { !$0.value.heardOn.isEmpty && !linked.contains($0.key) && pending[$0.key] == nil }
     }
 
-    func backoff(_ r: PeerRecord) -> UInt64 {
-        settings.backoffMillis << UInt64(min(max(r.failures - 1, 0), 4))
-    }
+    /// backoffMillis, as the seed says: a fixed delay before retrying a peer that failed.
+    func backoff(_ r: PeerRecord) -> UInt64 { settings.backoffMillis }
 
     /// `planning`: called to dial now (may note join times); otherwise only asks whether anyone
     /// could be dialled at all.

@@ -105,6 +105,7 @@ extension SimScenario {
             }
         }
         sim.run(until: max(sim.now, config.faultsUntilMillis))
+        if sim.medium.partition != nil { sim.setPartition(nil) }  // faults over: the radio heals
         let quietFrom = sim.now
 
         // 4. Faults over: everything converges.

@@ -204,7 +204,9 @@ public final class Simulation {
             guard n.up, let r = n.replicator else { return }
             replicationActions(n, r.localChangesCommitted())
         case .partitionToggle:
-            if medium.partition == nil && (config.faultsUntilMillis == 0 || now < config.faultsUntilMillis) {
+            // Faults stop at faultsUntil: the scenario heals any partition left then.
+            if config.faultsUntilMillis > 0 && now >= config.faultsUntilMillis { return }
+            if medium.partition == nil {
                 let side = Set((0..<config.nodes).filter { _ in Bool.random(using: &rng) })
                 medium.partition = side
                 partitionCount += 1
@@ -214,9 +216,7 @@ public final class Simulation {
                 medium.partition = nil
                 note("partition healed")
             }
-            if config.faultsUntilMillis == 0 || now < config.faultsUntilMillis || medium.partition != nil {
-                schedule(at: now + UInt64.random(in: 5_000...30_000, using: &rng), .partitionToggle)
-            }
+            schedule(at: now + UInt64.random(in: 5_000...30_000, using: &rng), .partitionToggle)
         case .crash(let i):
             let n = nodes[i]
             guard n.up, config.faultsUntilMillis == 0 || now < config.faultsUntilMillis else { return }

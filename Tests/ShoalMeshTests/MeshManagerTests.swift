@@ -172,8 +172,9 @@ struct MeshManagerTests {
         #expect(third.filter { if case .close = $0 { return true }; return false }.count == 1)
         #expect(x.counters.evictions == 2)
         #expect(x.connectionCount <= 3)
-        // A peer that has links of its own is not a newcomer: refused.
-        _ = x.handle(.discovered(peer(30), .wifi, load: 2), now: 70_000)
+        // A peer already reachable through the mesh gains nothing from a link here: refused.
+        _ = x.handle(.topology(from: keptLink, origin: peer(30), sequence: 1, neighbours: [kept]), now: 69_000)
+        _ = x.handle(.topology(from: keptLink, origin: kept, sequence: 7, neighbours: [peer(9), evictedPeer, peer(4), peer(30)]), now: 69_000)
         _ = x.handle(.incoming(7, peer(30), .wifi), now: 70_000)
         #expect(!x.keeps(7))
     }
