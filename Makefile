@@ -5,7 +5,7 @@ SWIFT ?= swift
 DEB_PACKAGES := libsqlite3-dev libmbedtls-dev libavahi-client-dev libbluetooth-dev libgpiod-dev libyaml-dev pkg-config openssl
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps boards build release demo test bench size clean
+.PHONY: all deps boards build release demo demo-gateways test sim-check soak bench size clean
 
 all: build
 
@@ -33,13 +33,31 @@ release: deps boards
 	@mkdir -p dist && cp .build/release/shoal dist/shoal && strip dist/shoal
 	@echo "dist/shoal: $$(stat -c %s dist/shoal) bytes stripped"
 
-## Runs a gateway on the sim board and shows it working through the CLI.
+## Five gateways in one process on a simulated radio: real stores, TLS, replication, mesh.
 demo: build
+	@.build/debug/shoal demo
+
+## Real processes: one gateway on the sim board driven through the CLI, then two gateways
+## replicating over mutual TLS on loopback.
+demo-gateways: build
 	@./scripts/demo.sh .build/debug/shoal
 
-## The test command (README.md). Unit, store, config, CLI, end-to-end and crash tests.
+## The test command (README.md). Unit, store, config, mesh, CLI, end-to-end and crash tests, then
+## the mesh's simulation properties over 200 seeds each (on the release build: ~5 min).
 test: deps boards
 	$(SWIFT) test
+	$(SWIFT) build -c release --product shoal
+	./scripts/sim-check.sh 200
+
+## The simulation properties over 200 seeds each (release build).
+sim-check: deps boards
+	$(SWIFT) build -c release --product shoal
+	./scripts/sim-check.sh 200
+
+## Before a release: the simulation properties over 2,000 seeds each (about an hour).
+soak: deps boards
+	$(SWIFT) build -c release --product shoal
+	./scripts/sim-check.sh 2000
 
 ## Figures, not pass/fail: store writes vs a bare SQLite loop (disk and tmpfs), TLS handshakes and
 ## throughput vs bare mbedTLS, and an initial pull between two processes over TLS.
@@ -48,6 +66,10 @@ bench: release
 	./dist/shoal bench store --dir /dev/shm
 	./dist/shoal bench tls
 	./dist/shoal bench replication
+	./dist/shoal sim --nodes 20 --topology line --seconds 60
+	./dist/shoal sim --nodes 10 --writes 100 --edits off
+	./dist/shoal sim --nodes 10 --writes 100 --edits off --burst 10
+	./dist/shoal sim --nodes 50 --seconds 300 --partitions --crashes --loss 0.02
 
 size: release
 	@ls -l dist/shoal

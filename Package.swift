@@ -37,7 +37,7 @@ let package = Package(
         .target(name: "ShoalMesh", dependencies: ["ShoalCore", "ShoalConfig"]),
         // The seeded radio medium in virtual time, with real stores, replicators and mesh managers
         // inside (tests, `shoal sim`, `shoal demo`).
-        .target(name: "ShoalSim", dependencies: ["ShoalCore", "ShoalMesh", "ShoalReplication", "ShoalStore", "ShoalWire"]),
+        .target(name: "ShoalSim", dependencies: ["ShoalCore", "ShoalMesh", "ShoalReplication", "ShoalStore", "ShoalWire", "ShoalTLS", "ShoalStatus"]),
 
         // Composition root.
         .target(name: "ShoalRuntime", dependencies: [

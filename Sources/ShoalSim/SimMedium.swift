@@ -10,6 +10,8 @@ public enum SimTopology: String, Sendable, CaseIterable {
     case line
     /// A square-ish grid; each node hears its 4 neighbours.
     case grid
+    /// A circle: node i hears i-1 and i+1, and the last hears the first.
+    case ring
     /// Nodes scattered on a unit square; pairs closer than a radius hear each other (a radius at
     /// which the radio graph is almost always connected).
     case random
@@ -39,6 +41,8 @@ public struct SimMedium: Sendable {
     var inRange: [[Bool]]
     /// Nodes on side A of the current partition (nil: no partition).
     public var partition: Set<Int>?
+    /// Pairs that cannot hear each other for now (a link cut by hand), as [low, high].
+    public var blocked: Set<[Int]> = []
 
     public init(count: Int, topology: SimTopology, kind: SimLinkKind, loss: Double, rng: inout SeededRandom) {
         self.count = count
@@ -51,6 +55,11 @@ public struct SimMedium: Sendable {
             for i in 0..<count { for j in 0..<count where i != j { r[i][j] = true } }
         case .line:
             for i in 0..<count where i + 1 < count { r[i][i + 1] = true; r[i + 1][i] = true }
+        case .ring:
+            for i in 0..<count {
+                let j = (i + 1) % count
+                if i != j { r[i][j] = true; r[j][i] = true }
+            }
         case .grid:
             let w = max(1, Int(Double(count).squareRoot().rounded(.up)))
             for i in 0..<count {
@@ -74,6 +83,7 @@ public struct SimMedium: Sendable {
     public func hears(_ a: Int, _ b: Int) -> Bool {
         guard a != b, inRange[a][b] else { return false }
         if let p = partition, p.contains(a) != p.contains(b) { return false }
+        if !blocked.isEmpty && blocked.contains([min(a, b), max(a, b)]) { return false }
         return true
     }
 

@@ -3,6 +3,7 @@ import ShoalCore
 import ShoalMesh
 import ShoalReplication
 import ShoalStore
+import ShoalTLS
 import ShoalWire
 
 /// What to simulate.
@@ -26,6 +27,9 @@ public struct SimConfig: Sendable {
     public var directory = "/tmp"
     /// Advertising fails this many times on every node before it works (exercises the backoff).
     public var advertisingFailures = 0
+    /// Real mutual-TLS sessions (mbedTLS) over every simulated link; peer ids come from each
+    /// node's own certificate. Costs a real handshake per link.
+    public var tls = false
     public init() {}
 }
 
@@ -79,7 +83,11 @@ public final class Simulation {
         var openB = true
         var busyUntil: [UInt64] = [0, 0]  // a→b, b→a
         var inFlight: [Int] = [0, 0]
+        var tls: SimTLSLink?
     }
+    /// Per node, with `config.tls`: (client, server) contexts.
+    var tlsContexts: [(TLSContext, TLSContext)] = []
+    public private(set) var handshakes = 0
     var conns: [Int: Conn] = [:]
     var nextConn = 1
 
@@ -118,8 +126,18 @@ public final class Simulation {
         medium = SimMedium(count: config.nodes, topology: config.topology, kind: config.kind, loss: config.loss, rng: &rng)
         let base = "\(config.directory)/shoal-sim-\(getpid())-\(config.seed)-\(UInt32.random(in: 0...UInt32.max, using: &rng))"
         baseDirectory = base
+        var identities: [Identity] = []
+        if config.tls {
+            for i in 0..<config.nodes { identities.append(try Identity.createSelfSigned(.init(commonName: "sim-gateway-\(i)"))) }
+            let auth = PeerAuthenticator.trust(allowedPeers: Set(identities.map(\.peerID)))
+            for id in identities {
+                tlsContexts.append((try TLSContext(role: .client, identity: id, authenticator: auth),
+                                    try TLSContext(role: .server, identity: id, authenticator: auth)))
+            }
+        }
         for i in 0..<config.nodes {
-            let peer = PeerID(bytes: (0..<32).map { _ in UInt8.random(in: 0...255, using: &rng) })
+            let random = PeerID(bytes: (0..<32).map { _ in UInt8.random(in: 0...255, using: &rng) })
+            let peer = config.tls ? identities[i].peerID : random
             let skew = config.maxSkewMillis == 0 ? 0 : Int64.random(in: -Int64(config.maxSkewMillis)...Int64(config.maxSkewMillis), using: &rng)
             let node = SimNode(index: i, peer: peer, dir: "\(base)/n\(i)", skew: skew)
             nodes.append(node)
@@ -134,6 +152,8 @@ public final class Simulation {
 
     /// Removes every store the simulation made.
     public func cleanUp() {
+        for c in conns.values { c.tls?.close() }
+        conns = [:]
         for n in nodes { n.store?.close(); n.store = nil }
         removeTree(baseDirectory)
     }
@@ -188,7 +208,15 @@ public final class Simulation {
             conns[c] = conn
             let n = nodes[to]
             guard n.up, to == conn.b ? conn.openB : conn.openA, let r = n.replicator else { return }
-            replicationActions(n, r.frameReceived(c, frame, now: now))
+            var payload = frame
+            if let tls = conn.tls {
+                do { payload = try tls.receive(toA: to == conn.a) } catch {
+                    note("link \(c): TLS read failed: \(error)")
+                    closeSide(c, at: to, tellNode: true)
+                    return
+                }
+            }
+            replicationActions(n, r.frameReceived(c, payload, now: now))
         case .remoteClosed(let c, let to):
             guard var conn = conns[c] else { return }
             if to == conn.a { conn.openA = false } else { conn.openB = false }
@@ -331,6 +359,18 @@ public final class Simulation {
             meshInput(a, .outgoingFailed(b.peer, t, reason: "refused"))
             return
         }
+        if config.tls {
+            do {
+                conns[id]!.tls = try SimTLSLink(client: tlsContexts[from].0, server: tlsContexts[to].1)
+                handshakes += 1
+            } catch {
+                note("link \(id): TLS handshake failed: \(error)")
+                conns[id] = nil
+                meshActions(b, actionsB + meshB.handle(.closed(id), now: now))
+                meshInput(a, .outgoingFailed(b.peer, t, reason: "TLS: \(error)"))
+                return
+            }
+        }
         let actionsA = meshA.handle(.outgoingOpened(id, b.peer, t), now: now)
         if meshA.keeps(id) {
             replicationActions(a, a.replicator!.linkOpened(id, neighbours: []))
@@ -378,7 +418,13 @@ public final class Simulation {
         guard toB ? c.openA : c.openB else { return }
         guard medium.hears(c.a, c.b) else { return }  // partitioned: lost; the link breaks by timeout
         let side = toB ? 0 : 1
-        let bytes = UInt64(frame.count + 4 + 21)  // frame length + TLS record (ChaCha20-Poly1305: header 5 + tag 16)
+        var bytes = UInt64(frame.count + 4 + 21)  // frame length + TLS record (ChaCha20-Poly1305: header 5 + tag 16)
+        if let tls = c.tls {
+            do { bytes = UInt64(try tls.send(frame, fromA: toB)) } catch {
+                note("link \(id): TLS write failed: \(error)")
+                return
+            }
+        }
         bytesSent += bytes
         framesSent += 1
         bytesByType[frame.first ?? 0, default: 0] += bytes
@@ -498,6 +544,11 @@ public final class Simulation {
 
     public func crashNow(_ i: Int) { if nodes[i].up { crash(nodes[i]) } }
     public func restartNow(_ i: Int) { if !nodes[i].up { nodes[i].restarts += 1; try? boot(nodes[i]) } }
+    /// Cuts (or restores) the radio between two nodes; a link between them breaks.
+    public func setBlocked(_ a: Int, _ b: Int, _ blocked: Bool) {
+        if blocked { medium.blocked.insert([min(a, b), max(a, b)]); cutUnheard() } else { medium.blocked.remove([min(a, b), max(a, b)]) }
+    }
+
     public func setPartition(_ side: Set<Int>?) {
         medium.partition = side
         if side != nil { partitionCount += 1; cutUnheard() }

@@ -68,11 +68,12 @@ enum CLI {
             case "board": return try board(rest)
             case "bench": return try bench(rest)
             case "sim": return try sim(rest)
+            case "demo": return try demo(rest)
             case "identity": return try identity(rest)
             case "conflicts": return try conflicts(rest)
             case "_crash-writer": return try CrashWriter.main(rest)
             default:
-                throw UsageError(command: command, message: "unknown command; commands: run, status, doc, changes, conflicts, log, identity, board, bench, sim, version, help")
+                throw UsageError(command: command, message: "unknown command; commands: run, status, doc, changes, conflicts, log, identity, board, bench, sim, demo, version, help")
             }
         } catch let e as UsageError {
             printError(e.description)

@@ -9,7 +9,7 @@ extension CLI {
         let a = try Arguments.parse(args, command: "sim",
                                     valueOptions: ["--nodes", "--topology", "--seconds", "--seed", "--seeds", "--loss", "--kind",
                                                    "--writes", "--body", "--max-connections", "--dir", "--skew", "--burst", "--edits"],
-                                    flagOptions: ["--partitions", "--crashes", "--dot", "--quiet"])
+                                    flagOptions: ["--partitions", "--crashes", "--dot", "--quiet", "--tls"])
         if helpIfAsked(a, "sim") { return ExitCode.ok }
         try a.expectPositionals(0...0, command: "sim", usage: "sim [--nodes N] [--topology T] ...")
         var s = SimScenario()
@@ -40,6 +40,7 @@ extension CLI {
         s.config.mesh.maxConnectionCount = try a.int("--max-connections", command: "sim", default: 3, range: 1...16)
         s.config.maxSkewMillis = UInt64(try a.int("--skew", command: "sim", default: 0, range: 0...3_600_000))
         s.config.partitions = a.flags.contains("--partitions")
+        s.config.tls = a.flags.contains("--tls")
         s.config.crashes = a.flags.contains("--crashes")
         let faults = s.config.partitions || s.config.crashes || s.config.maxSkewMillis > 0
         // Faults come and go for the first half of the run; the second half shows the healing.

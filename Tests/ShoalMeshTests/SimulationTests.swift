@@ -1,7 +1,7 @@
+import Glibc
 import ShoalCore
 import ShoalMesh
 import ShoalSim
-import Glibc
 import Testing
 
 /// Where simulated stores go: a tmpfs when there is one.
@@ -10,32 +10,75 @@ let simDirectory: String = {
     return stat("/dev/shm", &st) == 0 ? "/dev/shm" : "/tmp"
 }()
 
-func simConfig(nodes: Int, topology: SimTopology, seed: UInt64) -> SimConfig {
-    var c = SimConfig()
-    c.nodes = nodes
-    c.topology = topology
-    c.seed = seed
-    c.directory = simDirectory
-    return c
+func scenario(nodes: Int, topology: SimTopology = .full, seed: UInt64, seconds: UInt64 = 60, _ edit: (inout SimScenario) -> Void = { _ in }) -> SimScenario {
+    var s = SimScenario()
+    s.config.nodes = nodes
+    s.config.topology = topology
+    s.config.seed = seed
+    s.config.directory = simDirectory
+    s.seconds = seconds
+    s.writes = 10
+    edit(&s)
+    return s
 }
 
-@Suite("Simulation smoke")
-struct SimulationSmokeTests {
-    @Test func tenNodesFormAMeshAndAWriteReachesAll() throws {
-        let sim = try Simulation(simConfig(nodes: 10, topology: .full, seed: 7))
-        sim.keepLog = true
-        defer { sim.cleanUp() }
-        sim.run(until: 20_000)
-        print(sim.links, sim.meshConnected)
-        try sim.write(on: 0, id: "a", body: #"{"v":1}"#)
-        let t0 = sim.now
-        let at = sim.run(until: 60_000) { !sim.converged || !sim.countsMatch }
-        print("converged after", at.map { $0 - t0 } as Any, "bytes", sim.bytesSent)
-        for l in sim.log.prefix(40) { print(l) }
-        #expect(sim.meshConnected)
-        #expect(at != nil)
-        #expect(sim.lostWrites().isEmpty)
-        #expect(sim.budgetViolations.isEmpty)
-        #expect(sim.duplicateLinks.isEmpty)
+/// A few seeds of each property in the debug build; `make test` runs 200 seeds of each on the
+/// release build (scripts/sim-check.sh).
+@Suite("Simulated mesh")
+struct SimulationTests {
+    @Test("20 nodes in range, maxConnectionCount 3: connected, within budget, every write everywhere", arguments: [UInt64(1), 2])
+    func twentyInRange(seed: UInt64) throws {
+        let r = try scenario(nodes: 20, seed: seed).run()
+        #expect(r.failures.isEmpty, "\(r.failures)")
+        #expect(r.linksPerNode.max()! <= 3)
+    }
+
+    @Test("line and grid: writes cross the hops, in about the sum of per-hop latencies")
+    func lineAndGrid() throws {
+        let line = try scenario(nodes: 12, topology: .line, seed: 3) { $0.probeLatency = true }.run()
+        #expect(line.failures.isEmpty, "\(line.failures)")
+        #expect(line.probeHops == 11)
+        // Each hop: latency + transmission (+ 1 ms rounding): well under twice the latencies.
+        #expect(line.probeMillis! <= 2 * line.probePathLatencyMillis!)
+        let grid = try scenario(nodes: 16, topology: .grid, seed: 4).run()
+        #expect(grid.failures.isEmpty, "\(grid.failures)")
+    }
+
+    @Test("loss, partitions, crashes and clock skew: converge once faults stop, nothing acknowledged lost")
+    func faults() throws {
+        let r = try scenario(nodes: 8, seed: 5, seconds: 200) {
+            $0.config.loss = 0.05
+            $0.config.partitions = true
+            $0.config.crashes = true
+            $0.config.maxSkewMillis = 90_000
+            $0.config.faultsUntilMillis = 100_000
+            $0.writes = 20
+        }.run()
+        #expect(r.failures.isEmpty, "\(r.failures)")
+        #expect(r.crashes > 0 && r.partitions > 0)
+    }
+
+    @Test("a seed replays exactly")
+    func replay() throws {
+        let a = try scenario(nodes: 10, seed: 9) { $0.config.partitions = true; $0.config.faultsUntilMillis = 30_000 }.run()
+        let b = try scenario(nodes: 10, seed: 9) { $0.config.partitions = true; $0.config.faultsUntilMillis = 30_000 }.run()
+        #expect(a.bytesDuringWrites == b.bytesDuringWrites)
+        #expect(a.dot == b.dot)
+        #expect(a.formedAtMillis == b.formedAtMillis && a.convergedAfterMillis == b.convergedAfterMillis)
+    }
+
+    @Test("advertising that fails at first backs off, then the mesh forms")
+    func advertisingFailures() throws {
+        let r = try scenario(nodes: 5, seed: 6, seconds: 200) { $0.config.advertisingFailures = 3 }.run()
+        #expect(r.failures.isEmpty, "\(r.failures)")
+        // 2 s delay, then retries after 5, 10 and 20 s: nobody advertises before 37 s.
+        #expect(r.formedAtMillis! >= 37_000)
+    }
+
+    @Test("real TLS on every simulated link: the mesh forms and converges; bytes are ciphertext")
+    func tls() throws {
+        let r = try scenario(nodes: 5, topology: .ring, seed: 7) { $0.config.tls = true }.run()
+        #expect(r.failures.isEmpty, "\(r.failures)")
+        #expect(r.bytesDuringWrites > r.idealBytes)
     }
 }

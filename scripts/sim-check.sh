@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The mesh's simulation properties, each over many seeds (default 200), on the release build:
+# connected link graph within the budget, one link per pair, every write on every node, in full,
+# line, grid and random topologies, and convergence with no lost write after loss, partitions,
+# crashes and clock skew stop. Part of `make test`; `make soak` runs more seeds.
+# Usage: scripts/sim-check.sh [SEEDS]   (SHOAL_BIN overrides the binary)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+bin=${SHOAL_BIN:-.build/release/shoal}
+seeds=${1:-200}
+logs=$(mktemp -d /tmp/shoal-sim-check.XXXXXX)
+trap 'rm -rf "$logs"' EXIT
+
+scenarios=(
+  "full-20      --nodes 20 --seconds 60"
+  "full-50      --nodes 50 --seconds 60 --writes 10"
+  "line-20      --nodes 20 --topology line --seconds 60"
+  "grid-25      --nodes 25 --topology grid --seconds 60"
+  "random-20    --nodes 20 --topology random --seconds 60"
+  "faults-10    --nodes 10 --partitions --crashes --loss 0.05 --skew 90000 --seconds 200"
+  "ble-8        --nodes 8 --kind ble --partitions --crashes --seconds 240"
+)
+
+started=$(date +%s)
+status=0
+# Two at a time: the machines this runs on have two cores.
+run() {
+  local name=$1; shift
+  "$bin" sim "$@" --seeds "$seeds" --quiet >"$logs/$name.txt" 2>&1
+  echo $? >"$logs/$name.rc"
+}
+pids=()
+for s in "${scenarios[@]}"; do
+  read -r name args <<<"$s"
+  # shellcheck disable=SC2086
+  run "$name" $args &
+  pids+=($!)
+  if [ ${#pids[@]} -ge 2 ]; then wait "${pids[0]}"; pids=("${pids[@]:1}"); fi
+done
+wait
+
+for s in "${scenarios[@]}"; do
+  read -r name args <<<"$s"
+  rc=$(cat "$logs/$name.rc")
+  summary=$(grep -E "seeds  " "$logs/$name.txt" | sed 's/  */ /g')
+  if [ "$rc" = 0 ]; then
+    printf 'sim %-10s ok    %s | %s\n' "$name" "$summary" "$(grep -E 'converged \(' "$logs/$name.txt" | sed 's/  */ /g')"
+  else
+    status=1
+    printf 'sim %-10s FAILED (%s)\n' "$name" "$args"
+    grep -E "FAILED|error" "$logs/$name.txt" | head -5
+  fi
+done
+echo "simulation check: ${#scenarios[@]} scenarios × $seeds seeds in $(( $(date +%s) - started )) s"
+exit $status
