@@ -42,7 +42,7 @@ let package = Package(
         // Composition root.
         .target(name: "ShoalRuntime", dependencies: [
             "ShoalCore", "ShoalWire", "ShoalSupervision", "ShoalConfig", "ShoalYAML", "ShoalStatus",
-            "ShoalStore", "ShoalTLS", "ShoalLinux", "ShoalReplication",
+            "ShoalStore", "ShoalTLS", "ShoalLinux", "ShoalReplication", "ShoalMesh",
         ]),
         .target(name: "ShoalTesting", dependencies: ["ShoalCore", "ShoalSupervision"]),
 

@@ -63,6 +63,8 @@ step "$SHOAL" doc get sensors.readings pump-7 --socket "$DATA/west/control.sock"
 step "$SHOAL" doc put sensors.readings pump-7 '{"pressure": 2.9, "site": "east", "checked": true}' --socket "$DATA/west/control.sock"
 sleep 0.5
 step "$SHOAL" doc get sensors.readings pump-7 --socket "$DATA/east/control.sock"
+step "$SHOAL" peers --socket "$DATA/west/control.sock"
+step "$SHOAL" mesh --socket "$DATA/west/control.sock"
 kill -TERM $EAST_PID $WEST_PID
 wait $EAST_PID $WEST_PID && echo "both gateways stopped cleanly"
 trap 'rm -rf "$DATA"' EXIT

@@ -29,6 +29,25 @@ public final class ChildProcess: @unchecked Sendable {
         return n > 0 ? String(decoding: buffer.prefix(n).map { UInt8(bitPattern: $0) }, as: UTF8.self) : CommandLine.arguments[0]
     }
 
+    /// Waits for the child to end by itself; returns its exit status (128 + signal if killed).
+    public func wait() -> Int32 {
+        guard !reaped else { return 0 }
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        reaped = true
+        return (status & 0x7F) == 0 ? (status >> 8) & 0xFF : 128 + (status & 0x7F)
+    }
+
+    /// The full path of `program` found on $PATH, if it is there and executable.
+    public static func find(_ program: String) -> String? {
+        let path = ProcessEnvironment.get("PATH") ?? "/usr/bin:/bin"
+        for dir in path.split(separator: ":") where !dir.isEmpty {
+            let candidate = "\(dir)/\(program)"
+            if access(candidate, X_OK) == 0 { return candidate }
+        }
+        return nil
+    }
+
     /// Sends `signal` and waits for the child to end; returns its wait status.
     @discardableResult
     public func stop(signal: Int32 = SIGTERM) -> Int32 {

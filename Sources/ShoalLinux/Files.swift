@@ -23,6 +23,20 @@ public enum Files {
 
     public static func exists(_ path: String) -> Bool { access(path, F_OK) == 0 }
 
+    /// Writes `text` to `path` (created or truncated, mode 0644).
+    public static func write(_ path: String, _ text: String) throws(SystemError) {
+        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+        guard fd >= 0 else { throw SystemError(call: "open(\(path))", code: errno) }
+        defer { close(fd) }
+        let bytes = Array(text.utf8)
+        var offset = 0
+        while offset < bytes.count {
+            let n = bytes[offset...].withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
+            if n < 0 { if errno == EINTR { continue }; throw SystemError(call: "write(\(path))", code: errno) }
+            offset += n
+        }
+    }
+
     public static func isDirectory(_ path: String) -> Bool {
         var st = stat()
         return stat(path, &st) == 0 && (st.st_mode & S_IFMT) == S_IFDIR

@@ -405,9 +405,8 @@ public final class MeshManager {
     }
 
     func admit(_ id: ConnectionID, _ peer: PeerID, _ t: MeshTransport, now: UInt64, _ out: inout [MeshAction]) {
-        var r = peers[peer] ?? PeerRecord()
-        r.heardOn.insert(t)
-        peers[peer] = r
+        // Being dialled is not being heard: we may have no way to dial this peer back.
+        let r = peers[peer] ?? PeerRecord()
         let linked = connections.values.contains { $0.peer == peer }
         if connections.count + pending.count < settings.maxConnectionCount || linked || pending[peer] != nil {
             if pending[peer] != nil { pending[peer] = nil }
@@ -445,6 +444,12 @@ public final class MeshManager {
     func dropConnection(_ id: ConnectionID, now: UInt64, _ out: inout [MeshAction]) {
         guard let c = connections.removeValue(forKey: id) else { return }
         componentCache = nil
+        // A link we dialled that ended (refused, evicted, dropped): wait backoffMillis before
+        // dialling that peer again, so a full peer is not dialled every connectDelay.
+        if c.outgoing, var r = peers[c.peer] {
+            r.failedAt = now
+            peers[c.peer] = r
+        }
         out.append(.event(.peerReplicator(c.peer, c.transport, outgoing: c.outgoing, activity: .offline, error: nil)))
         if !connections.values.contains(where: { $0.peer == c.peer }) { announceOwnLinks(&out) }
     }

@@ -132,4 +132,5 @@ public struct MeshCounters: Sendable, Equatable {
     public var failedConnectionAttempts = 0
     public var evictions = 0
     public var refusedConnections = 0
+    public init() {}
 }

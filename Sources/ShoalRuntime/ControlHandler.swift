@@ -99,6 +99,7 @@ struct ControlHandler {
         case "log.levels":
             return levels()
         default:
+            if let answer = try dispatchMesh(op, r) { return answer }
             throw bad("unknown op \"\(op.prefix(40))\"")
         }
     }

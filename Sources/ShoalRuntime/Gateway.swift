@@ -1,5 +1,6 @@
 import ShoalConfig
 import ShoalLinux
+import ShoalMesh
 import ShoalReplication
 import ShoalCore
 import ShoalStatus
@@ -29,6 +30,19 @@ public final class Gateway: Sendable {
     private let clockSlot = Mutex<NodeClock?>(nil)
     /// Replication figures for status (the ObjectBox seed's counters).
     public let counters = Mutex(ReplicationCounters())
+    /// The mesh as this gateway sees it, and its recent events (published by the replication driver).
+    public let meshView = Mutex(MeshView())
+    public let meshEvents = MeshEventLog()
+    /// `retryNetworks()`: set by the replication service while it runs.
+    let retryRadiosHook = Mutex<(@Sendable () -> Void)?>(nil)
+
+    /// Asks the mesh to retry its radios at once (advertising and discovery, forgetting backoffs).
+    /// False when replication is not running.
+    public func retryRadios() -> Bool {
+        guard let hook = retryRadiosHook.withLock({ $0 }) else { return false }
+        hook()
+        return true
+    }
     private let stateSlot = Mutex<GatewayState>(.booting)
     private let started = ContinuousClock.now
 
@@ -78,13 +92,14 @@ public final class Gateway: Sendable {
         var state = self.state
         if state == .running && !report.isHealthy { state = .degraded }
         let c = counters.withLock { $0 }
+        let mesh = meshView.withLock { $0 }
         var status = GatewayStatus(
             state: state, version: ShoalVersion.current, boardID: board.id, boardName: board.name,
             boardSupport: board.support.rawValue, group: site.group, serviceType: GroupID(site.group).serviceType,
             uptimeSeconds: uptimeSeconds, storePath: storePath, durability: board.durability,
             documents: stats?.documents ?? 0, tombstones: stats?.tombstones ?? 0, collections: collections,
-            lastSequence: stats?.lastSequence ?? 0, meshState: counters.withLock { $0.peers.isEmpty ? "Created" : "Connected" },
-            connectedPeers: counters.withLock { $0.peers.count },
+            lastSequence: stats?.lastSequence ?? 0, meshState: mesh.state.rawValue,
+            connectedPeers: mesh.counters.connectedPeers,
             peerID: identity?.peerID.description, identityLabel: site.identityLabel,
             identityNotAfter: identity.map { IdentityText.date($0.certificate.notAfter) }, identityProblem: identityProblem,
             children: report.snapshot.map { GatewayStatus.Child(path: $0.path, state: $0.state.rawValue, restarts: $0.restarts, lastError: $0.lastError) })
@@ -92,7 +107,9 @@ public final class Gateway: Sendable {
             "failedConnectionAttempts": Int64(c.failedConnections), "messagesSent": Int64(c.messagesSent),
             "messagesReceived": Int64(c.messagesReceived), "documentsReceived": Int64(c.documentsReceived),
             "documentsSent": Int64(c.documentsSent), "bytesSent": Int64(c.bytesSent), "bytesReceived": Int64(c.bytesReceived),
-            "conflicts": Int64(c.conflicts),
+            "conflicts": Int64(c.conflicts), "documentsApplied": Int64(c.documentsApplied),
+            "discoveredPeers": Int64(mesh.counters.discoveredPeers), "connectedPeers": Int64(mesh.counters.connectedPeers),
+            "evictions": Int64(mesh.counters.evictions),
         ]
         status.clockSkewPeers = c.skewedPeers.sorted()
         return status
@@ -103,6 +120,8 @@ public final class Gateway: Sendable {
 public struct ReplicationCounters: Sendable {
     public var peers: [String: String] = [:]  // link → peer id
     public var documentsReceived = 0
+    /// Received and written (not refused by a filter, the purge horizon or a check).
+    public var documentsApplied = 0
     public var documentsSent = 0
     public var conflicts = 0
     public var failedConnections = 0

@@ -2,6 +2,7 @@ import Glibc
 import ShoalConfig
 import ShoalCore
 import ShoalLinux
+import ShoalMesh
 import ShoalReplication
 import ShoalStore
 import ShoalSupervision
@@ -78,9 +79,10 @@ public enum ReplicationBenchmark {
             let siteConfig = try loader.loadSite(text: "group: bench.replication\n", file: "<bench>")
             let gateway = Gateway(board: board, site: siteConfig, logger: quiet, report: SupervisionReport(), storePath: dir + "/shoal.db", socketPath: dir + "/c.sock")
             let auth = PeerAuthenticator.trust(allowedPeers: [pusherID.peerID])
-            let driver = ReplicationDriver(node: node, gateway: gateway,
+            let mesh = MeshManager(me: pullerID.peerID, settings: MeshSettings(board.mesh), sequenceBase: NodeClock.systemWallMillis(), fallbackSeed: 1)
+            let driver = ReplicationDriver(node: node, mesh: mesh, gateway: gateway,
                                            serverTLS: try TLSContext(role: .server, identity: pullerID, authenticator: auth),
-                                           clientTLS: try TLSContext(role: .client, identity: pullerID, authenticator: auth), backoffMillis: 100)
+                                           clientTLS: try TLSContext(role: .client, identity: pullerID, authenticator: auth))
             let start = ContinuousClock.now
             try driver.start(listen: nil, peers: [HostPort(host: "127.0.0.1", port: port)])
             // Every pulled document is one commit in the puller's feed; lastSequence is in memory.

@@ -2,30 +2,40 @@ import Glibc
 import ShoalConfig
 import ShoalCore
 import ShoalLinux
+import ShoalMesh
 import ShoalReplication
 import ShoalStore
 import ShoalTLS
 import ShoalWire
 import Synchronization
 
-/// Drives the sans-IO `ReplicationNode` with real links: TCP + mutual TLS to the site file's static
-/// peers and from its listen address. Threads, never the cooperative pool:
-/// - one node thread owns the node: link events and frames come to it through an inbox, it runs
-///   the node and hands frames to the links;
+/// Drives the sans-IO `ReplicationNode` and `MeshManager` with real links: TCP + mutual TLS.
+/// Threads, never the cooperative pool:
+/// - one node thread owns the node and the mesh manager: link events, frames, discoveries come to
+///   it through an inbox; it runs both cores, hands frames to links, dials whom the mesh chooses,
+///   and closes what it refuses;
 /// - one thread per link owns that link's TLS session (mbedTLS sessions are single-threaded): it
 ///   sends what the node queued (a wake-up interrupts its read) and posts what it reads;
-/// - a listener thread and one connector thread per static peer, which redials with backoff.
+/// - a listener thread (listening is this transport's "advertising"), a dialler thread per
+///   connection the mesh asks for, and a prober for the site's static peers (this transport's
+///   "scanning", run in the mesh's discovery phases: a TLS handshake tells who answers there).
+///   DNS-SD discovery (the Wi-Fi issue) will post discoveries the same way.
 final class ReplicationDriver: @unchecked Sendable {
     let node: ReplicationNode
+    let mesh: MeshManager
     let gateway: Gateway
     let serverTLS: TLSContext
     let clientTLS: TLSContext
-    let backoffMillis: Int
 
     private enum Input {
-        case opened(LinkID, LinkIO)
+        /// An authenticated link: dialled by us (outgoing) or accepted.
+        case opened(LinkID, LinkIO, outgoing: Bool)
+        case dialFailed(PeerID, String)
         case frame(LinkID, PreparedFrame, bytes: Int)
         case closed(LinkID)
+        case discovered(PeerID, HostPort)
+        case lost(PeerID)
+        case retryNetworks
     }
 
     private let lock = ConditionLock()
@@ -34,15 +44,21 @@ final class ReplicationDriver: @unchecked Sendable {
     private let nextLink = Atomic<Int>(1)
     private let threadsRunning = Atomic<Int>(0)
     private var listener: TCPListener?
+    private var staticPeers: [HostPort] = []
+    /// Scanning (the mesh's discovery phase) is on: the prober probes.
+    private let scanning = Atomic<Bool>(false)
+    private let probeWake = ConditionLock()
+    /// Static addresses whose gateway we are linked to (the prober skips them).
+    private let linkedAddresses = Mutex<Set<String>>([])
     /// Heartbeat of the node thread (monotonic ms), for the service's hang check.
     let nodeBeat = Atomic<Int>(0)
 
-    init(node: ReplicationNode, gateway: Gateway, serverTLS: TLSContext, clientTLS: TLSContext, backoffMillis: Int) {
+    init(node: ReplicationNode, mesh: MeshManager, gateway: Gateway, serverTLS: TLSContext, clientTLS: TLSContext) {
         self.node = node
+        self.mesh = mesh
         self.gateway = gateway
         self.serverTLS = serverTLS
         self.clientTLS = clientTLS
-        self.backoffMillis = max(100, backoffMillis)
     }
 
     var log: Logger { gateway.logger }
@@ -61,16 +77,21 @@ final class ReplicationDriver: @unchecked Sendable {
             log.info(.mesh, "replication listening on \(listen.host):\(l.port)")
             spawn("repl-accept") { self.acceptLoop(l) }
         }
+        staticPeers = peers
+        if !peers.isEmpty { spawn("repl-probe") { self.probeLoop() } }
         spawn("repl-node") { self.nodeLoop() }
-        for p in peers { spawn("repl-dial") { self.dialLoop(p) } }
     }
 
     /// The port the listener got (useful with port 0).
     var listenPort: UInt16? { listener?.port }
 
+    /// `retryNetworks()`.
+    func retryNetworks() { post(.retryNetworks) }
+
     func stop() {
         stopping.store(true, ordering: .relaxed)
         lock.withLock { lock.broadcast() }
+        probeWake.withLock { probeWake.broadcast() }
         listener?.close()
         // Threads notice within a read timeout; wait a little for them, but never forever.
         let deadline = ReplicationDriver.nowMillis() + 3000
@@ -98,13 +119,22 @@ final class ReplicationDriver: @unchecked Sendable {
 
     // MARK: node thread
 
+    /// Node-thread state.
+    private var links: [LinkID: LinkIO] = [:]
+    private var addresses: [PeerID: HostPort] = [:]
+    private var linkAddress: [LinkID: String] = [:]
+    /// Links whose replication moved documents lately (for busy/idle activity).
+    private var busySince: [LinkID: Int] = [:]
+
     private func nodeLoop() {
-        var links: [LinkID: LinkIO] = [:]
         var lastSequence = node.store.lastSequence
         var lastTick = 0
+        var lastPublish = 0
+        handleMesh(mesh.handle(.start, now: UInt64(ReplicationDriver.nowMillis())), now: ReplicationDriver.nowMillis())
         while !isStopping {
+            let wakeIn: Int = mesh.nextWake.map { max(0, min(100, Int($0) - ReplicationDriver.nowMillis())) } ?? 100
             let batch: [Input] = lock.withLock {
-                if inbox.isEmpty { lock.wait(timeoutMillis: 100) }
+                if inbox.isEmpty && wakeIn > 0 { lock.wait(timeoutMillis: wakeIn) }
                 let b = inbox
                 inbox.removeAll(keepingCapacity: true)
                 return b
@@ -121,20 +151,45 @@ final class ReplicationDriver: @unchecked Sendable {
             }
             for input in batch {
                 switch input {
-                case .opened(let id, let io):
+                case .opened(let id, let io, let outgoing):
                     flush()
-                    links[id] = io
-                    actions += node.linkOpened(id, neighbours: node.connectedPeers)
+                    let peer = io.session.peerID
+                    let decided = mesh.handle(outgoing ? .outgoingOpened(id, peer, .wifi) : .incoming(id, peer, .wifi), now: UInt64(now))
+                    if mesh.keeps(id) {
+                        links[id] = io
+                        if let a = io.address { linkAddress[id] = a; linkedAddresses.withLock { _ = $0.insert(a) } }
+                        // HELLO goes first; the mesh's gossip for this link after it.
+                        actions += node.linkOpened(id, neighbours: mesh.neighbours)
+                        process(&actions)
+                    } else {
+                        io.close()
+                    }
+                    handleMesh(decided, now: now)
+                case .dialFailed(let peer, let why):
+                    gateway.counters.withLock { $0.failedConnections += 1 }
+                    handleMesh(mesh.handle(.outgoingFailed(peer, .wifi, reason: why), now: UInt64(now)), now: now)
                 case .frame(let id, let frame, let bytes):
                     gateway.counters.withLock { $0.messagesReceived += 1; $0.bytesReceived += bytes + 4 }
                     if run?.link == id { run!.frames.append(frame) } else { flush(); run = (id, [frame]) }
                 case .closed(let id):
                     flush()
-                    links.removeValue(forKey: id)
-                    actions += node.linkClosed(id, now: UInt64(now))
+                    if links.removeValue(forKey: id) != nil {
+                        actions += node.linkClosed(id, now: UInt64(now))
+                    }
+                    if let a = linkAddress.removeValue(forKey: id) { linkedAddresses.withLock { _ = $0.remove(a) } }
+                    handleMesh(mesh.handle(.closed(id), now: UInt64(now)), now: now)
+                case .discovered(let peer, let address):
+                    addresses[peer] = address
+                    handleMesh(mesh.handle(.discovered(peer, .wifi, load: nil), now: UInt64(now)), now: now)
+                case .lost(let peer):
+                    handleMesh(mesh.handle(.lost(peer, .wifi), now: UInt64(now)), now: now)
+                case .retryNetworks:
+                    log.info(.mesh, "retrying the radios now (retryNetworks)")
+                    handleMesh(mesh.handle(.retryNetworks, now: UInt64(now)), now: now)
                 }
             }
             flush()
+            if let w = mesh.nextWake, UInt64(now) >= w { handleMesh(mesh.handle(.tick, now: UInt64(now)), now: now) }
             if now - lastTick >= 250 {
                 lastTick = now
                 actions += node.tick(now: UInt64(now))
@@ -144,19 +199,114 @@ final class ReplicationDriver: @unchecked Sendable {
                 lastSequence = seq
                 actions += node.localChangesCommitted()
             }
-            for action in actions {
-                switch action {
-                case .send(let id, let payload):
-                    gateway.counters.withLock { $0.messagesSent += 1; $0.bytesSent += payload.count + 4 }
-                    links[id]?.send(payload)
-                case .close(let id):
-                    links[id]?.close()
-                case .event(let e):
-                    report(e)
-                }
+            process(&actions)
+            for (link, at) in busySince where now - at >= 1000 {
+                busySince[link] = nil
+                handleMesh(mesh.handle(.activity(link, busy: false), now: UInt64(now)), now: now)
+            }
+            // Live changes ride with their bodies along the mesh's spanning tree only.
+            for id in links.keys { node.setEagerPush(id, mesh.isTreeLink(id)) }
+            if now - lastPublish >= 250 || !batch.isEmpty {
+                lastPublish = now
+                publish()
             }
         }
         for io in links.values { io.close() }
+        handleMesh(mesh.handle(.stop, now: UInt64(ReplicationDriver.nowMillis())), now: ReplicationDriver.nowMillis())
+        publish()
+    }
+
+    /// Carries out the replicator's actions (which may feed the mesh, which may add more).
+    private func process(_ actions: inout [ReplicationAction]) {
+        let now = ReplicationDriver.nowMillis()
+        var i = 0
+        while i < actions.count {
+            switch actions[i] {
+            case .send(let id, let payload):
+                gateway.counters.withLock { $0.messagesSent += 1; $0.bytesSent += payload.count + 4 }
+                links[id]?.send(payload)
+            case .close(let id):
+                links[id]?.close()
+            case .event(let e):
+                if case .topology(let link, _, let origin, let sequence, let neighbours) = e {
+                    handleMesh(mesh.handle(.topology(from: link, origin: origin, sequence: sequence, neighbours: neighbours), now: UInt64(now)), now: now)
+                } else {
+                    if case .documents(let link, _, _, _) = e {
+                        // Documents moving: the peer's replicator is busy until a second passes quietly.
+                        if busySince[link] == nil { handleMesh(mesh.handle(.activity(link, busy: true), now: UInt64(now)), now: now) }
+                        busySince[link] = now
+                    }
+                    report(e)
+                }
+            }
+            i += 1
+        }
+        actions.removeAll()
+    }
+
+    /// Carries out the mesh manager's actions.
+    private func handleMesh(_ actions: [MeshAction], now: Int) {
+        var queue = actions
+        while !queue.isEmpty {
+            let a = queue.removeFirst()
+            switch a {
+            case .startAdvertising(let t):
+                // Listening is how peers reach us on this transport; DNS-SD publishing comes with
+                // the Wi-Fi issue.
+                if listener != nil {
+                    queue += mesh.handle(.advertisingStarted(t), now: UInt64(now))
+                } else {
+                    queue += mesh.handle(.advertisingFailed(t, reason: "no replication.listen address in the site file: peers cannot connect here"), now: UInt64(now))
+                }
+            case .stopAdvertising:
+                break
+            case .startScanning:
+                scanning.store(true, ordering: .relaxed)
+                probeWake.withLock { probeWake.broadcast() }
+            case .stopScanning:
+                scanning.store(false, ordering: .relaxed)
+            case .connect(let peer, _):
+                guard let address = addresses[peer] else {
+                    queue += mesh.handle(.outgoingFailed(peer, .wifi, reason: "no address known"), now: UInt64(now))
+                    continue
+                }
+                spawn("repl-dial") { self.dial(peer, at: address) }
+            case .close(let id, let reason):
+                log.verbose(.mesh, "closing link \(id): \(reason)")
+                links[id]?.close()
+            case .sendTopology(let id, let origin, let sequence, let neighbours):
+                let payload = ReplicationMessage.topology(origin: origin, sequence: sequence, neighbours: neighbours).encoded()
+                gateway.counters.withLock { $0.messagesSent += 1; $0.bytesSent += payload.count + 4 }
+                links[id]?.send(payload)
+            case .event(let e):
+                gateway.meshEvents.append(MeshEventLog.json(e), atMillis: Int64(NodeClock.systemWallMillis()))
+                switch e {
+                case .state(let s): log.info(.mesh, "mesh state: \(s.rawValue)")
+                case .transportStatus(let t, let active, let error): if !active, let error { log.warning(.mesh, "\(t.rawValue): \(error)") }
+                case .peerDiscovery(let p, let t, let online): log.verbose(.mesh, "peer \(p.short) \(online ? "discovered" : "lost") on \(t.rawValue)")
+                case .peerReplicator(let p, _, let outgoing, let activity, let error):
+                    log.verbose(.mesh, "peer \(p.short) (\(outgoing ? "outgoing" : "incoming")): \(activity.rawValue)\(error.map { " — \($0)" } ?? "")")
+                }
+            }
+        }
+    }
+
+    /// Publishes what `shoal peers/peer/mesh/status` show.
+    private func publish() {
+        var view = MeshView()
+        view.state = mesh.state
+        view.counters = mesh.counters
+        view.me = node.peer
+        view.links = mesh.knownLinks
+        view.treeNeighbours = links.keys.filter { mesh.isTreeLink($0) }.compactMap { links[$0]?.session.peerID }
+        var certs: [PeerID: Certificate] = [:]
+        for io in links.values { certs[io.session.peerID] = io.session.peerCertificate }
+        view.peers = mesh.knownPeers.compactMap { p in
+            guard let info = mesh.info(p) else { return nil }
+            let cert = certs[p]
+            return MeshView.Peer(info: info, address: addresses[p]?.description, certificateSubject: cert?.subject, certificateNotAfter: cert?.notAfter)
+        }
+        gateway.meshView.withLock { $0 = view }
     }
 
     private func report(_ e: ReplicationEvent) {
@@ -165,10 +315,15 @@ final class ReplicationDriver: @unchecked Sendable {
             gateway.counters.withLock { $0.peers[String(link)] = peer.description }
             log.info(.replication, "replicating with peer \(peer) (link \(link))")
         case .documents(let link, let peer, let direction, let items):
-            gateway.counters.withLock { c in
-                if direction == .pull { c.documentsReceived += items.count } else { c.documentsSent += items.count }
-            }
             let errors = items.filter { $0.error != nil }.count
+            gateway.counters.withLock { c in
+                if direction == .pull {
+                    c.documentsReceived += items.count
+                    c.documentsApplied += items.count - errors
+                } else {
+                    c.documentsSent += items.count
+                }
+            }
             log.verbose(.replication, "link \(link): \(direction.rawValue) \(items.count) documents with \(peer.short)\(errors > 0 ? " (\(errors) refused)" : "")")
         case .clockSkew(_, let peer, let ahead):
             gateway.counters.withLock { _ = $0.skewedPeers.insert(peer.description) }
@@ -177,7 +332,7 @@ final class ReplicationDriver: @unchecked Sendable {
             gateway.counters.withLock { $0.conflicts += 1 }
             log.info(.replication, "conflict on \(record.collection)/\(record.id) with \(peer.short): \(record.resolver) chose \(record.outcome)")
         case .topology:
-            break  // static peers: no mesh manager to tell yet
+            break  // handled in process()
         case .linkClosed(let link, let peer, let error):
             gateway.counters.withLock { _ = $0.peers.removeValue(forKey: String(link)) }
             if let error {
@@ -196,39 +351,77 @@ final class ReplicationDriver: @unchecked Sendable {
             spawn("repl-link") {
                 do {
                     let session = try TLSSession.accept(over: stream, context: self.serverTLS)
-                    self.run(LinkIO(id: self.nextLink.add(1, ordering: .relaxed).oldValue, session: session, stream: stream))
+                    self.run(LinkIO(id: self.nextLink.add(1, ordering: .relaxed).oldValue, session: session, stream: stream, address: nil), outgoing: false)
                 } catch {
                     self.gateway.counters.withLock { $0.failedConnections += 1 }
                     self.log.warning(.tls, "refused an incoming replication link: \(error)")
+                    stream.close()
                 }
             }
         }
     }
 
-    private func dialLoop(_ peer: HostPort) {
-        var delay = backoffMillis
+    /// One connection the mesh asked for; runs the link on this thread if it comes up.
+    private func dial(_ peer: PeerID, at address: HostPort) {
+        let stream: TCPStream
+        let session: TLSSession
+        do {
+            stream = try TCPStream.connect(ipv4: address.host, port: address.port, timeoutMillis: 5000)
+        } catch {
+            post(.dialFailed(peer, "\(address): \(error)"))
+            return
+        }
+        do {
+            session = try TLSSession.connect(over: stream, context: clientTLS)
+        } catch {
+            stream.close()
+            post(.dialFailed(peer, "\(address): \(error)"))
+            return
+        }
+        guard session.peerID == peer else {
+            session.close()
+            post(.dialFailed(peer, "another gateway (\(session.peerID.short)) answers at \(address) now"))
+            return
+        }
+        run(LinkIO(id: nextLink.add(1, ordering: .relaxed).oldValue, session: session, stream: stream, address: address.description), outgoing: true)
+    }
+
+    /// The site's static peers, probed during discovery phases: a handshake says which gateway
+    /// answers at each address (the peer id is its certificate's digest), so the mesh can choose.
+    private func probeLoop() {
+        var known: [String: PeerID] = [:]
         while !isStopping {
-            do {
-                let stream = try TCPStream.connect(ipv4: peer.host, port: peer.port, timeoutMillis: 5000)
-                let session = try TLSSession.connect(over: stream, context: clientTLS)
-                delay = backoffMillis
-                run(LinkIO(id: nextLink.add(1, ordering: .relaxed).oldValue, session: session, stream: stream))
-            } catch {
-                gateway.counters.withLock { $0.failedConnections += 1 }
-                log.verbose(.mesh, "cannot link to \(peer): \(error); retrying in \(delay) ms")
+            if scanning.load(ordering: .relaxed) {
+                let linked = linkedAddresses.withLock { $0 }
+                for address in staticPeers where !isStopping && !linked.contains(address.description) {
+                    do {
+                        let stream = try TCPStream.connect(ipv4: address.host, port: address.port, timeoutMillis: 2000)
+                        defer { stream.close() }
+                        let session = try TLSSession.connect(over: stream, context: clientTLS)
+                        let peer = session.peerID
+                        session.close()
+                        if let old = known[address.description], old != peer { post(.lost(old)) }
+                        known[address.description] = peer
+                        post(.discovered(peer, address))
+                    } catch {
+                        if let old = known.removeValue(forKey: address.description) { post(.lost(old)) }
+                        log.verbose(.mesh, "static peer \(address) does not answer: \(error)")
+                    }
+                }
             }
-            // Wait out the backoff, but wake at once on stop.
-            let until = ReplicationDriver.nowMillis() + delay
-            lock.withLock {
-                while !isStopping && ReplicationDriver.nowMillis() < until { lock.wait(timeoutMillis: until - ReplicationDriver.nowMillis()) }
+            // Every 2 s while scanning; wake at once when a phase starts or on stop.
+            probeWake.withLock {
+                if !isStopping { probeWake.wait(timeoutMillis: 2000) }
             }
-            delay = min(delay * 2, 60_000)
         }
     }
 
-    /// Runs one link on the calling thread until it closes.
-    private func run(_ io: LinkIO) {
-        post(.opened(io.id, io))
+    /// Runs one link on the calling thread until it closes. An accepted link is announced to the
+    /// node only once its first frame (the peer's HELLO) arrived: a static-peer probe (a handshake,
+    /// then goodbye) is not a link.
+    private func run(_ io: LinkIO, outgoing: Bool) {
+        var announced = outgoing
+        if outgoing { post(.opened(io.id, io, outgoing: true)) }
         var decoder = FrameDecoder(limit: ReplicationMessage.frameLimit)
         var buffer = [UInt8](repeating: 0, count: 64 * 1024)
         let bodyLimit = node.store.options.maxBodyBytes
@@ -243,6 +436,10 @@ final class ReplicationDriver: @unchecked Sendable {
                 // Decoding and checking documents happen here, on the link's thread, so the node's
                 // thread only resolves and writes.
                 while let frame = try decoder.next() {
+                    if !announced {
+                        announced = true
+                        post(.opened(io.id, io, outgoing: false))
+                    }
                     post(.frame(io.id, ReplicationNode.prepare(frame, maxBodyBytes: bodyLimit), bytes: frame.count))
                 }
             } catch TLSError.timeout {
@@ -257,7 +454,7 @@ final class ReplicationDriver: @unchecked Sendable {
             if let frame = try? FrameEncoder.encode(payload, limit: ReplicationMessage.frameLimit) { try? io.session.write(frame, timeoutMillis: 1000) }
         }
         io.session.close()
-        post(.closed(io.id))
+        if announced { post(.closed(io.id)) } else { log.debug(.mesh, "a peer probed us (\(io.session.peerID.short))") }
     }
 }
 
@@ -266,13 +463,16 @@ final class LinkIO: @unchecked Sendable {
     let id: LinkID
     let session: TLSSession
     let stream: TCPStream
+    /// The static address we dialled (nil for accepted links).
+    let address: String?
     private let outbox = Mutex<[[UInt8]]>([])
     private let closedFlag = Atomic<Bool>(false)
 
-    init(id: LinkID, session: TLSSession, stream: TCPStream) {
+    init(id: LinkID, session: TLSSession, stream: TCPStream, address: String?) {
         self.id = id
         self.session = session
         self.stream = stream
+        self.address = address
     }
 
     var isClosed: Bool { closedFlag.load(ordering: .relaxed) }

@@ -1,8 +1,10 @@
 import ShoalConfig
 import ShoalCore
+import ShoalMesh
 import ShoalReplication
 import ShoalSupervision
 import ShoalTLS
+import Glibc
 
 /// Replication between gateways: waits for the store and the identity, builds the replication node
 /// from the site's collections and the mesh options, and drives it over TCP + TLS to the site's
@@ -51,14 +53,18 @@ struct ReplicationService: Service {
         let driver = try await gateway.storeThread.run { () throws -> ReplicationDriver in
             let node = ReplicationNode(peer: identity.peerID, group: site.group, store: store, clock: clock,
                                        collections: collections, settings: limits)
+            let wall = NodeClock.systemWallMillis()
+            let manager = MeshManager(me: identity.peerID, settings: MeshSettings(mesh), sequenceBase: wall,
+                                      fallbackSeed: wall ^ UInt64(getpid()))
             let driver = ReplicationDriver(
-                node: node, gateway: gw,
+                node: node, mesh: manager, gateway: gw,
                 serverTLS: try TLSContext(role: .server, identity: identity, authenticator: authenticator),
-                clientTLS: try TLSContext(role: .client, identity: identity, authenticator: authenticator),
-                backoffMillis: Int(mesh.backoffMillis))
+                clientTLS: try TLSContext(role: .client, identity: identity, authenticator: authenticator))
             try driver.start(listen: site.listenAddress, peers: site.staticPeers)
             return driver
         }
+        gateway.retryRadiosHook.withLock { $0 = { driver.retryNetworks() } }
+        defer { gateway.retryRadiosHook.withLock { $0 = nil } }
         gateway.logger.info(.replication, "replicating \(collections.count) collections as \(identity.peerID.short); static peers: \(site.staticPeers.map(\.description).joined(separator: ", ").isEmpty ? "none" : site.staticPeers.map(\.description).joined(separator: ", "))")
         context.markReady()
         while await context.pause(for: .seconds(1)) {

@@ -47,7 +47,7 @@ enum CLI {
         }
         let rest = Array(args.dropFirst())
         // Errors name the command as typed: `shoal doc put: …`.
-        let label = ["doc", "log", "board", "bench", "identity"].contains(command) && rest.first.map({ !$0.hasPrefix("-") }) == true
+        let label = ["doc", "log", "board", "bench", "identity", "radios"].contains(command) && rest.first.map({ !$0.hasPrefix("-") }) == true
             ? "\(command) \(rest[0])" : command
         do {
             switch command {
@@ -69,11 +69,16 @@ enum CLI {
             case "bench": return try bench(rest)
             case "sim": return try sim(rest)
             case "demo": return try demo(rest)
+            case "peers": return try peers(rest)
+            case "peer": return try peer(rest)
+            case "mesh": return try mesh(rest)
+            case "events": return try events(rest)
+            case "radios": return try radios(rest)
             case "identity": return try identity(rest)
             case "conflicts": return try conflicts(rest)
             case "_crash-writer": return try CrashWriter.main(rest)
             default:
-                throw UsageError(command: command, message: "unknown command; commands: run, status, doc, changes, conflicts, log, identity, board, bench, sim, demo, version, help")
+                throw UsageError(command: command, message: "unknown command; commands: run, status, doc, changes, conflicts, peers, peer, mesh, events, radios, log, identity, board, bench, sim, demo, version, help")
             }
         } catch let e as UsageError {
             printError(e.description)

@@ -11,6 +11,11 @@ enum Help {
           doc        Write and read documents: put | get | delete | list
           changes    Show the change feed; --follow keeps streaming
           conflicts  The conflict log: each conflict replication resolved, and how
+          peers      Peers this gateway knows: online, transports, link, activity, neighbours
+          peer       One peer in full (PeerInfo), certificate included
+          mesh       The mesh: state, counters, links; --dot prints Graphviz, --svg FILE renders it
+          events     Mesh events (state, transports, peer discovery, peer replicators); --follow
+          radios     radios retry: retry advertising and discovery now (retryNetworks)
           log        Log levels of a running gateway: level DOMAIN LEVEL | levels
           identity   The gateway's TLS identity: create | show | delete
           board      Board files: list | show NAME | check FILE
@@ -102,6 +107,44 @@ enum Help {
             list: every board shoal knows (built-in and in --board-dir). show: a board after its
             `extends:` chain is merged. check: validates a board file (and a site file); errors
             name file:line: key. Exit 3 if invalid.
+            """,
+        "peers": """
+            Usage: shoal peers [--json] [--socket PATH]
+
+            Every peer the running gateway knows — heard in discovery, linked, or known through the
+            mesh's gossip: whether it is online, the transports it was heard on, the link to it (and
+            who dialled), what its replicator is doing (connecting, idle, busy, offline), the
+            address it is dialled at, and its own neighbours. Peer ids are shown by their first 8
+            hex digits; --json gives them whole.
+            """,
+        "peer": """
+            Usage: shoal peer ID [--json] [--socket PATH]
+
+            One peer's PeerInfo: id, online, transports heard on, the link in use, activity, address,
+            its certificate (subject and expiry, while linked), and its neighbours. ID is the whole
+            peer id or at least its first 4 hex digits.
+            """,
+        "mesh": """
+            Usage: shoal mesh [--dot | --svg FILE | --json] [--socket PATH]
+
+            The mesh as this gateway sees it: state (Created, Discovering, FullyConnected, Stopped,
+            Dead), the ObjectBox seed's counters, and the links gossip reports. --dot prints the
+            topology as Graphviz (this gateway bold, its tree links thick, its other links dashed);
+            --svg FILE renders it with Graphviz's `dot` when that is installed.
+            """,
+        "events": """
+            Usage: shoal events [--since N] [--follow] [--json] [--socket PATH]
+
+            The mesh's recent events (the last 1000), numbered: state changes, transport status,
+            peer discovery (online/offline per transport) and peer replicator status (connecting,
+            idle, busy, offline, stopped, with errors). --follow keeps printing new ones.
+            """,
+        "radios": """
+            Usage: shoal radios retry [--socket PATH]
+
+            The seed's retryNetworks(): starts advertising and a discovery phase at once and forgets
+            connection backoffs — after fixing a radio (rfkill, a cable, permissions) there is no
+            need to wait for the next phase.
             """,
         "demo": """
             Usage: shoal demo [--nodes N] [--seed X] [--fast] [--dir DIR]
