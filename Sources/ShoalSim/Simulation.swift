@@ -195,6 +195,9 @@ public final class Simulation {
             let n = nodes[i]
             guard n.up, let r = n.replicator else { return }
             replicationActions(n, r.tick(now: now))
+            // Live changes' bodies ride along the mesh's spanning tree only (refreshed each tick,
+            // as the runtime does per loop: a stale flag costs a duplicate or a lazy hop, no more).
+            if let m = n.mesh { for id in m.connectionIDs { r.setEagerPush(id, m.isTreeLink(id)) } }
             schedule(at: now + 100, .replicationTick(i))
         case .discoverySweep:
             sweep()
@@ -477,10 +480,6 @@ public final class Simulation {
             case .event(let e):
                 if n.events.count < 10_000 { n.events.append(e) }
             }
-        }
-        // Live changes' bodies ride along the mesh's spanning tree only.
-        if let r = n.replicator {
-            for id in m.connectionIDs { r.setEagerPush(id, m.isTreeLink(id)) }
         }
         if let w = m.nextWake, n.wakeAt.map({ w < $0 }) ?? true {
             n.wakeAt = w
