@@ -16,8 +16,8 @@ extension ReplicationNode {
     }
 
     /// `included`: ids whose bodies came with the announce (a push): taken as requested from this
-    /// link, without a request, whatever other links have in flight. `live`: a push — what it
-    /// lacks without a body waits `lazyWaitMillis` before it is requested.
+    /// link, without a request, whatever other links have in flight. `live`: a push (its
+    /// acknowledgement may wait for the next tick).
     func receiveAnnounce(_ l: Link, _ peerID: PeerID, _ name: String, _ batch: UInt64, _ upTo: UInt64,
                          _ changes: [ReplicationMessage.AnnouncedChange], now: UInt64, included: Set<String> = [], live: Bool = false) throws -> [ReplicationAction] {
         guard let policy = policies[name], policy.pull else { throw ReplicationError.protocolViolation("announce for \(name), which we do not pull") }
@@ -26,10 +26,7 @@ extension ReplicationNode {
         }
         guard changes.count <= max(settings.batchMaxCount, 100_000) else { throw ReplicationError.protocolViolation("announce of \(changes.count) changes") }
         let inbound = InboundBatch(batch: batch, upTo: upTo)
-        if live {
-            inbound.notBefore = now + settings.lazyWaitMillis
-            inbound.live = true
-        }
+        inbound.live = live
         let locals = try store.transaction { (tx) throws(StoreError) -> [[UInt8]?] in
             try changes.map { (c) throws(StoreError) in try tx.version(policy.name, id: c.id)?.version }
         }
@@ -53,8 +50,6 @@ extension ReplicationNode {
             if included.contains(c.id) {
                 inbound.requested.insert(c.id)
                 inFlight[key] = (l.id, now)
-            } else if live {
-                inbound.deferred.insert(c.id)
             } else if let f = inFlight[key], f.link != l.id, now < f.at + settings.requestTimeoutMillis {
                 inbound.deferred.insert(c.id)
             } else {
@@ -270,7 +265,7 @@ extension ReplicationNode {
                 if localCovers(local, inbound.waiting[id]?.version ?? []) {
                     inbound.deferred.remove(id)
                     inbound.waiting.removeValue(forKey: id)
-                } else if inFlight[DocKey(collection: name, id: id)] == nil && (arrived.contains(id) || lastNow >= inbound.notBefore) {
+                } else if inFlight[DocKey(collection: name, id: id)] == nil {
                     // What arrived elsewhere was not this version (a concurrent one): ask here now.
                     inbound.deferred.remove(id)
                     inbound.requested.insert(id)
@@ -296,7 +291,6 @@ extension ReplicationNode {
                 for id in inbound.deferred.sorted() {
                     let key = DocKey(collection: name, id: id)
                     if let f = inFlight[key], !force.contains(key), now < f.at + settings.requestTimeoutMillis, links[f.link] != nil { continue }
-                    if inFlight[key] == nil, now < inbound.notBefore { continue }
                     ask.append(id)
                     inFlight[key] = (l.id, now)
                 }

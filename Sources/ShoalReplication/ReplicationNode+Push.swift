@@ -17,7 +17,7 @@ extension ReplicationNode {
     }
 
     func announceNext(_ l: Link, _ name: String, _ stream: PushStream) throws(StoreError) -> [ReplicationAction] {
-        guard let policy = policies[name], let peerID = l.peer else { return [] }
+        guard l.onTree, let policy = policies[name], let peerID = l.peer else { return [] }
         let changes = try store.changes(in: policy.name, since: Int64(stream.announcedUpTo), limit: settings.batchMaxCount)
         guard let last = changes.last else { return [] }
         var announced: [ReplicationMessage.AnnouncedChange] = []
@@ -47,7 +47,7 @@ extension ReplicationNode {
         stream.inFlight.append((batch, UInt64(last.sequence), ids))
         stream.announcedUpTo = UInt64(last.sequence)
         if settings.eagerBodyBytes > 0, !announced.isEmpty, announced.count <= settings.eagerMaxCount {
-            let bodies = l.eager ? try eagerBodies(policy, announced) : []
+            let bodies = try eagerBodies(policy, announced)
             return [.send(l.id, ReplicationMessage.push(collection: name, batch: batch, upTo: UInt64(last.sequence), changes: announced, documents: bodies).encoded())]
         }
         return [.send(l.id, ReplicationMessage.announce(collection: name, batch: batch, upTo: UInt64(last.sequence), changes: announced).encoded())]

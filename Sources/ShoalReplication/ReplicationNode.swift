@@ -52,9 +52,9 @@ public final class ReplicationNode {
         var echoes: Set<Int64> = []
         /// The peer's purge horizon (from its HELLO): it may no longer hold tombstones older than this.
         var remotePurgeHorizon: UInt64 = 0
-        /// Push live changes' bodies on this link (it is on the mesh's spanning tree); otherwise
-        /// announce them only.
-        var eager = true
+        /// This link carries our changes (it is on the mesh's spanning tree, or there is no mesh).
+        /// Off the tree, push streams hold where they are and resume when the link joins it.
+        var onTree = true
         init(id: LinkID) { self.id = id }
     }
 
@@ -79,9 +79,6 @@ public final class ReplicationNode {
         var waiting: [String: ReplicationMessage.AnnouncedChange] = [:]
         var requested: Set<String> = []
         var deferred: Set<String> = []
-        /// Deferred ids nobody else has in flight are not requested before this time (a live
-        /// announce without bodies: the bodies are probably on their way along the tree).
-        var notBefore: UInt64 = 0
         /// Came as a push (live changes): its acknowledgement may wait for the next tick.
         var live = false
         init(batch: UInt64, upTo: UInt64) {
@@ -103,10 +100,20 @@ public final class ReplicationNode {
         policies = p
     }
 
-    /// Whether live changes' bodies ride with their announces on this link (the mesh manager says:
-    /// yes on its spanning tree's links, no on the others, so each body crosses each tree edge once).
-    public func setEagerPush(_ link: LinkID, _ eager: Bool) {
-        links[link]?.eager = eager
+    /// Whether this link is on the mesh's spanning tree (the mesh manager says; without a mesh
+    /// every link is). The tree reaches every node, so only tree links carry our changes — live
+    /// ones with their bodies — and a body crosses each tree edge once. Off the tree, push streams
+    /// hold where they are; when a link joins the tree its streams resume from there (a catch-up
+    /// announce of what the peer most likely holds already: metadata, no bodies it has).
+    public func setTreeLink(_ link: LinkID, _ onTree: Bool) -> [ReplicationAction] {
+        guard let l = links[link], l.onTree != onTree else { return [] }
+        l.onTree = onTree
+        guard onTree else { return [] }
+        var actions: [ReplicationAction] = []
+        for (name, stream) in l.push.sorted(by: { $0.key < $1.key }) {
+            do { actions += try pump(l, name, stream) } catch { actions += fail(l, .store(error), now: lastNow) }
+        }
+        return actions
     }
 
     /// Peers with a link that finished HELLO.

@@ -21,9 +21,6 @@ public struct ReplicationSettings: Sendable {
     /// sent twice in bulk.
     public var eagerBodyBytes = 4096
     public var eagerMaxCount = 64
-    /// How long a live change announced without its body waits for the body to arrive pushed on
-    /// another link before it is requested here.
-    public var lazyWaitMillis: UInt64 = 300
     public init() {}
 }
 

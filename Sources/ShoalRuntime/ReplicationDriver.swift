@@ -204,8 +204,9 @@ final class ReplicationDriver: @unchecked Sendable {
                 busySince[link] = nil
                 handleMesh(mesh.handle(.activity(link, busy: false), now: UInt64(now)), now: now)
             }
-            // Live changes ride with their bodies along the mesh's spanning tree only.
-            for id in links.keys { node.setEagerPush(id, mesh.isTreeLink(id)) }
+            // Changes travel along the mesh's spanning tree only (live ones with their bodies).
+            for id in links.keys.sorted() { actions += node.setTreeLink(id, mesh.isTreeLink(id)) }
+            process(&actions)
             if now - lastPublish >= 250 || !batch.isEmpty {
                 lastPublish = now
                 publish()

@@ -195,9 +195,9 @@ public final class Simulation {
             let n = nodes[i]
             guard n.up, let r = n.replicator else { return }
             replicationActions(n, r.tick(now: now))
-            // Live changes' bodies ride along the mesh's spanning tree only (refreshed each tick,
-            // as the runtime does per loop: a stale flag costs a duplicate or a lazy hop, no more).
-            if let m = n.mesh { for id in m.connectionIDs { r.setEagerPush(id, m.isTreeLink(id)) } }
+            // Changes travel along the mesh's spanning tree only (refreshed each tick, as the
+            // runtime does per loop: a stale flag delays a change or sends a duplicate, no more).
+            if let m = n.mesh { for id in m.connectionIDs { replicationActions(n, r.setTreeLink(id, m.isTreeLink(id))) } }
             schedule(at: now + 100, .replicationTick(i))
         case .discoverySweep:
             sweep()

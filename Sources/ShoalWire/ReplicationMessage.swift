@@ -64,11 +64,10 @@ public enum ReplicationMessage: Sendable, Equatable {
     /// Mesh gossip, flooded hop by hop: `origin`'s links now go to `neighbours`. A higher
     /// `sequence` from the same origin replaces a lower one.
     case topology(origin: PeerID, sequence: UInt64, neighbours: [PeerID])
-    /// Live changes (small batches): an announce that carries the bodies of some of its documents.
-    /// The receiver applies those it lacks at once; the rest it requests — after a short wait, since
-    /// on a link off the mesh's spanning tree (bodies left out on purpose) they usually arrive
-    /// pushed along the tree first. Saves two messages per hop. A body's version is its announced
-    /// change's version, so it is sent empty.
+    /// Live changes (small batches): an announce that carries the bodies of some of its documents
+    /// (those up to a size). The receiver applies those it lacks at once and requests the rest.
+    /// Saves two messages per hop. A body's version is its announced change's version, so it is
+    /// sent empty.
     case push(collection: String, batch: UInt64, upTo: UInt64, changes: [AnnouncedChange], documents: [DocumentBody])
 
     enum Tag: UInt8 { case hello = 1, subscribe, announce, request, documents, acknowledge, error, topology, push }

@@ -6,7 +6,7 @@ import Testing
 @Suite("Mesh between processes", .serialized)
 struct MeshProcessTests {
     @Test("three gateways: one link per pair, the budget holds, writes cross hops; peers, peer, mesh, events, radios")
-    func threeProcesses() throws {
+    func threeProcesses() async throws {
         let base = TempDir()
         defer { base.remove() }
         let dirs = ["a", "b", "c"].map { base.path + "/" + $0 }
@@ -42,7 +42,7 @@ struct MeshProcessTests {
         let deadline = Date().addingTimeInterval(40)
         while Date() < deadline && !everywhere {
             everywhere = gateways.allSatisfy { (try? $0.cli(["doc", "get", "sensors.readings", "from-c"]).status) == 0 }
-            Thread.sleep(forTimeInterval: 0.2)
+            try await Task.sleep(for: .milliseconds(200))
         }
         #expect(everywhere, "a write on c reached a and b")
 
@@ -72,7 +72,7 @@ struct MeshProcessTests {
         let seen = Date().addingTimeInterval(20)
         while Date() < seen && !events.contains(where: { $0.contains("\"peerDiscovery\"") }) {
             events = try a.cli(["events", "--json"]).stdout.split(separator: "\n")
-            Thread.sleep(forTimeInterval: 0.2)
+            try await Task.sleep(for: .milliseconds(200))
         }
         #expect(events.contains { $0.contains("\"peerDiscovery\"") }, "\(events)")
         #expect(events.contains { $0.contains("\"state\"") })

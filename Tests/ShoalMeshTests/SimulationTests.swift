@@ -22,62 +22,70 @@ func scenario(nodes: Int, topology: SimTopology = .full, seed: UInt64, seconds: 
     return s
 }
 
+/// Simulations take seconds of CPU: they run on a thread of their own, never on Swift's
+/// cooperative pool (other suites' timers need it; with two cores it is two threads).
+func offPool(_ s: SimScenario) async throws -> SimReport {
+    let thread = BlockingThread(name: "sim-test")
+    defer { thread.shutdown() }
+    return try await thread.run { try s.run() }
+}
+
 /// A few seeds of each property in the debug build; `make test` runs 200 seeds of each on the
 /// release build (scripts/sim-check.sh).
 @Suite("Simulated mesh")
 struct SimulationTests {
     @Test("20 nodes in range, maxConnectionCount 3: connected, within budget, every write everywhere", arguments: [UInt64(1), 2])
-    func twentyInRange(seed: UInt64) throws {
-        let r = try scenario(nodes: 20, seed: seed).run()
+    func twentyInRange(seed: UInt64) async throws {
+        let r = try await offPool(scenario(nodes: 20, seed: seed))
         #expect(r.failures.isEmpty, "\(r.failures)")
         #expect(r.linksPerNode.max()! <= 3)
     }
 
     @Test("line and grid: writes cross the hops, in about the sum of per-hop latencies")
-    func lineAndGrid() throws {
-        let line = try scenario(nodes: 12, topology: .line, seed: 3) { $0.probeLatency = true }.run()
+    func lineAndGrid() async throws {
+        let line = try await offPool(scenario(nodes: 12, topology: .line, seed: 3) { $0.probeLatency = true })
         #expect(line.failures.isEmpty, "\(line.failures)")
         #expect(line.probeHops == 11)
         // Each hop: latency + transmission (+ 1 ms rounding): well under twice the latencies.
         #expect(line.probeMillis! <= 2 * line.probePathLatencyMillis!)
-        let grid = try scenario(nodes: 16, topology: .grid, seed: 4).run()
+        let grid = try await offPool(scenario(nodes: 16, topology: .grid, seed: 4))
         #expect(grid.failures.isEmpty, "\(grid.failures)")
     }
 
     @Test("loss, partitions, crashes and clock skew: converge once faults stop, nothing acknowledged lost")
-    func faults() throws {
-        let r = try scenario(nodes: 8, seed: 5, seconds: 200) {
+    func faults() async throws {
+        let r = try await offPool(scenario(nodes: 8, seed: 5, seconds: 200) {
             $0.config.loss = 0.05
             $0.config.partitions = true
             $0.config.crashes = true
             $0.config.maxSkewMillis = 90_000
             $0.config.faultsUntilMillis = 100_000
             $0.writes = 20
-        }.run()
+        })
         #expect(r.failures.isEmpty, "\(r.failures)")
         #expect(r.crashes > 0 && r.partitions > 0)
     }
 
     @Test("a seed replays exactly")
-    func replay() throws {
-        let a = try scenario(nodes: 10, seed: 9) { $0.config.partitions = true; $0.config.faultsUntilMillis = 30_000 }.run()
-        let b = try scenario(nodes: 10, seed: 9) { $0.config.partitions = true; $0.config.faultsUntilMillis = 30_000 }.run()
+    func replay() async throws {
+        let a = try await offPool(scenario(nodes: 10, seed: 9) { $0.config.partitions = true; $0.config.faultsUntilMillis = 30_000 })
+        let b = try await offPool(scenario(nodes: 10, seed: 9) { $0.config.partitions = true; $0.config.faultsUntilMillis = 30_000 })
         #expect(a.bytesDuringWrites == b.bytesDuringWrites)
         #expect(a.dot == b.dot)
         #expect(a.formedAtMillis == b.formedAtMillis && a.convergedAfterMillis == b.convergedAfterMillis)
     }
 
     @Test("advertising that fails at first backs off, then the mesh forms")
-    func advertisingFailures() throws {
-        let r = try scenario(nodes: 5, seed: 6, seconds: 200) { $0.config.advertisingFailures = 3 }.run()
+    func advertisingFailures() async throws {
+        let r = try await offPool(scenario(nodes: 5, seed: 6, seconds: 200) { $0.config.advertisingFailures = 3 })
         #expect(r.failures.isEmpty, "\(r.failures)")
         // 2 s delay, then retries after 5, 10 and 20 s: nobody advertises before 37 s.
         #expect(r.formedAtMillis! >= 37_000)
     }
 
     @Test("real TLS on every simulated link: the mesh forms and converges; bytes are ciphertext")
-    func tls() throws {
-        let r = try scenario(nodes: 5, topology: .ring, seed: 7) { $0.config.tls = true }.run()
+    func tls() async throws {
+        let r = try await offPool(scenario(nodes: 5, topology: .ring, seed: 7) { $0.config.tls = true })
         #expect(r.failures.isEmpty, "\(r.failures)")
         #expect(r.bytesDuringWrites > r.idealBytes)
     }
