@@ -1,7 +1,9 @@
 import ShoalCore
 
-/// The replication protocol's messages, one per frame: a type byte, then fields in big-endian.
-/// Strings are UTF-8 with a u16 length, blobs have a u32 length, lists a u32 (or u16) count.
+/// The replication protocol's messages, one per frame: a type byte, then fields. Fixed-size
+/// fields are big-endian; on the data path (subscribe, announce, push, request, documents,
+/// acknowledge) sequences, batch numbers, counts and blob lengths are LEB128 varints, since most
+/// are small and these frames cross every hop. Strings are UTF-8 with a u16 length.
 /// Every count and length is checked against the bytes that remain before anything is allocated,
 /// so a hostile frame can neither crash the decoder nor make it allocate more than the frame.
 public enum ReplicationMessage: Sendable, Equatable {
@@ -116,27 +118,29 @@ extension ReplicationMessage {
             w.u16(UInt16(collections.count))
             for c in collections { w.string(c.name); w.u8((c.push ? 1 : 0) | (c.pull ? 2 : 0)) }
         case .subscribe(let c, let since):
-            w.u8(Tag.subscribe.rawValue); w.string(c); w.u64(since)
+            w.u8(Tag.subscribe.rawValue); w.string(c); w.varint(since)
         case .announce(let c, let batch, let upTo, let changes):
-            w.u8(Tag.announce.rawValue); w.string(c); w.u64(batch); w.u64(upTo); w.u32(UInt32(changes.count))
-            for x in changes { w.u64(x.sequence); w.string(x.id); w.u8(x.deleted ? 1 : 0); w.blob(x.version) }
+            w.u8(Tag.announce.rawValue); w.string(c); w.varint(batch); w.varint(upTo); w.changes(changes)
         case .request(let c, let batch, let ids):
-            w.u8(Tag.request.rawValue); w.string(c); w.u64(batch); w.u32(UInt32(ids.count)); for id in ids { w.string(id) }
+            w.u8(Tag.request.rawValue); w.string(c); w.varint(batch); w.varint(UInt64(ids.count)); for id in ids { w.string(id) }
         case .documents(let c, let batch, let final, let docs):
-            w.u8(Tag.documents.rawValue); w.string(c); w.u64(batch); w.u8(final ? 1 : 0); w.u32(UInt32(docs.count))
-            for d in docs { w.string(d.id); w.u8(d.deleted ? 1 : 0); w.blob(d.version); w.blob(d.body) }
+            w.u8(Tag.documents.rawValue); w.string(c); w.varint(batch); w.u8(final ? 1 : 0); w.varint(UInt64(docs.count))
+            for d in docs { w.string(d.id); w.u8(d.deleted ? 1 : 0); w.varblob(d.version); w.varblob(d.body) }
         case .acknowledge(let c, let batch, let upTo):
-            w.u8(Tag.acknowledge.rawValue); w.string(c); w.u64(batch); w.u64(upTo)
+            w.u8(Tag.acknowledge.rawValue); w.string(c); w.varint(batch); w.varint(upTo)
         case .error(let code, let message):
             w.u8(Tag.error.rawValue); w.u16(code); w.string(String(message.utf8.prefix(1000)) ?? "")
         case .topology(let origin, let sequence, let neighbours):
             w.u8(Tag.topology.rawValue); w.raw(origin.bytes); w.u64(sequence)
             w.u16(UInt16(neighbours.count)); for n in neighbours { w.raw(n.bytes) }
         case .push(let c, let batch, let upTo, let changes, let docs):
-            w.u8(Tag.push.rawValue); w.string(c); w.u64(batch); w.u64(upTo); w.u32(UInt32(changes.count))
-            for x in changes { w.u64(x.sequence); w.string(x.id); w.u8(x.deleted ? 1 : 0); w.blob(x.version) }
-            w.u32(UInt32(docs.count))
-            for d in docs { w.string(d.id); w.u8(d.deleted ? 1 : 0); w.blob(d.version); w.blob(d.body) }
+            // A body names its change by position: id, flag and version are the change's.
+            w.u8(Tag.push.rawValue); w.string(c); w.varint(batch); w.varint(upTo); w.changes(changes)
+            var position: [String: Int] = [:]
+            for (i, x) in changes.enumerated() where position[x.id] == nil { position[x.id] = i }
+            let sent = docs.compactMap { d in position[d.id].map { ($0, d.body) } }
+            w.varint(UInt64(sent.count))
+            for (i, body) in sent { w.varint(UInt64(i)); w.varblob(body) }
         }
         return w.bytes
     }
@@ -167,27 +171,36 @@ extension ReplicationMessage {
             self = .hello(version: version, peer: peer, group: group, capabilities: caps, purgeHorizonMillis: horizon,
                           neighbours: neighbours, collections: collections)
         case .subscribe:
-            self = .subscribe(collection: try r.string(), since: try r.u64())
+            self = .subscribe(collection: try r.string(), since: try r.varint())
         case .announce:
-            let c = try r.string(), batch = try r.u64(), upTo = try r.u64()
+            let c = try r.string(), batch = try r.varint(), upTo = try r.varint()
             self = .announce(collection: c, batch: batch, upTo: upTo, changes: try ReplicationMessage.changes(&r))
         case .push:
-            let c = try r.string(), batch = try r.u64(), upTo = try r.u64()
+            let c = try r.string(), batch = try r.varint(), upTo = try r.varint()
             let changes = try ReplicationMessage.changes(&r)
-            self = .push(collection: c, batch: batch, upTo: upTo, changes: changes, documents: try ReplicationMessage.bodies(&r))
+            let n = try r.count(minimumEntryBytes: 2)
+            var docs: [DocumentBody] = []
+            docs.reserveCapacity(n)
+            for _ in 0..<n {
+                let i = try r.varint()
+                guard i < UInt64(changes.count) else { throw .badValue("a pushed body refers to change \(i) of \(changes.count)") }
+                let change = changes[Int(i)]
+                // The version stays empty on the wire: the receiver takes the change's.
+                docs.append(DocumentBody(id: change.id, deleted: change.deleted, version: [], body: try r.varblob()))
+            }
+            self = .push(collection: c, batch: batch, upTo: upTo, changes: changes, documents: docs)
         case .request:
-            let c = try r.string(), batch = try r.u64()
-            let n = Int(try r.u32())
-            try r.need(n * 2)
+            let c = try r.string(), batch = try r.varint()
+            let n = try r.count(minimumEntryBytes: 2)
             var ids: [String] = []
             ids.reserveCapacity(n)
             for _ in 0..<n { ids.append(try r.string()) }
             self = .request(collection: c, batch: batch, ids: ids)
         case .documents:
-            let c = try r.string(), batch = try r.u64(), final = try r.u8() != 0
+            let c = try r.string(), batch = try r.varint(), final = try r.u8() != 0
             self = .documents(collection: c, batch: batch, final: final, documents: try ReplicationMessage.bodies(&r))
         case .acknowledge:
-            self = .acknowledge(collection: try r.string(), batch: try r.u64(), upTo: try r.u64())
+            self = .acknowledge(collection: try r.string(), batch: try r.varint(), upTo: try r.varint())
         case .error:
             self = .error(code: try r.u16(), message: try r.string())
         case .topology:
@@ -205,26 +218,25 @@ extension ReplicationMessage {
 
 extension ReplicationMessage {
     static func changes(_ r: inout WireReader) throws(WireError) -> [AnnouncedChange] {
-        let n = Int(try r.u32())
-        try r.need(n * 15)  // smallest entry: seq 8 + id 2 + flag 1 + version 4
+        let n = try r.count(minimumEntryBytes: 5)  // smallest entry: seq 1 + id 2 + flag 1 + version 1
         var changes: [AnnouncedChange] = []
         changes.reserveCapacity(n)
         for _ in 0..<n {
-            changes.append(AnnouncedChange(sequence: try r.u64(), id: try r.string(), deleted: try r.u8() != 0, version: try r.blob()))
+            changes.append(AnnouncedChange(sequence: try r.varint(), id: try r.string(), deleted: try r.u8() != 0, version: try r.varblob()))
         }
         return changes
     }
 
     static func bodies(_ r: inout WireReader) throws(WireError) -> [DocumentBody] {
-        let n = Int(try r.u32())
-        try r.need(n * 11)  // smallest entry: id 2 + flag 1 + version 4 + body 4
+        let n = try r.count(minimumEntryBytes: 5)  // smallest entry: id 2 + flag 1 + version 1 + body 1
         var docs: [DocumentBody] = []
         docs.reserveCapacity(n)
         for _ in 0..<n {
-            docs.append(DocumentBody(id: try r.string(), deleted: try r.u8() != 0, version: try r.blob(), body: try r.blob()))
+            docs.append(DocumentBody(id: try r.string(), deleted: try r.u8() != 0, version: try r.varblob(), body: try r.varblob()))
         }
         return docs
     }
+
 }
 
 struct WireWriter {
@@ -239,6 +251,20 @@ struct WireWriter {
         u16(UInt16(b.count)); bytes.append(contentsOf: b)
     }
     mutating func blob(_ b: [UInt8]) { u32(UInt32(b.count)); bytes.append(contentsOf: b) }
+    /// LEB128: 7 bits a byte, low first, the high bit set on all but the last.
+    mutating func varint(_ v: UInt64) {
+        var x = v
+        while x >= 0x80 {
+            bytes.append(UInt8(x & 0x7F) | 0x80)
+            x >>= 7
+        }
+        bytes.append(UInt8(x))
+    }
+    mutating func varblob(_ b: [UInt8]) { varint(UInt64(b.count)); bytes.append(contentsOf: b) }
+    mutating func changes(_ changes: [ReplicationMessage.AnnouncedChange]) {
+        varint(UInt64(changes.count))
+        for x in changes { varint(x.sequence); string(x.id); u8(x.deleted ? 1 : 0); varblob(x.version) }
+    }
 }
 
 struct WireReader {
@@ -278,5 +304,32 @@ struct WireReader {
     mutating func blob() throws(WireError) -> [UInt8] {
         let n = Int(try u32())
         return try raw(n)
+    }
+    /// A LEB128 varint of at most 10 bytes that fits 64 bits (overlong or overflowing: refused).
+    mutating func varint() throws(WireError) -> UInt64 {
+        var v: UInt64 = 0
+        var shift: UInt64 = 0
+        while true {
+            let b = try u8()
+            if shift == 63 && b > 1 { throw .badValue("a varint overflows 64 bits") }
+            v |= UInt64(b & 0x7F) << shift
+            if b & 0x80 == 0 { return v }
+            shift += 7
+            if shift > 63 { throw .badValue("a varint is longer than 10 bytes") }
+        }
+    }
+    mutating func varblob() throws(WireError) -> [UInt8] {
+        let n = try varint()
+        guard n <= UInt64(remaining) else { throw .truncated(needed: Int(clamping: n), remaining: remaining) }
+        return try raw(Int(n))
+    }
+    /// A list count, checked against the bytes left (each entry needs at least `minimumEntryBytes`)
+    /// before anything is allocated.
+    mutating func count(minimumEntryBytes: Int) throws(WireError) -> Int {
+        let n = try varint()
+        guard n <= UInt64(remaining / max(1, minimumEntryBytes)) else {
+            throw .truncated(needed: Int(clamping: n) &* minimumEntryBytes, remaining: remaining)
+        }
+        return Int(n)
     }
 }

@@ -1,0 +1,51 @@
+import ShoalCore
+import ShoalWire
+import Testing
+
+@Suite("Replication messages")
+struct ReplicationMessageTests {
+    let peer = PeerID(bytes: Array(repeating: 7, count: 32))
+
+    @Test("every message round-trips, with small and huge numbers")
+    func roundTrip() throws {
+        let change = ReplicationMessage.AnnouncedChange(sequence: .max, id: "doc-1", deleted: false, version: [1, 2, 3])
+        let gone = ReplicationMessage.AnnouncedChange(sequence: 0, id: "doc-2", deleted: true, version: [4])
+        let messages: [ReplicationMessage] = [
+            .hello(version: 1, peer: peer, group: "g", capabilities: 3, purgeHorizonMillis: 99, neighbours: [peer],
+                   collections: [.init(name: "a.b", push: true, pull: false)]),
+            .subscribe(collection: "a.b", since: 127),
+            .subscribe(collection: "a.b", since: 128),
+            .announce(collection: "a.b", batch: 1 << 40, upTo: .max, changes: [change, gone]),
+            .request(collection: "a.b", batch: 5, ids: ["doc-1", "doc-2"]),
+            .documents(collection: "a.b", batch: 5, final: true, documents: [.init(id: "doc-1", deleted: false, version: [9], body: Array("{}".utf8))]),
+            .acknowledge(collection: "a.b", batch: 300, upTo: 16_384),
+            .error(code: 5, message: "why"),
+            .topology(origin: peer, sequence: .max, neighbours: [peer, peer]),
+            // Pushed bodies carry no version or flag of their own: they are their change's.
+            .push(collection: "a.b", batch: 2, upTo: 9, changes: [change, gone],
+                  documents: [.init(id: "doc-1", deleted: false, version: [], body: Array(#"{"x":1}"#.utf8)),
+                              .init(id: "doc-2", deleted: true, version: [], body: [])]),
+        ]
+        for m in messages {
+            #expect(try ReplicationMessage(decoding: m.encoded()) == m, "\(m.kind)")
+        }
+        // Small numbers take one byte: an acknowledgement of batch 3 up to 100 is 2 + 1 + 17 + 2 bytes.
+        #expect(ReplicationMessage.acknowledge(collection: "_default._default", batch: 3, upTo: 100).encoded().count == 22)
+    }
+
+    @Test("overlong varints, counts beyond the frame and bad body references are refused")
+    func hostile() {
+        func refuses(_ bytes: [UInt8], sourceLocation: SourceLocation = #_sourceLocation) {
+            #expect(throws: WireError.self, sourceLocation: sourceLocation) { try ReplicationMessage(decoding: bytes) }
+        }
+        let name: [UInt8] = [0, 3] + Array("a.b".utf8)
+        refuses([2] + name + Array(repeating: 0xFF, count: 11))            // subscribe: an 11-byte varint
+        refuses([2] + name + Array(repeating: 0xFF, count: 9) + [0x02])    // bit 64 set
+        refuses([3] + name + [1, 1] + [0xFF, 0xFF, 0xFF, 0x0F])            // announce: 33 million changes in 0 bytes
+        refuses([6] + name + [1, 1, 0])                                    // acknowledge with a trailing byte
+        // push: one change, one body that refers to change 5.
+        let change: [UInt8] = [1, 0, 1, 0x61, 0, 1, 9]
+        refuses([9] + name + [1, 1] + [1] + change + [1, 5, 0])
+        #expect((try? ReplicationMessage(decoding: [9] + name + [1, 1] + [1] + change + [1, 0, 0])) != nil)
+    }
+}
