@@ -33,7 +33,9 @@ final class ReplicationDriver: @unchecked Sendable {
         case dialFailed(PeerID, String)
         case frame(LinkID, PreparedFrame, bytes: Int)
         case closed(LinkID)
-        case discovered(PeerID, HostPort)
+        /// A static address answered; `probe` is the session that found out (kept if the mesh
+        /// wants this peer now, so the first link costs one handshake, not two).
+        case discovered(PeerID, HostPort, probe: LinkIO?)
         case lost(PeerID)
         case retryNetworks
     }
@@ -48,6 +50,8 @@ final class ReplicationDriver: @unchecked Sendable {
     /// Scanning (the mesh's discovery phase) is on: the prober probes.
     private let scanning = Atomic<Bool>(false)
     private let probeWake = ConditionLock()
+    /// A probe round was asked for (under `probeWake`).
+    private var probeRequested = false
     /// Static addresses whose gateway we are linked to (the prober skips them).
     private let linkedAddresses = Mutex<Set<String>>([])
     /// Heartbeat of the node thread (monotonic ms), for the service's hang check.
@@ -178,9 +182,19 @@ final class ReplicationDriver: @unchecked Sendable {
                     }
                     if let a = linkAddress.removeValue(forKey: id) { linkedAddresses.withLock { _ = $0.remove(a) } }
                     handleMesh(mesh.handle(.closed(id), now: UInt64(now)), now: now)
-                case .discovered(let peer, let address):
+                case .discovered(let peer, let address, let probe):
                     addresses[peer] = address
-                    handleMesh(mesh.handle(.discovered(peer, .wifi, load: nil), now: UInt64(now)), now: now)
+                    var decided = mesh.handle(.discovered(peer, .wifi, load: nil), now: UInt64(now))
+                    if let probe {
+                        if let i = decided.firstIndex(where: { if case .connect(peer, _) = $0 { return true }; return false }) {
+                            decided.remove(at: i)
+                            spawn("repl-link") { self.run(probe, outgoing: true) }
+                        } else {
+                            probe.session.close()
+                            probe.stream.close()
+                        }
+                    }
+                    handleMesh(decided, now: now)
                 case .lost(let peer):
                     handleMesh(mesh.handle(.lost(peer, .wifi), now: UInt64(now)), now: now)
                 case .retryNetworks:
@@ -207,7 +221,7 @@ final class ReplicationDriver: @unchecked Sendable {
             // Changes travel along the mesh's spanning tree only (live ones with their bodies).
             for id in links.keys.sorted() { actions += node.setTreeLink(id, mesh.isTreeLink(id)) }
             process(&actions)
-            if now - lastPublish >= 250 || !batch.isEmpty {
+            if now - lastPublish >= 250 {
                 lastPublish = now
                 publish()
             }
@@ -263,7 +277,10 @@ final class ReplicationDriver: @unchecked Sendable {
                 break
             case .startScanning:
                 scanning.store(true, ordering: .relaxed)
-                probeWake.withLock { probeWake.broadcast() }
+                probeWake.withLock {
+                    probeRequested = true
+                    probeWake.broadcast()
+                }
             case .stopScanning:
                 scanning.store(false, ordering: .relaxed)
             case .connect(let peer, _):
@@ -397,22 +414,27 @@ final class ReplicationDriver: @unchecked Sendable {
                 for address in staticPeers where !isStopping && !linked.contains(address.description) {
                     do {
                         let stream = try TCPStream.connect(ipv4: address.host, port: address.port, timeoutMillis: 2000)
-                        defer { stream.close() }
-                        let session = try TLSSession.connect(over: stream, context: clientTLS)
+                        let session: TLSSession
+                        do { session = try TLSSession.connect(over: stream, context: clientTLS) } catch {
+                            stream.close()
+                            throw error
+                        }
                         let peer = session.peerID
-                        session.close()
                         if let old = known[address.description], old != peer { post(.lost(old)) }
                         known[address.description] = peer
-                        post(.discovered(peer, address))
+                        let probe = LinkIO(id: nextLink.add(1, ordering: .relaxed).oldValue, session: session, stream: stream, address: address.description)
+                        post(.discovered(peer, address, probe: probe))
                     } catch {
                         if let old = known.removeValue(forKey: address.description) { post(.lost(old)) }
                         log.verbose(.mesh, "static peer \(address) does not answer: \(error)")
                     }
                 }
             }
-            // Every 2 s while scanning; wake at once when a phase starts or on stop.
+            // Every 2 s while scanning; at once when a phase starts (even one that started while
+            // we were probing) or on stop.
             probeWake.withLock {
-                if !isStopping { probeWake.wait(timeoutMillis: 2000) }
+                if !isStopping && !probeRequested { probeWake.wait(timeoutMillis: 2000) }
+                probeRequested = false
             }
         }
     }
