@@ -51,7 +51,7 @@ let package = Package(
         .testTarget(name: "ShoalCoreTests", dependencies: ["ShoalCore", "ShoalWire", "ShoalTesting"]),
         .testTarget(name: "ShoalSupervisionTests", dependencies: ["ShoalSupervision", "ShoalTesting"]),
         .testTarget(name: "ShoalStoreTests", dependencies: ["ShoalStore", "ShoalTesting"]),
-        .testTarget(name: "ShoalConfigTests", dependencies: ["ShoalConfig", "ShoalYAML", "ShoalRuntime", "ShoalTLS"]),
+        .testTarget(name: "ShoalConfigTests", dependencies: ["ShoalConfig", "ShoalYAML", "ShoalRuntime", "ShoalTLS", "ShoalReplication"]),
         .testTarget(name: "ShoalMeshTests", dependencies: ["ShoalMesh", "ShoalSim", "ShoalCore", "ShoalConfig", "ShoalRuntime"]),
         .testTarget(name: "ShoalReplicationTests", dependencies: ["ShoalReplication", "ShoalStore", "ShoalWire", "ShoalTesting", "ShoalCore"]),
         .testTarget(name: "ShoalTLSTests", dependencies: ["ShoalTLS", "ShoalLinux", "ShoalTesting", "ShoalCore"]),

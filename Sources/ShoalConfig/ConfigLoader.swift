@@ -179,11 +179,15 @@ public struct ConfigLoader: Sendable {
             var c = SiteConfig.CollectionSettings(name: name)
             c.push = try r.bool("push") ?? true
             c.pull = try r.bool("pull") ?? true
-            c.resolver = try r.string("resolver", default: "lastWriteWins")
-            guard SiteConfig.resolvers.contains(c.resolver) else {
-                throw ConfigError(mark: r.mark(of: "resolver"), key: "collections[\(i)].resolver",
-                                  message: "\"\(c.resolver)\" is not a built-in resolver (\(SiteConfig.resolvers.joined(separator: ", ")))")
+            c.resolver = try r.resolverSpec("resolver") ?? .lastWriteWins
+            if let ids = try r.stringList("documentIDs") {
+                for (k, id) in ids.enumerated() where (try? DocumentID(id)) == nil {
+                    throw ConfigError(mark: r.mark(of: "documentIDs"), key: "collections[\(i)].documentIDs[\(k)]", message: "\"\(id)\" is not a valid document id")
+                }
+                c.documentIDs = ids
             }
+            c.pushFilter = try r.filterSpec("pushFilter")
+            c.pullFilter = try r.filterSpec("pullFilter")
             try r.finish()
             collections.append(c)
         }

@@ -29,11 +29,13 @@ public struct SiteConfig: Sendable, Equatable {
         public var push = true
         public var pull = true
         /// A built-in conflict resolver; custom ones are Swift code (the library product).
-        public var resolver = "lastWriteWins"
+        public var resolver = ResolverSpec.lastWriteWins
+        /// Only these documents replicate (nil: all).
+        public var documentIDs: [String]?
+        public var pushFilter: FilterSpec?
+        public var pullFilter: FilterSpec?
         public init(name: CollectionName) { self.name = name }
     }
-
-    public static let resolvers = ["lastWriteWins", "localWins", "remoteWins"]
 
     /// The site used when no file is given: a demo group with the default collection and one more.
     public static let embeddedDefault = """

@@ -32,6 +32,13 @@ public struct ReplicatedDocument: Sendable {
     public let body: String?
     public let version: DocumentVersion
     public var isDeleted: Bool { body == nil }
+
+    public init(collection: CollectionName, id: String, body: String?, version: DocumentVersion) {
+        self.collection = collection
+        self.id = id
+        self.body = body
+        self.version = version
+    }
 }
 
 /// What a conflict resolver decides for two concurrent versions.

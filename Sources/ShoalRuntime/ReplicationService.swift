@@ -23,14 +23,7 @@ struct ReplicationService: Service {
         }
         guard let identity, let store = gateway.store, let clock = gateway.clock else { return }
         let site = gateway.site
-        var policies: [CollectionPolicy] = []
-        for c in site.collections {
-            var p = CollectionPolicy(name: c.name)
-            p.push = c.push
-            p.pull = c.pull
-            p.resolver = ConflictResolver.named(c.resolver) ?? .lastWriteWins
-            policies.append(p)
-        }
+        let policies = CollectionPolicies.make(site.collections)
         var settings = ReplicationSettings()
         let mesh = gateway.board.mesh
         settings.batchSizeBytes = Int(mesh.txLogBatchSizeKb) * 1024
