@@ -129,6 +129,8 @@ final class ReplicationDriver: @unchecked Sendable {
     private var linkAddress: [LinkID: String] = [:]
     /// Links whose replication moved documents lately (for busy/idle activity).
     private var busySince: [LinkID: Int] = [:]
+    /// The last problem each transport reported (logged once, not at every retry).
+    private var lastTransportError: [MeshTransport: String] = [:]
 
     private func nodeLoop() {
         var lastSequence = node.store.lastSequence
@@ -300,7 +302,14 @@ final class ReplicationDriver: @unchecked Sendable {
                 gateway.meshEvents.append(MeshEventLog.json(e), atMillis: Int64(NodeClock.systemWallMillis()))
                 switch e {
                 case .state(let s): log.info(.mesh, "mesh state: \(s.rawValue)")
-                case .transportStatus(let t, let active, let error): if !active, let error { log.warning(.mesh, "\(t.rawValue): \(error)") }
+                case .transportStatus(let t, let active, let error):
+                    // Say a problem once; its retries (with backoff) are verbose until it changes.
+                    if !active, let error {
+                        if lastTransportError[t] == error { log.verbose(.mesh, "\(t.rawValue): \(error) (still)") } else { log.warning(.mesh, "\(t.rawValue): \(error)") }
+                    } else if active, lastTransportError[t] != nil {
+                        log.info(.mesh, "\(t.rawValue): active again")
+                    }
+                    lastTransportError[t] = active ? nil : error
                 case .peerDiscovery(let p, let t, let online): log.verbose(.mesh, "peer \(p.short) \(online ? "discovered" : "lost") on \(t.rawValue)")
                 case .peerReplicator(let p, _, let outgoing, let activity, let error):
                     log.verbose(.mesh, "peer \(p.short) (\(outgoing ? "outgoing" : "incoming")): \(activity.rawValue)\(error.map { " — \($0)" } ?? "")")
