@@ -139,13 +139,15 @@ struct SupervisorTests {
     @Test("a child that stops sending heartbeats is treated as hung and restarted")
     func hungChild() async throws {
         let j = Journal(), runs = Runs()
-        let spec = ChildSpec(name: "worker", heartbeatTimeout: .milliseconds(300)) {
+        // A timeout long enough that a busy test run (other suites blocking the cooperative pool)
+        // does not make the healthy second run look hung too.
+        let spec = ChildSpec(name: "worker", heartbeatTimeout: .milliseconds(1000)) {
             ClosureService { ctx in
                 let run = runs.next("worker")
                 j.add("start worker \(run)")
                 if run == 1 {
                     // Hangs: no heartbeat, and deaf to shutdown and cancellation for a while.
-                    let until = ContinuousClock.now + .seconds(2)
+                    let until = ContinuousClock.now + .seconds(3)
                     while ContinuousClock.now < until { try? await Task.sleep(for: .milliseconds(10)) }
                     return
                 }
