@@ -1,262 +1,264 @@
 import Foundation
 import Testing
 
-@Suite("shoal command line")
-struct CLITests {
-    @Test("--help lists every command and the exit codes")
-    func help() throws {
-        let r = try Shoal.run(["--help"])
-        #expect(r.status == 0)
-        for word in ["run", "status", "doc", "changes", "log", "board", "bench", "version", "Exit codes"] {
-            #expect(r.stdout.contains(word), "help lacks \(word)")
-        }
-    }
-
-    @Test("every command has its own --help", arguments: ["run", "status", "doc", "changes", "conflicts", "log", "identity", "board", "bench", "version"])
-    func subcommandHelp(_ command: String) throws {
-        let r = try Shoal.run([command, "--help"])
-        #expect(r.status == 0)
-        #expect(r.stdout.contains("Usage: shoal \(command)"))
-    }
-
-    @Test("unknown commands, unknown flags and missing arguments exit 2 with a message that names them", arguments: [
-        (["frobnicate"], "unknown command"), (["status", "--bogus"], "unknown option --bogus"),
-        (["run", "--boad", "sim"], "unknown option --boad"), (["doc", "put", "x"], "missing arguments"),
-        (["doc", "get", "a", "b", "c"], "unexpected argument"), (["doc", "fly"], "unknown subcommand"),
-        (["changes", "--since", "-3"], "--since"), (["run", "--board"], "needs a value"), (["version", "--json=yes"], "takes no value"),
-    ])
-    func usageErrors(_ args: [String], _ needle: String) throws {
-        let r = try Shoal.run(args)
-        #expect(r.status == 2)
-        #expect(r.stderr.contains(needle), "stderr: \(r.stderr)")
-    }
-
-    @Test("with no command it prints help and exits 2")
-    func noCommand() throws {
-        let r = try Shoal.run([])
-        #expect(r.status == 2)
-        #expect(r.stdout.contains("Usage: shoal"))
-    }
-
-    @Test("version and board list give JSON with --json")
-    func jsonOutput() throws {
-        let v = try Shoal.json(Shoal.run(["version", "--json"])) as? [String: String]
-        #expect(v?["shoal"] != nil && v?["sqlite"]?.hasPrefix("3.") == true && v?["mbedtls"]?.hasPrefix("2.28") == true)
-        let boards = try Shoal.json(Shoal.run(["board", "list", "--json", "--board-dir", "/nonexistent"])) as? [[String: Any]]
-        let ids = boards?.compactMap { $0["id"] as? String } ?? []
-        #expect(ids == ["base", "cm4", "generic-linux", "pi-zero-2w", "pi4b", "pi5", "sim"])
-        let pi5 = try Shoal.json(Shoal.run(["board", "show", "pi5", "--json"])) as? [String: Any]
-        #expect((pi5?["led"] as? [String: Any])?["chip"] as? String == "gpiochip4")
-    }
-
-    @Test("a broken board or site file exits 3 and names file:line: key")
-    func configErrors() throws {
-        let dir = TempDir()
-        defer { dir.remove() }
-        try "extends: base\nboard:\n  name: X\nled:\n  driver: gpiod\n  chip: gpiochip0\n  line: 99999\n".write(toFile: dir.path + "/bad.yaml", atomically: true, encoding: .utf8)
-        let r = try Shoal.run(["board", "check", dir.path + "/bad.yaml"])
-        #expect(r.status == 3)
-        #expect(r.stderr.contains("\(dir.path)/bad.yaml:7: led.line:"), "\(r.stderr)")
-        try "group: g\ncolections: []\n".write(toFile: dir.path + "/site.yaml", atomically: true, encoding: .utf8)
-        let run = try Shoal.run(["run", "--board", "sim", "--config", dir.path + "/site.yaml", "--data-dir", dir.path])
-        #expect(run.status == 3)
-        #expect(run.stderr.contains("site.yaml:2: colections: unknown key"), "\(run.stderr)")
-        try "garbage".write(toFile: dir.path + "/roots.pem", atomically: true, encoding: .utf8)
-        try "group: g\nauthenticator:\n  rootCertificates: \(dir.path)/roots.pem\n".write(toFile: dir.path + "/site2.yaml", atomically: true, encoding: .utf8)
-        let roots = try Shoal.run(["run", "--board", "sim", "--config", dir.path + "/site2.yaml", "--data-dir", dir.path])
-        #expect(roots.status == 3)
-        #expect(roots.stderr.contains("site2.yaml: authenticator.rootCertificates: \(dir.path)/roots.pem: not a valid certificate"), "\(roots.stderr)")
-        let abstract = try Shoal.run(["run", "--board", "base", "--data-dir", dir.path])
-        #expect(abstract.status == 3)
-        #expect(abstract.stderr.contains("abstract"))
-    }
-
-    @Test("identity create, show, delete: self-signed and CA-signed, refusing to replace without --force")
-    func identityCommands() throws {
-        let dir = TempDir()
-        defer { dir.remove() }
-        let ids = dir.path + "/ids"
-        #expect(try Shoal.run(["identity", "show", "--dir", ids]).status == 4)
-        let created = try Shoal.run(["identity", "create", "--dir", ids, "--label", "gw", "--cn", "gw-7", "--days", "10", "--json"])
-        #expect(created.status == 0, "\(created.stderr)")
-        let info = try Shoal.json(created) as? [String: Any]
-        #expect(info?["subject"] as? String == "CN=gw-7, O=Shoal")
-        #expect(info?["extendedKeyUsages"] as? [String] == ["serverAuth", "clientAuth"])
-        let again = try Shoal.run(["identity", "create", "--dir", ids, "--label", "gw"])
-        #expect(again.status == 6 && again.stderr.contains("--force"))
-        let attrs = try FileManager.default.attributesOfItem(atPath: ids + "/gw.key.pem")
-        #expect((attrs[.posixPermissions] as? Int) == 0o600)
-
-        // A CA made elsewhere (here: by openssl, when present) signs a gateway identity.
-        if FileManager.default.isExecutableFile(atPath: "/usr/bin/openssl") {
-            let ca = dir.path + "/ca"
-            for step in [["ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", ca + ".key"],
-                         ["req", "-x509", "-new", "-key", ca + ".key", "-subj", "/CN=Field CA", "-days", "30", "-out", ca + ".pem",
-                          "-addext", "basicConstraints=critical,CA:TRUE"]] {
-                let p = Process()
-                p.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
-                p.arguments = step
-                p.standardError = FileHandle.nullDevice
-                try p.run()
-                p.waitUntilExit()
-                #expect(p.terminationStatus == 0)
+extension ProcessSuites {
+    @Suite("shoal command line")
+    struct CLITests {
+        @Test("--help lists every command and the exit codes")
+        func help() throws {
+            let r = try Shoal.run(["--help"])
+            #expect(r.status == 0)
+            for word in ["run", "status", "doc", "changes", "log", "board", "bench", "version", "Exit codes"] {
+                #expect(r.stdout.contains(word), "help lacks \(word)")
             }
-            let signed = try Shoal.run(["identity", "create", "--dir", ids, "--label", "field", "--ca-key", ca + ".key", "--ca-cert", ca + ".pem", "--json"])
-            #expect(signed.status == 0, "\(signed.stderr)")
-            #expect((try Shoal.json(signed) as? [String: Any])?["issuer"] as? String == "CN=Field CA")
-            let mismatch = try Shoal.run(["identity", "create", "--dir", ids, "--label", "x", "--ca-key", ids + "/gw.key.pem", "--ca-cert", ca + ".pem"])
-            #expect(mismatch.status == 6 && mismatch.stderr.contains("does not belong"))
         }
-        let garbage = dir.path + "/garbage.pem"
-        try "not a key".write(toFile: garbage, atomically: true, encoding: .utf8)
-        let bad = try Shoal.run(["identity", "create", "--dir", ids, "--label", "y", "--ca-key", garbage, "--ca-cert", garbage])
-        #expect(bad.status == 6 && bad.stderr.contains("not a valid private key"))
-        #expect(try Shoal.run(["identity", "delete", "--dir", ids, "--label", "gw"]).status == 0)
-        #expect(try Shoal.run(["identity", "delete", "--dir", ids, "--label", "gw"]).status == 4)
-    }
 
-    @Test("client commands with no gateway running exit 5 and say how to fix it")
-    func unreachable() throws {
-        let r = try Shoal.run(["status", "--socket", "/tmp/shoal-no-such.sock"])
-        #expect(r.status == 5)
-        #expect(r.stderr.contains("cannot reach a running shoal"))
-    }
-}
-
-@Suite("A running gateway", .serialized)
-struct GatewayTests {
-    @Test("boots on the sim board, stores and serves documents, streams changes, and stops cleanly on SIGTERM")
-    func endToEnd() throws {
-        let gw = try RunningGateway()
-        let status = try Shoal.json(gw.cli(["status", "--json"])) as? [String: Any]
-        #expect(status?["state"] as? String == "running")
-        #expect((status?["board"] as? [String: Any])?["id"] as? String == "sim")
-        let tree = (status?["supervision"] as? [[String: Any]])?.compactMap { $0["path"] as? String }
-        #expect(tree == ["root/store", "root/control", "root/identity", "root/replication", "root/status"])
-        // The identity service made a self-signed identity on first boot; status shows its peer id.
-        let peerID = try #require(status?["peerID"] as? String)
-        #expect(peerID.count == 64)
-        let shown = try Shoal.json(Shoal.run(["identity", "show", "--json", "--board", "sim", "--data-dir", gw.dir.path])) as? [String: Any]
-        #expect(shown?["peerID"] as? String == peerID)
-
-        // changes --follow in the background sees writes as they commit.
-        let follower = Process()
-        follower.executableURL = URL(fileURLWithPath: Shoal.binary)
-        follower.arguments = ["changes", "--follow", "--json", "--socket", gw.socket]
-        let followOut = Pipe()
-        follower.standardOutput = followOut
-        try follower.run()
-
-        let put = try gw.cli(["doc", "put", "sensors.readings", "r1", #"{"t": 21.5, "unit": "C"}"#, "--json"])
-        #expect(put.status == 0)
-        #expect((try Shoal.json(put) as? [String: Any])?["sequence"] as? Int == 1)
-        #expect(try gw.cli(["doc", "put", "sensors.readings", "r2", "-"], stdin: #"{"t": 19}"#).status == 0)
-        let got = try Shoal.json(gw.cli(["doc", "get", "sensors.readings", "r1"])) as? [String: Any]
-        #expect(got?["unit"] as? String == "C")
-        #expect(try gw.cli(["doc", "delete", "sensors.readings", "r1"]).status == 0)
-        #expect(try gw.cli(["doc", "get", "sensors.readings", "r1"]).status == 4)
-        let list = try gw.cli(["doc", "list", "sensors.readings", "--deleted"])
-        #expect(list.stdout.contains("r1\tdeleted") && list.stdout.contains("r2\trev 1"))
-        let changes = try Shoal.json(gw.cli(["changes", "--json"])) as? [String: Any]
-        #expect((changes?["changes"] as? [[String: Any]])?.compactMap { $0["id"] as? String } == ["r2", "r1"])
-
-        // Bad input is refused with a clear error and changes nothing.
-        let bad = try gw.cli(["doc", "put", "sensors.readings", "r3", "[1,2]"])
-        #expect(bad.status == 6)
-        let unknown = try gw.cli(["doc", "put", "nope", "r3", "{}"])
-        #expect(unknown.status == 4 && unknown.stderr.contains("no collection _default.nope"))
-        let longID = try gw.cli(["doc", "put", "sensors.readings", String(repeating: "x", count: 251), "{}"])
-        #expect(longID.status == 6 && longID.stderr.contains("250"))
-
-        // Log levels change at run time.
-        #expect(try gw.cli(["log", "level", "store", "debug"]).status == 0)
-        let levels = try Shoal.json(gw.cli(["log", "levels", "--json"])) as? [String: String]
-        #expect(levels?["store"] == "debug")
-        #expect(try gw.cli(["log", "level", "radio", "debug"]).status == 6)
-
-        // The follower saw the three changes in order.
-        let deadline = Date().addingTimeInterval(20)
-        var seen = ""
-        while Date() < deadline {
-            seen += String(decoding: followOut.fileHandleForReading.availableData, as: UTF8.self)
-            if seen.split(separator: "\n").count >= 3 { break }
+        @Test("every command has its own --help", arguments: ["run", "status", "doc", "changes", "conflicts", "log", "identity", "board", "bench", "version"])
+        func subcommandHelp(_ command: String) throws {
+            let r = try Shoal.run([command, "--help"])
+            #expect(r.status == 0)
+            #expect(r.stdout.contains("Usage: shoal \(command)"))
         }
-        follower.terminate()
-        follower.waitUntilExit()
-        let lines = seen.split(separator: "\n")
-        #expect(lines.count >= 3)
-        #expect(lines.first?.contains(#""sequence":1"#) == true)
-        #expect(lines.dropFirst(2).first?.contains(#""deleted":true"#) == true)
 
-        let end = gw.stop()
-        #expect(end.status == 0)
-        #expect(end.stdout.contains("shoal sim \(peerID.prefix(8)) running"))   // the console status line
-        _ = 0
-        #expect(end.stderr.contains("SIGTERM: stopping gracefully"))
-        #expect(end.stderr.contains("stopped cleanly"))
+        @Test("unknown commands, unknown flags and missing arguments exit 2 with a message that names them", arguments: [
+            (["frobnicate"], "unknown command"), (["status", "--bogus"], "unknown option --bogus"),
+            (["run", "--boad", "sim"], "unknown option --boad"), (["doc", "put", "x"], "missing arguments"),
+            (["doc", "get", "a", "b", "c"], "unexpected argument"), (["doc", "fly"], "unknown subcommand"),
+            (["changes", "--since", "-3"], "--since"), (["run", "--board"], "needs a value"), (["version", "--json=yes"], "takes no value"),
+        ])
+        func usageErrors(_ args: [String], _ needle: String) throws {
+            let r = try Shoal.run(args)
+            #expect(r.status == 2)
+            #expect(r.stderr.contains(needle), "stderr: \(r.stderr)")
+        }
+
+        @Test("with no command it prints help and exits 2")
+        func noCommand() throws {
+            let r = try Shoal.run([])
+            #expect(r.status == 2)
+            #expect(r.stdout.contains("Usage: shoal"))
+        }
+
+        @Test("version and board list give JSON with --json")
+        func jsonOutput() throws {
+            let v = try Shoal.json(Shoal.run(["version", "--json"])) as? [String: String]
+            #expect(v?["shoal"] != nil && v?["sqlite"]?.hasPrefix("3.") == true && v?["mbedtls"]?.hasPrefix("2.28") == true)
+            let boards = try Shoal.json(Shoal.run(["board", "list", "--json", "--board-dir", "/nonexistent"])) as? [[String: Any]]
+            let ids = boards?.compactMap { $0["id"] as? String } ?? []
+            #expect(ids == ["base", "cm4", "generic-linux", "pi-zero-2w", "pi4b", "pi5", "sim"])
+            let pi5 = try Shoal.json(Shoal.run(["board", "show", "pi5", "--json"])) as? [String: Any]
+            #expect((pi5?["led"] as? [String: Any])?["chip"] as? String == "gpiochip4")
+        }
+
+        @Test("a broken board or site file exits 3 and names file:line: key")
+        func configErrors() throws {
+            let dir = TempDir()
+            defer { dir.remove() }
+            try "extends: base\nboard:\n  name: X\nled:\n  driver: gpiod\n  chip: gpiochip0\n  line: 99999\n".write(toFile: dir.path + "/bad.yaml", atomically: true, encoding: .utf8)
+            let r = try Shoal.run(["board", "check", dir.path + "/bad.yaml"])
+            #expect(r.status == 3)
+            #expect(r.stderr.contains("\(dir.path)/bad.yaml:7: led.line:"), "\(r.stderr)")
+            try "group: g\ncolections: []\n".write(toFile: dir.path + "/site.yaml", atomically: true, encoding: .utf8)
+            let run = try Shoal.run(["run", "--board", "sim", "--config", dir.path + "/site.yaml", "--data-dir", dir.path])
+            #expect(run.status == 3)
+            #expect(run.stderr.contains("site.yaml:2: colections: unknown key"), "\(run.stderr)")
+            try "garbage".write(toFile: dir.path + "/roots.pem", atomically: true, encoding: .utf8)
+            try "group: g\nauthenticator:\n  rootCertificates: \(dir.path)/roots.pem\n".write(toFile: dir.path + "/site2.yaml", atomically: true, encoding: .utf8)
+            let roots = try Shoal.run(["run", "--board", "sim", "--config", dir.path + "/site2.yaml", "--data-dir", dir.path])
+            #expect(roots.status == 3)
+            #expect(roots.stderr.contains("site2.yaml: authenticator.rootCertificates: \(dir.path)/roots.pem: not a valid certificate"), "\(roots.stderr)")
+            let abstract = try Shoal.run(["run", "--board", "base", "--data-dir", dir.path])
+            #expect(abstract.status == 3)
+            #expect(abstract.stderr.contains("abstract"))
+        }
+
+        @Test("identity create, show, delete: self-signed and CA-signed, refusing to replace without --force")
+        func identityCommands() throws {
+            let dir = TempDir()
+            defer { dir.remove() }
+            let ids = dir.path + "/ids"
+            #expect(try Shoal.run(["identity", "show", "--dir", ids]).status == 4)
+            let created = try Shoal.run(["identity", "create", "--dir", ids, "--label", "gw", "--cn", "gw-7", "--days", "10", "--json"])
+            #expect(created.status == 0, "\(created.stderr)")
+            let info = try Shoal.json(created) as? [String: Any]
+            #expect(info?["subject"] as? String == "CN=gw-7, O=Shoal")
+            #expect(info?["extendedKeyUsages"] as? [String] == ["serverAuth", "clientAuth"])
+            let again = try Shoal.run(["identity", "create", "--dir", ids, "--label", "gw"])
+            #expect(again.status == 6 && again.stderr.contains("--force"))
+            let attrs = try FileManager.default.attributesOfItem(atPath: ids + "/gw.key.pem")
+            #expect((attrs[.posixPermissions] as? Int) == 0o600)
+
+            // A CA made elsewhere (here: by openssl, when present) signs a gateway identity.
+            if FileManager.default.isExecutableFile(atPath: "/usr/bin/openssl") {
+                let ca = dir.path + "/ca"
+                for step in [["ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", ca + ".key"],
+                             ["req", "-x509", "-new", "-key", ca + ".key", "-subj", "/CN=Field CA", "-days", "30", "-out", ca + ".pem",
+                              "-addext", "basicConstraints=critical,CA:TRUE"]] {
+                    let p = Process()
+                    p.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
+                    p.arguments = step
+                    p.standardError = FileHandle.nullDevice
+                    try p.run()
+                    p.waitUntilExit()
+                    #expect(p.terminationStatus == 0)
+                }
+                let signed = try Shoal.run(["identity", "create", "--dir", ids, "--label", "field", "--ca-key", ca + ".key", "--ca-cert", ca + ".pem", "--json"])
+                #expect(signed.status == 0, "\(signed.stderr)")
+                #expect((try Shoal.json(signed) as? [String: Any])?["issuer"] as? String == "CN=Field CA")
+                let mismatch = try Shoal.run(["identity", "create", "--dir", ids, "--label", "x", "--ca-key", ids + "/gw.key.pem", "--ca-cert", ca + ".pem"])
+                #expect(mismatch.status == 6 && mismatch.stderr.contains("does not belong"))
+            }
+            let garbage = dir.path + "/garbage.pem"
+            try "not a key".write(toFile: garbage, atomically: true, encoding: .utf8)
+            let bad = try Shoal.run(["identity", "create", "--dir", ids, "--label", "y", "--ca-key", garbage, "--ca-cert", garbage])
+            #expect(bad.status == 6 && bad.stderr.contains("not a valid private key"))
+            #expect(try Shoal.run(["identity", "delete", "--dir", ids, "--label", "gw"]).status == 0)
+            #expect(try Shoal.run(["identity", "delete", "--dir", ids, "--label", "gw"]).status == 4)
+        }
+
+        @Test("client commands with no gateway running exit 5 and say how to fix it")
+        func unreachable() throws {
+            let r = try Shoal.run(["status", "--socket", "/tmp/shoal-no-such.sock"])
+            #expect(r.status == 5)
+            #expect(r.stderr.contains("cannot reach a running shoal"))
+        }
     }
 
-    @Test("garbage on the control socket closes that connection only; the gateway keeps serving")
-    func garbageOnControlSocket() throws {
-        let gw = try RunningGateway()
-        for payload: [UInt8] in [[0xFF, 0xFF, 0xFF, 0xFF, 1, 2, 3], [0, 0, 0, 3, 0x7B, 0x7B, 0x7B], [0, 0, 0, 0], Array("hello\n".utf8), [0, 0, 0, 2, 0x5B, 0x5D]] {
-            let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+    @Suite("A running gateway", .serialized)
+    struct GatewayTests {
+        @Test("boots on the sim board, stores and serves documents, streams changes, and stops cleanly on SIGTERM")
+        func endToEnd() throws {
+            let gw = try RunningGateway()
+            let status = try Shoal.json(gw.cli(["status", "--json"])) as? [String: Any]
+            #expect(status?["state"] as? String == "running")
+            #expect((status?["board"] as? [String: Any])?["id"] as? String == "sim")
+            let tree = (status?["supervision"] as? [[String: Any]])?.compactMap { $0["path"] as? String }
+            #expect(tree == ["root/store", "root/control", "root/identity", "root/replication", "root/status"])
+            // The identity service made a self-signed identity on first boot; status shows its peer id.
+            let peerID = try #require(status?["peerID"] as? String)
+            #expect(peerID.count == 64)
+            let shown = try Shoal.json(Shoal.run(["identity", "show", "--json", "--board", "sim", "--data-dir", gw.dir.path])) as? [String: Any]
+            #expect(shown?["peerID"] as? String == peerID)
+
+            // changes --follow in the background sees writes as they commit.
+            let follower = Process()
+            follower.executableURL = URL(fileURLWithPath: Shoal.binary)
+            follower.arguments = ["changes", "--follow", "--json", "--socket", gw.socket]
+            let followOut = Pipe()
+            follower.standardOutput = followOut
+            try follower.run()
+
+            let put = try gw.cli(["doc", "put", "sensors.readings", "r1", #"{"t": 21.5, "unit": "C"}"#, "--json"])
+            #expect(put.status == 0)
+            #expect((try Shoal.json(put) as? [String: Any])?["sequence"] as? Int == 1)
+            #expect(try gw.cli(["doc", "put", "sensors.readings", "r2", "-"], stdin: #"{"t": 19}"#).status == 0)
+            let got = try Shoal.json(gw.cli(["doc", "get", "sensors.readings", "r1"])) as? [String: Any]
+            #expect(got?["unit"] as? String == "C")
+            #expect(try gw.cli(["doc", "delete", "sensors.readings", "r1"]).status == 0)
+            #expect(try gw.cli(["doc", "get", "sensors.readings", "r1"]).status == 4)
+            let list = try gw.cli(["doc", "list", "sensors.readings", "--deleted"])
+            #expect(list.stdout.contains("r1\tdeleted") && list.stdout.contains("r2\trev 1"))
+            let changes = try Shoal.json(gw.cli(["changes", "--json"])) as? [String: Any]
+            #expect((changes?["changes"] as? [[String: Any]])?.compactMap { $0["id"] as? String } == ["r2", "r1"])
+
+            // Bad input is refused with a clear error and changes nothing.
+            let bad = try gw.cli(["doc", "put", "sensors.readings", "r3", "[1,2]"])
+            #expect(bad.status == 6)
+            let unknown = try gw.cli(["doc", "put", "nope", "r3", "{}"])
+            #expect(unknown.status == 4 && unknown.stderr.contains("no collection _default.nope"))
+            let longID = try gw.cli(["doc", "put", "sensors.readings", String(repeating: "x", count: 251), "{}"])
+            #expect(longID.status == 6 && longID.stderr.contains("250"))
+
+            // Log levels change at run time.
+            #expect(try gw.cli(["log", "level", "store", "debug"]).status == 0)
+            let levels = try Shoal.json(gw.cli(["log", "levels", "--json"])) as? [String: String]
+            #expect(levels?["store"] == "debug")
+            #expect(try gw.cli(["log", "level", "radio", "debug"]).status == 6)
+
+            // The follower saw the three changes in order.
+            let deadline = Date().addingTimeInterval(20)
+            var seen = ""
+            while Date() < deadline {
+                seen += String(decoding: followOut.fileHandleForReading.availableData, as: UTF8.self)
+                if seen.split(separator: "\n").count >= 3 { break }
+            }
+            follower.terminate()
+            follower.waitUntilExit()
+            let lines = seen.split(separator: "\n")
+            #expect(lines.count >= 3)
+            #expect(lines.first?.contains(#""sequence":1"#) == true)
+            #expect(lines.dropFirst(2).first?.contains(#""deleted":true"#) == true)
+
+            let end = gw.stop()
+            #expect(end.status == 0)
+            #expect(end.stdout.contains("shoal sim \(peerID.prefix(8)) running"))   // the console status line
+            _ = 0
+            #expect(end.stderr.contains("SIGTERM: stopping gracefully"))
+            #expect(end.stderr.contains("stopped cleanly"))
+        }
+
+        @Test("garbage on the control socket closes that connection only; the gateway keeps serving")
+        func garbageOnControlSocket() throws {
+            let gw = try RunningGateway()
+            for payload: [UInt8] in [[0xFF, 0xFF, 0xFF, 0xFF, 1, 2, 3], [0, 0, 0, 3, 0x7B, 0x7B, 0x7B], [0, 0, 0, 0], Array("hello\n".utf8), [0, 0, 0, 2, 0x5B, 0x5D]] {
+                let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+                var addr = sockaddr_un()
+                addr.sun_family = sa_family_t(AF_UNIX)
+                withUnsafeMutableBytes(of: &addr.sun_path) { raw in for (i, b) in gw.socket.utf8.enumerated() { raw[i] = b } }
+                let rc = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) } }
+                #expect(rc == 0)
+                _ = payload.withUnsafeBytes { write(fd, $0.baseAddress, payload.count) }
+                shutdown(fd, Int32(SHUT_WR))
+                var buf = [UInt8](repeating: 0, count: 4096)
+                _ = read(fd, &buf, buf.count)
+                close(fd)
+            }
+            #expect(try gw.cli(["status"]).status == 0)
+            #expect(try gw.cli(["doc", "put", "_default", "still", "{}"]).status == 0)
+            let end = gw.stop()
+            #expect(end.status == 0)
+        }
+
+        @Test("a second gateway on the same control socket refuses to start instead of sharing the store")
+        func secondGatewayRefused() throws {
+            let gw = try RunningGateway()
+            let second = try Shoal.run(["run", "--board", "sim", "--data-dir", gw.dir.path + "/other", "--socket", gw.socket], timeout: 30)
+            #expect(second.status == 1)
+            #expect(second.stderr.contains("another shoal is already serving"))
+            #expect(try gw.cli(["status"]).status == 0)
+            _ = gw.stop()
+        }
+
+        @Test("under systemd it sends READY=1 once up, feeds the watchdog while healthy, and STOPPING=1 on SIGTERM")
+        func systemdNotify() throws {
+            let dir = TempDir()
+            defer { dir.remove() }
+            let path = dir.path + "/notify.sock"
+            let fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0)
+            defer { close(fd) }
             var addr = sockaddr_un()
             addr.sun_family = sa_family_t(AF_UNIX)
-            withUnsafeMutableBytes(of: &addr.sun_path) { raw in for (i, b) in gw.socket.utf8.enumerated() { raw[i] = b } }
-            let rc = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) } }
+            withUnsafeMutableBytes(of: &addr.sun_path) { raw in for (i, b) in path.utf8.enumerated() { raw[i] = b } }
+            let rc = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) } }
             #expect(rc == 0)
-            _ = payload.withUnsafeBytes { write(fd, $0.baseAddress, payload.count) }
-            shutdown(fd, Int32(SHUT_WR))
-            var buf = [UInt8](repeating: 0, count: 4096)
-            _ = read(fd, &buf, buf.count)
-            close(fd)
+            var tv = timeval(tv_sec: 0, tv_usec: 200_000)
+            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+
+            let gw = try RunningGateway(env: ["NOTIFY_SOCKET": path, "WATCHDOG_USEC": "200000"])
+            var messages: [String] = []
+            let deadline = Date().addingTimeInterval(20)
+            func drain() {
+                var buf = [UInt8](repeating: 0, count: 4096)
+                let n = recv(fd, &buf, buf.count, 0)
+                if n > 0 { messages.append(String(decoding: buf.prefix(n), as: UTF8.self)) }
+            }
+            while Date() < deadline, messages.filter({ $0 == "WATCHDOG=1" }).count < 3 { drain() }
+            let end = gw.stop()
+            for _ in 0..<10 { drain() }
+            #expect(end.status == 0)
+            #expect(messages.first?.hasPrefix("READY=1\nSTATUS=running") == true, "\(messages)")
+            #expect(messages.filter { $0 == "WATCHDOG=1" }.count >= 3)
+            #expect(messages.contains("STOPPING=1"))
         }
-        #expect(try gw.cli(["status"]).status == 0)
-        #expect(try gw.cli(["doc", "put", "_default", "still", "{}"]).status == 0)
-        let end = gw.stop()
-        #expect(end.status == 0)
-    }
-
-    @Test("a second gateway on the same control socket refuses to start instead of sharing the store")
-    func secondGatewayRefused() throws {
-        let gw = try RunningGateway()
-        let second = try Shoal.run(["run", "--board", "sim", "--data-dir", gw.dir.path + "/other", "--socket", gw.socket], timeout: 30)
-        #expect(second.status == 1)
-        #expect(second.stderr.contains("another shoal is already serving"))
-        #expect(try gw.cli(["status"]).status == 0)
-        _ = gw.stop()
-    }
-
-    @Test("under systemd it sends READY=1 once up, feeds the watchdog while healthy, and STOPPING=1 on SIGTERM")
-    func systemdNotify() throws {
-        let dir = TempDir()
-        defer { dir.remove() }
-        let path = dir.path + "/notify.sock"
-        let fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0)
-        defer { close(fd) }
-        var addr = sockaddr_un()
-        addr.sun_family = sa_family_t(AF_UNIX)
-        withUnsafeMutableBytes(of: &addr.sun_path) { raw in for (i, b) in path.utf8.enumerated() { raw[i] = b } }
-        let rc = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) } }
-        #expect(rc == 0)
-        var tv = timeval(tv_sec: 0, tv_usec: 200_000)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
-
-        let gw = try RunningGateway(env: ["NOTIFY_SOCKET": path, "WATCHDOG_USEC": "200000"])
-        var messages: [String] = []
-        let deadline = Date().addingTimeInterval(20)
-        func drain() {
-            var buf = [UInt8](repeating: 0, count: 4096)
-            let n = recv(fd, &buf, buf.count, 0)
-            if n > 0 { messages.append(String(decoding: buf.prefix(n), as: UTF8.self)) }
-        }
-        while Date() < deadline, messages.filter({ $0 == "WATCHDOG=1" }).count < 3 { drain() }
-        let end = gw.stop()
-        for _ in 0..<10 { drain() }
-        #expect(end.status == 0)
-        #expect(messages.first?.hasPrefix("READY=1\nSTATUS=running") == true, "\(messages)")
-        #expect(messages.filter { $0 == "WATCHDOG=1" }.count >= 3)
-        #expect(messages.contains("STOPPING=1"))
     }
 }

@@ -111,3 +111,9 @@ final class RunningGateway {
         return (process.terminationStatus, o, e)
     }
 }
+
+/// Every suite that runs `shoal` processes is nested here and runs one test at a time: they block
+/// the thread they run on (process waits, sleeps), and with two cores Swift's cooperative pool has
+/// two threads — two such tests at once would starve the timing-sensitive suites (supervision).
+@Suite("Processes", .serialized)
+struct ProcessSuites {}
