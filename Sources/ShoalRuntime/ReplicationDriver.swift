@@ -27,7 +27,7 @@ final class ReplicationDriver: @unchecked Sendable {
     let serverTLS: TLSContext
     let clientTLS: TLSContext
 
-    private enum Input {
+    enum Input {
         /// An authenticated link: dialled by us (outgoing) or accepted.
         case opened(LinkID, LinkIO, outgoing: Bool)
         case dialFailed(PeerID, String)
@@ -40,20 +40,20 @@ final class ReplicationDriver: @unchecked Sendable {
         case retryNetworks
     }
 
-    private let lock = ConditionLock()
-    private var inbox: [Input] = []
-    private let stopping = Atomic<Bool>(false)
-    private let nextLink = Atomic<Int>(1)
-    private let threadsRunning = Atomic<Int>(0)
-    private var listener: TCPListener?
-    private var staticPeers: [HostPort] = []
+    let lock = ConditionLock()
+    var inbox: [Input] = []
+    let stopping = Atomic<Bool>(false)
+    let nextLink = Atomic<Int>(1)
+    let threadsRunning = Atomic<Int>(0)
+    var listener: TCPListener?
+    var staticPeers: [HostPort] = []
     /// Scanning (the mesh's discovery phase) is on: the prober probes.
-    private let scanning = Atomic<Bool>(false)
-    private let probeWake = ConditionLock()
+    let scanning = Atomic<Bool>(false)
+    let probeWake = ConditionLock()
     /// A probe round was asked for (under `probeWake`).
-    private var probeRequested = false
+    var probeRequested = false
     /// Static addresses whose gateway we are linked to (the prober skips them).
-    private let linkedAddresses = Mutex<Set<String>>([])
+    let linkedAddresses = Mutex<Set<String>>([])
     /// Heartbeat of the node thread (monotonic ms), for the service's hang check.
     let nodeBeat = Atomic<Int>(0)
 
@@ -102,7 +102,7 @@ final class ReplicationDriver: @unchecked Sendable {
         while threadsRunning.load(ordering: .relaxed) > 0 && ReplicationDriver.nowMillis() < deadline { usleep(10_000) }
     }
 
-    private func spawn(_ name: String, _ body: @escaping @Sendable () -> Void) {
+    func spawn(_ name: String, _ body: @escaping @Sendable () -> Void) {
         threadsRunning.add(1, ordering: .relaxed)
         let ok = DetachedThread.start(name: name) {
             body()
@@ -114,7 +114,7 @@ final class ReplicationDriver: @unchecked Sendable {
         }
     }
 
-    private func post(_ input: Input) {
+    func post(_ input: Input) {
         lock.withLock {
             inbox.append(input)
             lock.broadcast()
@@ -124,15 +124,15 @@ final class ReplicationDriver: @unchecked Sendable {
     // MARK: node thread
 
     /// Node-thread state.
-    private var links: [LinkID: LinkIO] = [:]
-    private var addresses: [PeerID: HostPort] = [:]
-    private var linkAddress: [LinkID: String] = [:]
+    var links: [LinkID: LinkIO] = [:]
+    var addresses: [PeerID: HostPort] = [:]
+    var linkAddress: [LinkID: String] = [:]
     /// Links whose replication moved documents lately (for busy/idle activity).
-    private var busySince: [LinkID: Int] = [:]
+    var busySince: [LinkID: Int] = [:]
     /// The last problem each transport reported (logged once, not at every retry).
-    private var lastTransportError: [MeshTransport: String] = [:]
+    var lastTransportError: [MeshTransport: String] = [:]
 
-    private func nodeLoop() {
+    func nodeLoop() {
         var lastSequence = node.store.lastSequence
         var lastTick = 0
         var lastPublish = 0
@@ -234,7 +234,7 @@ final class ReplicationDriver: @unchecked Sendable {
     }
 
     /// Carries out the replicator's actions (which may feed the mesh, which may add more).
-    private func process(_ actions: inout [ReplicationAction]) {
+    func process(_ actions: inout [ReplicationAction]) {
         let now = ReplicationDriver.nowMillis()
         var i = 0
         while i < actions.count {
@@ -262,7 +262,7 @@ final class ReplicationDriver: @unchecked Sendable {
     }
 
     /// Carries out the mesh manager's actions.
-    private func handleMesh(_ actions: [MeshAction], now: Int) {
+    func handleMesh(_ actions: [MeshAction], now: Int) {
         var queue = actions
         while !queue.isEmpty {
             let a = queue.removeFirst()
@@ -319,7 +319,7 @@ final class ReplicationDriver: @unchecked Sendable {
     }
 
     /// Publishes what `shoal peers/peer/mesh/status` show.
-    private func publish() {
+    func publish() {
         var view = MeshView()
         view.state = mesh.state
         view.counters = mesh.counters
@@ -336,7 +336,7 @@ final class ReplicationDriver: @unchecked Sendable {
         gateway.meshView.withLock { $0 = view }
     }
 
-    private func report(_ e: ReplicationEvent) {
+    func report(_ e: ReplicationEvent) {
         switch e {
         case .peerConnected(let link, let peer):
             gateway.counters.withLock { $0.peers[String(link)] = peer.description }
@@ -370,154 +370,4 @@ final class ReplicationDriver: @unchecked Sendable {
         }
     }
 
-    // MARK: links
-
-    private func acceptLoop(_ listener: TCPListener) {
-        while !isStopping {
-            guard let stream = try? listener.accept(timeoutMillis: 250) else { continue }
-            spawn("repl-link") {
-                do {
-                    let session = try TLSSession.accept(over: stream, context: self.serverTLS)
-                    self.run(LinkIO(id: self.nextLink.add(1, ordering: .relaxed).oldValue, session: session, stream: stream, address: nil), outgoing: false)
-                } catch {
-                    self.gateway.counters.withLock { $0.failedConnections += 1 }
-                    self.log.warning(.tls, "refused an incoming replication link: \(error)")
-                    stream.close()
-                }
-            }
-        }
-    }
-
-    /// One connection the mesh asked for; runs the link on this thread if it comes up.
-    private func dial(_ peer: PeerID, at address: HostPort) {
-        let stream: TCPStream
-        let session: TLSSession
-        do {
-            stream = try TCPStream.connect(ipv4: address.host, port: address.port, timeoutMillis: 5000)
-        } catch {
-            post(.dialFailed(peer, "\(address): \(error)"))
-            return
-        }
-        do {
-            session = try TLSSession.connect(over: stream, context: clientTLS)
-        } catch {
-            stream.close()
-            post(.dialFailed(peer, "\(address): \(error)"))
-            return
-        }
-        guard session.peerID == peer else {
-            session.close()
-            post(.dialFailed(peer, "another gateway (\(session.peerID.short)) answers at \(address) now"))
-            return
-        }
-        run(LinkIO(id: nextLink.add(1, ordering: .relaxed).oldValue, session: session, stream: stream, address: address.description), outgoing: true)
-    }
-
-    /// The site's static peers, probed during discovery phases: a handshake says which gateway
-    /// answers at each address (the peer id is its certificate's digest), so the mesh can choose.
-    private func probeLoop() {
-        var known: [String: PeerID] = [:]
-        while !isStopping {
-            if scanning.load(ordering: .relaxed) {
-                let linked = linkedAddresses.withLock { $0 }
-                for address in staticPeers where !isStopping && !linked.contains(address.description) {
-                    do {
-                        let stream = try TCPStream.connect(ipv4: address.host, port: address.port, timeoutMillis: 2000)
-                        let session: TLSSession
-                        do { session = try TLSSession.connect(over: stream, context: clientTLS) } catch {
-                            stream.close()
-                            throw error
-                        }
-                        let peer = session.peerID
-                        if let old = known[address.description], old != peer { post(.lost(old)) }
-                        known[address.description] = peer
-                        let probe = LinkIO(id: nextLink.add(1, ordering: .relaxed).oldValue, session: session, stream: stream, address: address.description)
-                        post(.discovered(peer, address, probe: probe))
-                    } catch {
-                        if let old = known.removeValue(forKey: address.description) { post(.lost(old)) }
-                        log.verbose(.mesh, "static peer \(address) does not answer: \(error)")
-                    }
-                }
-            }
-            // Every 2 s while scanning; at once when a phase starts (even one that started while
-            // we were probing) or on stop.
-            probeWake.withLock {
-                if !isStopping && !probeRequested { probeWake.wait(timeoutMillis: 2000) }
-                probeRequested = false
-            }
-        }
-    }
-
-    /// Runs one link on the calling thread until it closes. An accepted link is announced to the
-    /// node only once its first frame (the peer's HELLO) arrived: a static-peer probe (a handshake,
-    /// then goodbye) is not a link.
-    private func run(_ io: LinkIO, outgoing: Bool) {
-        var announced = outgoing
-        if outgoing { post(.opened(io.id, io, outgoing: true)) }
-        var decoder = FrameDecoder(limit: ReplicationMessage.frameLimit)
-        var buffer = [UInt8](repeating: 0, count: 64 * 1024)
-        let bodyLimit = node.store.options.maxBodyBytes
-        loop: while !isStopping && !io.isClosed {
-            do {
-                for payload in io.takeOutbox() {
-                    try io.session.write(try FrameEncoder.encode(payload, limit: ReplicationMessage.frameLimit), timeoutMillis: 30_000)
-                }
-                let n = try buffer.withUnsafeMutableBytes { (raw) throws(TLSError) -> Int in try io.session.read(into: raw, timeoutMillis: 1000) }
-                if n == 0 { break loop }
-                decoder.feed(buffer[0..<n])
-                // Decoding and checking documents happen here, on the link's thread, so the node's
-                // thread only resolves and writes.
-                while let frame = try decoder.next() {
-                    if !announced {
-                        announced = true
-                        post(.opened(io.id, io, outgoing: false))
-                    }
-                    post(.frame(io.id, ReplicationNode.prepare(frame, maxBodyBytes: bodyLimit), bytes: frame.count))
-                }
-            } catch TLSError.timeout {
-                continue
-            } catch {
-                log.verbose(.replication, "link \(io.id): \(error)")
-                break loop
-            }
-        }
-        // What the node queued last (an error frame before a close) goes out if it can.
-        for payload in io.takeOutbox() {
-            if let frame = try? FrameEncoder.encode(payload, limit: ReplicationMessage.frameLimit) { try? io.session.write(frame, timeoutMillis: 1000) }
-        }
-        io.session.close()
-        if announced { post(.closed(io.id)) } else { log.debug(.mesh, "a peer probed us (\(io.session.peerID.short))") }
-    }
-}
-
-/// One link's session, its outbox, and the wake-up that interrupts its read.
-final class LinkIO: @unchecked Sendable {
-    let id: LinkID
-    let session: TLSSession
-    let stream: TCPStream
-    /// The static address we dialled (nil for accepted links).
-    let address: String?
-    private let outbox = Mutex<[[UInt8]]>([])
-    private let closedFlag = Atomic<Bool>(false)
-
-    init(id: LinkID, session: TLSSession, stream: TCPStream, address: String?) {
-        self.id = id
-        self.session = session
-        self.stream = stream
-        self.address = address
-    }
-
-    var isClosed: Bool { closedFlag.load(ordering: .relaxed) }
-
-    func send(_ payload: [UInt8]) {
-        outbox.withLock { $0.append(payload) }
-        stream.wake()
-    }
-
-    func takeOutbox() -> [[UInt8]] { outbox.withLock { o in defer { o.removeAll() }; return o } }
-
-    func close() {
-        closedFlag.store(true, ordering: .relaxed)
-        stream.wake()
-    }
 }

@@ -66,8 +66,8 @@ public final class SimNode {
 /// simulated.
 public final class Simulation {
     public let config: SimConfig
-    public private(set) var now: UInt64 = 0
-    public private(set) var nodes: [SimNode] = []
+    public internal(set) var now: UInt64 = 0
+    public internal(set) var nodes: [SimNode] = []
     public var medium: SimMedium
     var rng: SeededRandom
     var queue = EventQueue()
@@ -87,24 +87,24 @@ public final class Simulation {
     }
     /// Per node, with `config.tls`: (client, server) contexts.
     var tlsContexts: [(TLSContext, TLSContext)] = []
-    public private(set) var handshakes = 0
+    public internal(set) var handshakes = 0
     var conns: [Int: Conn] = [:]
     var nextConn = 1
 
     // Figures and invariant checks.
-    public private(set) var bytesSent: UInt64 = 0
-    public private(set) var framesSent: UInt64 = 0
+    public internal(set) var bytesSent: UInt64 = 0
+    public internal(set) var framesSent: UInt64 = 0
     /// Bytes sent per message type (the frame's first byte: see ReplicationMessage).
-    public private(set) var bytesByType: [UInt8: UInt64] = [:]
+    public internal(set) var bytesByType: [UInt8: UInt64] = [:]
     public var debugBodies = getenv("SHOAL_SIM_BYTES") != nil
-    public private(set) var pushedBodies = 0
-    public private(set) var pushedChanges = 0
-    public private(set) var maxFramesInFlight = 0
-    public private(set) var budgetViolations: [String] = []
-    public private(set) var writes: [(node: Int, id: String, version: VersionVector)] = []
-    public private(set) var crashCount = 0
-    public private(set) var partitionCount = 0
-    public private(set) var log: [String] = []
+    public internal(set) var pushedBodies = 0
+    public internal(set) var pushedChanges = 0
+    public internal(set) var maxFramesInFlight = 0
+    public internal(set) var budgetViolations: [String] = []
+    public internal(set) var writes: [(node: Int, id: String, version: VersionVector)] = []
+    public internal(set) var crashCount = 0
+    public internal(set) var partitionCount = 0
+    public internal(set) var log: [String] = []
     public var keepLog = getenv("SHOAL_SIM_LOG") != nil
 
     enum Event {
@@ -341,111 +341,6 @@ public final class Simulation {
         }
     }
 
-    // MARK: - Connections
-
-    func connect(_ from: Int, _ to: Int, _ t: MeshTransport) {
-        let a = nodes[from], b = nodes[to]
-        guard a.up, let meshA = a.mesh else { return }
-        guard b.up, let meshB = b.mesh, medium.hears(from, to) else {
-            meshInput(a, .outgoingFailed(b.peer, t, reason: "no answer"))
-            return
-        }
-        let id = nextConn
-        nextConn += 1
-        conns[id] = Conn(a: from, b: to, transport: t)
-        // B decides first (accept or refuse), then A; only then does replication start on both,
-        // HELLO first, so gossip never precedes it.
-        let actionsB = meshB.handle(.incoming(id, a.peer, t), now: now)
-        guard meshB.keeps(id) else {
-            conns[id] = nil
-            meshActions(b, actionsB.filter { if case .close(id, _) = $0 { return false }; return true })
-            meshInput(a, .outgoingFailed(b.peer, t, reason: "refused"))
-            return
-        }
-        if config.tls {
-            do {
-                conns[id]!.tls = try SimTLSLink(client: tlsContexts[from].0, server: tlsContexts[to].1)
-                handshakes += 1
-            } catch {
-                note("link \(id): TLS handshake failed: \(error)")
-                conns[id] = nil
-                meshActions(b, actionsB + meshB.handle(.closed(id), now: now))
-                meshInput(a, .outgoingFailed(b.peer, t, reason: "TLS: \(error)"))
-                return
-            }
-        }
-        let actionsA = meshA.handle(.outgoingOpened(id, b.peer, t), now: now)
-        if meshA.keeps(id) {
-            replicationActions(a, a.replicator!.linkOpened(id, neighbours: []))
-            replicationActions(b, b.replicator!.linkOpened(id, neighbours: []))
-            note("link \(id): \(from) → \(to)")
-        } else {
-            // A closed it (a link exists): B learns after a round trip.
-            replicationActions(b, b.replicator!.linkOpened(id, neighbours: []))
-        }
-        meshActions(b, actionsB)
-        meshActions(a, actionsA)
-        checkBudget(a)
-        checkBudget(b)
-    }
-
-    func checkBudget(_ n: SimNode) {
-        guard let m = n.mesh, m.connectionCount > config.mesh.maxConnectionCount else { return }
-        budgetViolations.append("node \(n.index) holds \(m.connectionCount) links at \(now) ms")
-    }
-
-    /// Closes one side of a connection now; the other side notices after the link latency.
-    func closeSide(_ id: Int, at node: Int, tellNode: Bool, notifyPeer: Bool = true) {
-        guard var c = conns[id] else { return }
-        let isA = node == c.a
-        guard isA ? c.openA : c.openB else { return }
-        if isA { c.openA = false } else { c.openB = false }
-        conns[id] = c
-        let other = isA ? c.b : c.a
-        if tellNode, nodes[node].up {
-            if let r = nodes[node].replicator { replicationActions(nodes[node], r.linkClosed(id, now: now)) }
-            meshInput(nodes[node], .closed(id))
-        }
-        if (isA ? c.openB : c.openA) {
-            // Without a goodbye (crash, partition) the peer notices after a keepalive timeout.
-            let delay = notifyPeer ? config.kind.latencyMillis : 3_000
-            schedule(at: now + delay, .remoteClosed(conn: id, to: other))
-        } else {
-            conns[id] = nil
-        }
-    }
-
-    func send(_ id: Int, from: Int, _ frame: [UInt8]) {
-        guard var c = conns[id] else { return }
-        let toB = from == c.a
-        guard toB ? c.openA : c.openB else { return }
-        guard medium.hears(c.a, c.b) else { return }  // partitioned: lost; the link breaks by timeout
-        let side = toB ? 0 : 1
-        var bytes = UInt64(frame.count + 4 + 21)  // frame length + TLS record (ChaCha20-Poly1305: header 5 + tag 16)
-        if let tls = c.tls {
-            do { bytes = UInt64(try tls.send(frame, fromA: toB)) } catch {
-                note("link \(id): TLS write failed: \(error)")
-                return
-            }
-        }
-        bytesSent += bytes
-        framesSent += 1
-        bytesByType[frame.first ?? 0, default: 0] += bytes
-        if debugBodies, case .push(_, _, _, let changes, let docs)? = try? ReplicationMessage(decoding: frame) {
-            pushedBodies += docs.count
-            pushedChanges += changes.count
-        }
-        let k = config.kind
-        let transmit = (bytes * 1000 + k.bytesPerSecond - 1) / k.bytesPerSecond  // whole ms, rounded up
-        var start = max(now, c.busyUntil[side])
-        if medium.loss > 0, Double.random(in: 0..<1, using: &rng) < medium.loss { start += k.retransmitMillis }
-        c.busyUntil[side] = start + transmit
-        c.inFlight[side] += 1
-        maxFramesInFlight = max(maxFramesInFlight, c.inFlight[side])
-        conns[id] = c
-        schedule(at: start + transmit + k.latencyMillis, .deliver(conn: id, to: toB ? c.b : c.a, frame: frame))
-    }
-
     // MARK: - Driving the cores
 
     func meshInput(_ n: SimNode, _ input: MeshInput) {
@@ -553,168 +448,4 @@ public final class Simulation {
         if side != nil { partitionCount += 1; cutUnheard() }
     }
 
-    // MARK: - Checking
-
-    /// id → (body, version bytes) on a node, tombstones included.
-    public func snapshot(_ i: Int) -> [String: (String?, [UInt8])] {
-        guard let s = nodes[i].store, let docs = try? s.list(collection, limit: 1_000_000, includeDeleted: true) else { return [:] }
-        var out: [String: (String?, [UInt8])] = [:]
-        for d in docs { out[d.id] = (d.body, d.version) }
-        return out
-    }
-
-    public var upNodes: [Int] { nodes.filter(\.up).map(\.index) }
-
-    /// Every up node holds the same documents with the same versions and bodies.
-    public var converged: Bool {
-        let up = upNodes
-        guard let first = up.first else { return true }
-        let a = snapshot(first)
-        for i in up.dropFirst() {
-            let b = snapshot(i)
-            guard a.count == b.count else { return false }
-            for (k, v) in a { guard let w = b[k], w.0 == v.0, w.1 == v.1 else { return false } }
-        }
-        return true
-    }
-
-    /// Cheap pre-check: every up node holds as many documents as were ever written.
-    public var countsMatch: Bool {
-        let ids = Set(writes.map(\.id)).count
-        return upNodes.allSatisfy { i in
-            guard let stats = try? nodes[i].store?.stats() else { return false }
-            return stats.documents + stats.tombstones >= ids
-        }
-    }
-
-    /// Writes whose version is not covered by the version every up node holds (should be none).
-    public func lostWrites() -> [String] {
-        var lost: [String] = []
-        for i in upNodes {
-            let snap = snapshot(i)
-            for w in writes {
-                guard let held = snap[w.id], let v = try? DocumentVersion(decoding: held.1) else { lost.append("\(w.id) missing on node \(i)"); continue }
-                let c = v.vector.compare(w.version)
-                if c != .dominates && c != .equal { lost.append("\(w.id) from node \(w.node) not covered on node \(i)") }
-            }
-        }
-        return lost
-    }
-
-    /// Pairs linked by more than one open connection.
-    public var duplicateLinks: [String] {
-        var seen: [[Int]: Int] = [:]
-        for c in conns.values where c.openA && c.openB { seen[[min(c.a, c.b), max(c.a, c.b)], default: 0] += 1 }
-        return seen.filter { $0.value > 1 }.map { "nodes \($0.key[0])–\($0.key[1]) hold \($0.value) links" }
-    }
-
-    /// Open links (both ends open), each once.
-    public var links: [(Int, Int)] {
-        conns.values.filter { $0.openA && $0.openB }.map { (min($0.a, $0.b), max($0.a, $0.b)) }.sorted { ($0.0, $0.1) < ($1.0, $1.1) }
-    }
-
-    /// Whether the link graph joins every part the radio graph joins (among up nodes).
-    public var meshConnected: Bool {
-        let up = Set(upNodes)
-        let radio = medium.components(up: up)
-        var adjacency: [Int: [Int]] = [:]
-        for (a, b) in links { adjacency[a, default: []].append(b); adjacency[b, default: []].append(a) }
-        for comp in radio {
-            guard let s = comp.first else { continue }
-            var seen: Set<Int> = [s]
-            var queue = [s]
-            while let x = queue.popLast() { for y in adjacency[x] ?? [] where !seen.contains(y) { seen.insert(y); queue.append(y) } }
-            if seen != comp { return false }
-        }
-        return true
-    }
-
-    public func linkCount(_ i: Int) -> Int { links.filter { $0.0 == i || $0.1 == i }.count }
-
-    /// Graphviz text of the current links.
-    public func dot() -> String {
-        var out = "graph shoal {\n  node [shape=circle];\n"
-        for n in nodes { out += "  n\(n.index) [label=\"\(n.index)\\n\(n.peer.short)\"\(n.up ? "" : ", style=dashed")];\n" }
-        for (a, b) in links { out += "  n\(a) -- n\(b);\n" }
-        return out + "}\n"
-    }
-}
-
-/// Lets a node's clock read the simulation's virtual time without holding the simulation strongly.
-final class SimClockReading: @unchecked Sendable {
-    weak var sim: Simulation?
-    init(_ sim: Simulation) { self.sim = sim }
-    func read() -> UInt64 { sim?.now ?? 0 }
-}
-
-func formatSeconds(_ ms: UInt64) -> String {
-    let tenths = ms / 100
-    return "\(tenths / 10).\(tenths % 10)s"
-}
-
-func makeDirectories(_ path: String) throws {
-    var current = ""
-    for part in path.split(separator: "/") {
-        current += "/" + part
-        if mkdir(current, 0o700) != 0 && errno != EEXIST { throw SimError(message: "cannot create \(current): errno \(errno)") }
-    }
-}
-
-func removeTree(_ path: String) {
-    guard let d = opendir(path) else { unlink(path); return }
-    while let e = readdir(d) {
-        let name = withUnsafeBytes(of: e.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-        if name == "." || name == ".." { continue }
-        let child = path + "/" + name
-        var st = stat()
-        if lstat(child, &st) == 0 && (st.st_mode & S_IFMT) == S_IFDIR { removeTree(child) } else { unlink(child) }
-    }
-    closedir(d)
-    rmdir(path)
-}
-
-public struct SimError: Error, CustomStringConvertible {
-    public let message: String
-    public var description: String { message }
-}
-
-/// A binary heap of timed events; ties keep insertion order, so a seed replays exactly.
-struct EventQueue {
-    struct Entry { let at: UInt64; let seq: UInt64; let event: Simulation.Event }
-    var heap: [Entry] = []
-    var seq: UInt64 = 0
-
-    mutating func push(at: UInt64, _ e: Simulation.Event) {
-        seq += 1
-        heap.append(Entry(at: at, seq: seq, event: e))
-        var i = heap.count - 1
-        while i > 0 {
-            let p = (i - 1) / 2
-            guard less(heap[i], heap[p]) else { break }
-            heap.swapAt(i, p)
-            i = p
-        }
-    }
-
-    func peek() -> Entry? { heap.first }
-
-    mutating func pop() -> Entry? {
-        guard !heap.isEmpty else { return nil }
-        heap.swapAt(0, heap.count - 1)
-        let top = heap.removeLast()
-        var i = 0
-        while true {
-            let l = 2 * i + 1, r = l + 1
-            var m = i
-            if l < heap.count && less(heap[l], heap[m]) { m = l }
-            if r < heap.count && less(heap[r], heap[m]) { m = r }
-            if m == i { break }
-            heap.swapAt(i, m)
-            i = m
-        }
-        return top
-    }
-
-    func less(_ a: Entry, _ b: Entry) -> Bool { (a.at, a.seq) < (b.at, b.seq) }
-    var count: Int { heap.count }
 }

@@ -1,0 +1,171 @@
+import ShoalCore
+
+/// Links: admitting, opening, dropping, evicting, and choosing whom to dial.
+extension MeshManager {
+    func open(_ c: Connection, now: UInt64, _ out: inout [MeshAction]) {
+        // One link per pair: keep the one dialled by the lower peer id (both sides decide alike).
+        if let other = connections.values.first(where: { $0.peer == c.peer }) {
+            let dialler: (Connection) -> PeerID = { $0.outgoing ? self.me : $0.peer }
+            let preferred = min(me, c.peer)
+            let keepNew = dialler(c) == preferred && dialler(other) != preferred || (dialler(c) == dialler(other) && c.id > other.id)
+            if !keepNew {
+                out.append(.close(c.id, reason: "a link to this peer exists"))
+                return
+            }
+            out.append(.close(other.id, reason: "a link to this peer exists"))
+            connections[other.id] = nil
+            componentCache = nil
+        }
+        connections[c.id] = c
+        componentCache = nil
+        out.append(.event(.peerReplicator(c.peer, c.transport, outgoing: c.outgoing, activity: .idle, error: nil)))
+        // Tell the new neighbour everything we know, then everyone about our new list.
+        for (origin, entry) in graph.sorted(by: { $0.key < $1.key }) where origin != me {
+            out.append(.sendTopology(c.id, origin: origin, sequence: entry.sequence, neighbours: entry.neighbours))
+        }
+        announceOwnLinks(&out)
+    }
+
+    func admit(_ id: ConnectionID, _ peer: PeerID, _ t: MeshTransport, now: UInt64, _ out: inout [MeshAction]) {
+        // Being dialled is not being heard: we may have no way to dial this peer back.
+        let r = peers[peer] ?? PeerRecord()
+        let linked = connections.values.contains { $0.peer == peer }
+        if connections.count + pending.count < settings.maxConnectionCount || linked || pending[peer] != nil {
+            if pending[peer] != nil { pending[peer] = nil }
+            open(Connection(id: id, peer: peer, transport: t, outgoing: false), now: now, &out)
+            return
+        }
+        // Full. A peer we cannot reach otherwise — a newcomer with no links, or a part of the mesh
+        // we are cut off from (two full cliques would otherwise never join) — may take a link
+        // whose loss keeps our side whole. At most once per evictionBackoff.
+        let outsider = !component().contains(peer)
+        if outsider, lastEviction.map({ now >= $0 + settings.evictionBackoffMillis }) ?? true, let victim = evictionCandidate() {
+            lastEviction = now
+            counters.evictions += 1
+            let newcomer = (graph[peer]?.neighbours.isEmpty ?? true) && (r.load ?? 0) == 0
+            out.append(.close(victim.id, reason: newcomer ? "evicted to make room for a newcomer" : "evicted to join another part of the mesh"))
+            dropConnection(victim.id, now: now, &out)
+            open(Connection(id: id, peer: peer, transport: t, outgoing: false), now: now, &out)
+            return
+        }
+        counters.refusedConnections += 1
+        out.append(.close(id, reason: "no free connection slot"))
+    }
+
+    /// A link whose peer stays reachable without it (the most connected such peer first).
+    func evictionCandidate() -> Connection? {
+        let candidates = connections.values.filter { c in
+            component(without: c.peer).contains(c.peer)
+        }
+        return candidates.max { a, b in
+            let la = graph[a.peer]?.neighbours.count ?? 0, lb = graph[b.peer]?.neighbours.count ?? 0
+            return (la, b.peer) < (lb, a.peer)
+        }
+    }
+
+    func dropConnection(_ id: ConnectionID, now: UInt64, _ out: inout [MeshAction]) {
+        guard let c = connections.removeValue(forKey: id) else { return }
+        componentCache = nil
+        // A link we dialled that ended (refused, evicted, dropped): wait backoffMillis before
+        // dialling that peer again, so a full peer is not dialled every connectDelay.
+        if c.outgoing, var r = peers[c.peer] {
+            r.failedAt = now
+            peers[c.peer] = r
+        }
+        out.append(.event(.peerReplicator(c.peer, c.transport, outgoing: c.outgoing, activity: .offline, error: nil)))
+        if !connections.values.contains(where: { $0.peer == c.peer }) { announceOwnLinks(&out) }
+    }
+
+    /// Decides whether to dial someone now.
+    func plan(now: UInt64, _ out: inout [MeshAction]) {
+        guard connections.count + pending.count < settings.maxConnectionCount else { return }
+        if let last = lastDial, now < last + settings.connectDelayMillis { return }
+        guard let (peer, t) = choosePeer(now: now, planning: true) else { return }
+        lastDial = now
+        pending[peer] = (t, now)
+        out.append(.connect(peer, t))
+        out.append(.event(.peerReplicator(peer, t, outgoing: true, activity: .connecting, error: nil)))
+    }
+
+    func nextDialWake(now: UInt64) -> UInt64? {
+        guard connections.count + pending.count < settings.maxConnectionCount else { return nil }
+        var times: [UInt64] = []
+        if let last = lastDial, now < last + settings.connectDelayMillis, hasCandidates {
+            times.append(last + settings.connectDelayMillis)
+        }
+        for at in joinAt.values where at > now { times.append(at) }
+        for r in peers.values where !r.heardOn.isEmpty {
+            if let f = r.failedAt, now < f + backoff(r) { times.append(f + backoff(r)) }
+        }
+        return times.min()
+    }
+
+    /// Someone heard that we hold no link to and are not dialling (backoffs aside).
+    var hasCandidates: Bool {
+        let linked = Set(connections.values.map(\.peer))
+        return peers.contains { !$0.value.heardOn.isEmpty && !linked.contains($0.key) && pending[$0.key] == nil }
+    }
+
+    /// backoffMillis, as the seed says: a fixed delay before retrying a peer that failed.
+    func backoff(_ r: PeerRecord) -> UInt64 { settings.backoffMillis }
+
+    /// `planning`: called to dial now (may note join times); otherwise only asks whether anyone
+    /// could be dialled at all.
+    func choosePeer(now: UInt64, planning: Bool) -> (PeerID, MeshTransport)? {
+        typealias Candidate = (peer: PeerID, transport: MeshTransport, load: Int)
+        let linked = Set(connections.values.map(\.peer))
+        var candidates: [Candidate] = []
+        for (peer, r) in peers where !r.heardOn.isEmpty && pending[peer] == nil && !linked.contains(peer) {
+            if let f = r.failedAt, now < f + backoff(r) { continue }
+            let t: MeshTransport
+            if r.heardOn.contains(.wifi) && usable.contains(.wifi) { t = .wifi }
+            else if r.heardOn.contains(.bluetooth) && usable.contains(.bluetooth) { t = .bluetooth }
+            else { continue }
+            candidates.append((peer, t, graph[peer]?.neighbours.count ?? r.load ?? 0))
+        }
+        guard !candidates.isEmpty else { return nil }
+        let byLoad: (Candidate, Candidate) -> Bool = { ($0.load, $0.peer) < ($1.load, $1.peer) }
+        if connections.isEmpty && pending.isEmpty {
+            // Alone: anyone will do; the least loaded, ties broken at random so newcomers spread.
+            let low = candidates.map(\.load).min()!
+            let least = candidates.filter { $0.load == low }.sorted(by: byLoad)
+            let pick = least[Int.random(in: 0..<least.count, using: &rng)]
+            return (pick.peer, pick.transport)
+        }
+        let members = component()
+        let outside = candidates.filter { !members.contains($0.peer) }
+        if planning && !joinAt.isEmpty { joinAt = joinAt.filter { peers[$0.key]?.heardOn.isEmpty == false && !members.contains($0.key) } }
+        if !outside.isEmpty {
+            // Join the other part. Our component's dialler does it at once; other members that hear
+            // it wait a random while first, so the two parts usually get one link, not one per pair
+            // that hears each other — and still get joined when the dialler cannot hear them.
+            var ready = outside
+            if !isDialler(of: members) {
+                let spread = max(settings.connectDelayMillis, 1000)
+                if planning {
+                    for c in outside.sorted(by: byLoad) where joinAt[c.peer] == nil {
+                        joinAt[c.peer] = now + spread + UInt64.random(in: 0...(3 * spread), using: &rng)
+                    }
+                }
+                ready = outside.filter { (joinAt[$0.peer] ?? UInt64.max) <= now }
+            }
+            let max = settings.maxConnectionCount
+            let pick = ready.min { ($0.load >= max ? 1 : 0, $0.load, $0.peer) < ($1.load >= max ? 1 : 0, $1.load, $1.peer) }
+            return pick.map { ($0.peer, $0.transport) }
+        }
+        // Inside our component: a second link for a node hanging by one, to a peer with room.
+        guard connections.count + pending.count < 2, settings.maxConnectionCount >= 3 else { return nil }
+        let room = min(2, settings.maxConnectionCount - 1)
+        return candidates.filter { $0.load < room }.min(by: byLoad).map { ($0.peer, $0.transport) }
+    }
+
+    /// The lowest peer id among our component's members with a free slot (per gossip).
+    func isDialler(of members: Set<PeerID>) -> Bool {
+        var dialler: PeerID?
+        for p in members {
+            let degree = p == me ? connections.count + pending.count : (graph[p]?.neighbours.count ?? 0)
+            if degree < settings.maxConnectionCount, dialler.map({ p < $0 }) ?? true { dialler = p }
+        }
+        return dialler == me
+    }
+}

@@ -1,0 +1,130 @@
+import Glibc
+import ShoalConfig
+import ShoalCore
+import ShoalLinux
+import ShoalMesh
+import ShoalReplication
+import ShoalStore
+import ShoalTLS
+import ShoalWire
+import Synchronization
+
+/// Link threads: accepting, dialling, probing static peers, and running one link's TLS session.
+extension ReplicationDriver {
+    func acceptLoop(_ listener: TCPListener) {
+        while !isStopping {
+            guard let stream = try? listener.accept(timeoutMillis: 250) else { continue }
+            spawn("repl-link") {
+                do {
+                    let session = try TLSSession.accept(over: stream, context: self.serverTLS)
+                    self.run(LinkIO(id: self.nextLink.add(1, ordering: .relaxed).oldValue, session: session, stream: stream, address: nil), outgoing: false)
+                } catch {
+                    self.gateway.counters.withLock { $0.failedConnections += 1 }
+                    self.log.warning(.tls, "refused an incoming replication link: \(error)")
+                    stream.close()
+                }
+            }
+        }
+    }
+
+    /// One connection the mesh asked for; runs the link on this thread if it comes up.
+    func dial(_ peer: PeerID, at address: HostPort) {
+        let stream: TCPStream
+        let session: TLSSession
+        do {
+            stream = try TCPStream.connect(ipv4: address.host, port: address.port, timeoutMillis: 5000)
+        } catch {
+            post(.dialFailed(peer, "\(address): \(error)"))
+            return
+        }
+        do {
+            session = try TLSSession.connect(over: stream, context: clientTLS)
+        } catch {
+            stream.close()
+            post(.dialFailed(peer, "\(address): \(error)"))
+            return
+        }
+        guard session.peerID == peer else {
+            session.close()
+            post(.dialFailed(peer, "another gateway (\(session.peerID.short)) answers at \(address) now"))
+            return
+        }
+        run(LinkIO(id: nextLink.add(1, ordering: .relaxed).oldValue, session: session, stream: stream, address: address.description), outgoing: true)
+    }
+
+    /// The site's static peers, probed during discovery phases: a handshake says which gateway
+    /// answers at each address (the peer id is its certificate's digest), so the mesh can choose.
+    func probeLoop() {
+        var known: [String: PeerID] = [:]
+        while !isStopping {
+            if scanning.load(ordering: .relaxed) {
+                let linked = linkedAddresses.withLock { $0 }
+                for address in staticPeers where !isStopping && !linked.contains(address.description) {
+                    do {
+                        let stream = try TCPStream.connect(ipv4: address.host, port: address.port, timeoutMillis: 2000)
+                        let session: TLSSession
+                        do { session = try TLSSession.connect(over: stream, context: clientTLS) } catch {
+                            stream.close()
+                            throw error
+                        }
+                        let peer = session.peerID
+                        if let old = known[address.description], old != peer { post(.lost(old)) }
+                        known[address.description] = peer
+                        let probe = LinkIO(id: nextLink.add(1, ordering: .relaxed).oldValue, session: session, stream: stream, address: address.description)
+                        post(.discovered(peer, address, probe: probe))
+                    } catch {
+                        if let old = known.removeValue(forKey: address.description) { post(.lost(old)) }
+                        log.verbose(.mesh, "static peer \(address) does not answer: \(error)")
+                    }
+                }
+            }
+            // Every 2 s while scanning; at once when a phase starts (even one that started while
+            // we were probing) or on stop.
+            probeWake.withLock {
+                if !isStopping && !probeRequested { probeWake.wait(timeoutMillis: 2000) }
+                probeRequested = false
+            }
+        }
+    }
+
+    /// Runs one link on the calling thread until it closes. An accepted link is announced to the
+    /// node only once its first frame (the peer's HELLO) arrived: a static-peer probe (a handshake,
+    /// then goodbye) is not a link.
+    func run(_ io: LinkIO, outgoing: Bool) {
+        var announced = outgoing
+        if outgoing { post(.opened(io.id, io, outgoing: true)) }
+        var decoder = FrameDecoder(limit: ReplicationMessage.frameLimit)
+        var buffer = [UInt8](repeating: 0, count: 64 * 1024)
+        let bodyLimit = node.store.options.maxBodyBytes
+        loop: while !isStopping && !io.isClosed {
+            do {
+                for payload in io.takeOutbox() {
+                    try io.session.write(try FrameEncoder.encode(payload, limit: ReplicationMessage.frameLimit), timeoutMillis: 30_000)
+                }
+                let n = try buffer.withUnsafeMutableBytes { (raw) throws(TLSError) -> Int in try io.session.read(into: raw, timeoutMillis: 1000) }
+                if n == 0 { break loop }
+                decoder.feed(buffer[0..<n])
+                // Decoding and checking documents happen here, on the link's thread, so the node's
+                // thread only resolves and writes.
+                while let frame = try decoder.next() {
+                    if !announced {
+                        announced = true
+                        post(.opened(io.id, io, outgoing: false))
+                    }
+                    post(.frame(io.id, ReplicationNode.prepare(frame, maxBodyBytes: bodyLimit), bytes: frame.count))
+                }
+            } catch TLSError.timeout {
+                continue
+            } catch {
+                log.verbose(.replication, "link \(io.id): \(error)")
+                break loop
+            }
+        }
+        // What the node queued last (an error frame before a close) goes out if it can.
+        for payload in io.takeOutbox() {
+            if let frame = try? FrameEncoder.encode(payload, limit: ReplicationMessage.frameLimit) { try? io.session.write(frame, timeoutMillis: 1000) }
+        }
+        io.session.close()
+        if announced { post(.closed(io.id)) } else { log.debug(.mesh, "a peer probed us (\(io.session.peerID.short))") }
+    }
+}

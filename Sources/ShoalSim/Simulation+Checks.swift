@@ -1,0 +1,94 @@
+import Glibc
+import ShoalCore
+import ShoalMesh
+import ShoalReplication
+import ShoalStore
+import ShoalTLS
+import ShoalWire
+
+/// What the invariants read: snapshots, convergence, lost writes, the link graph.
+extension Simulation {
+    /// id → (body, version bytes) on a node, tombstones included.
+    public func snapshot(_ i: Int) -> [String: (String?, [UInt8])] {
+        guard let s = nodes[i].store, let docs = try? s.list(collection, limit: 1_000_000, includeDeleted: true) else { return [:] }
+        var out: [String: (String?, [UInt8])] = [:]
+        for d in docs { out[d.id] = (d.body, d.version) }
+        return out
+    }
+
+    public var upNodes: [Int] { nodes.filter(\.up).map(\.index) }
+
+    /// Every up node holds the same documents with the same versions and bodies.
+    public var converged: Bool {
+        let up = upNodes
+        guard let first = up.first else { return true }
+        let a = snapshot(first)
+        for i in up.dropFirst() {
+            let b = snapshot(i)
+            guard a.count == b.count else { return false }
+            for (k, v) in a { guard let w = b[k], w.0 == v.0, w.1 == v.1 else { return false } }
+        }
+        return true
+    }
+
+    /// Cheap pre-check: every up node holds as many documents as were ever written.
+    public var countsMatch: Bool {
+        let ids = Set(writes.map(\.id)).count
+        return upNodes.allSatisfy { i in
+            guard let stats = try? nodes[i].store?.stats() else { return false }
+            return stats.documents + stats.tombstones >= ids
+        }
+    }
+
+    /// Writes whose version is not covered by the version every up node holds (should be none).
+    public func lostWrites() -> [String] {
+        var lost: [String] = []
+        for i in upNodes {
+            let snap = snapshot(i)
+            for w in writes {
+                guard let held = snap[w.id], let v = try? DocumentVersion(decoding: held.1) else { lost.append("\(w.id) missing on node \(i)"); continue }
+                let c = v.vector.compare(w.version)
+                if c != .dominates && c != .equal { lost.append("\(w.id) from node \(w.node) not covered on node \(i)") }
+            }
+        }
+        return lost
+    }
+
+    /// Pairs linked by more than one open connection.
+    public var duplicateLinks: [String] {
+        var seen: [[Int]: Int] = [:]
+        for c in conns.values where c.openA && c.openB { seen[[min(c.a, c.b), max(c.a, c.b)], default: 0] += 1 }
+        return seen.filter { $0.value > 1 }.map { "nodes \($0.key[0])–\($0.key[1]) hold \($0.value) links" }
+    }
+
+    /// Open links (both ends open), each once.
+    public var links: [(Int, Int)] {
+        conns.values.filter { $0.openA && $0.openB }.map { (min($0.a, $0.b), max($0.a, $0.b)) }.sorted { ($0.0, $0.1) < ($1.0, $1.1) }
+    }
+
+    /// Whether the link graph joins every part the radio graph joins (among up nodes).
+    public var meshConnected: Bool {
+        let up = Set(upNodes)
+        let radio = medium.components(up: up)
+        var adjacency: [Int: [Int]] = [:]
+        for (a, b) in links { adjacency[a, default: []].append(b); adjacency[b, default: []].append(a) }
+        for comp in radio {
+            guard let s = comp.first else { continue }
+            var seen: Set<Int> = [s]
+            var queue = [s]
+            while let x = queue.popLast() { for y in adjacency[x] ?? [] where !seen.contains(y) { seen.insert(y); queue.append(y) } }
+            if seen != comp { return false }
+        }
+        return true
+    }
+
+    public func linkCount(_ i: Int) -> Int { links.filter { $0.0 == i || $0.1 == i }.count }
+
+    /// Graphviz text of the current links.
+    public func dot() -> String {
+        var out = "graph shoal {\n  node [shape=circle];\n"
+        for n in nodes { out += "  n\(n.index) [label=\"\(n.index)\\n\(n.peer.short)\"\(n.up ? "" : ", style=dashed")];\n" }
+        for (a, b) in links { out += "  n\(a) -- n\(b);\n" }
+        return out + "}\n"
+    }
+}

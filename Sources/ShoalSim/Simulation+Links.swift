@@ -1,0 +1,113 @@
+import Glibc
+import ShoalCore
+import ShoalMesh
+import ShoalReplication
+import ShoalStore
+import ShoalTLS
+import ShoalWire
+
+/// Simulated links: connecting (both managers decide, then TLS and HELLO), closing, sending.
+extension Simulation {
+    func connect(_ from: Int, _ to: Int, _ t: MeshTransport) {
+        let a = nodes[from], b = nodes[to]
+        guard a.up, let meshA = a.mesh else { return }
+        guard b.up, let meshB = b.mesh, medium.hears(from, to) else {
+            meshInput(a, .outgoingFailed(b.peer, t, reason: "no answer"))
+            return
+        }
+        let id = nextConn
+        nextConn += 1
+        conns[id] = Conn(a: from, b: to, transport: t)
+        // B decides first (accept or refuse), then A; only then does replication start on both,
+        // HELLO first, so gossip never precedes it.
+        let actionsB = meshB.handle(.incoming(id, a.peer, t), now: now)
+        guard meshB.keeps(id) else {
+            conns[id] = nil
+            meshActions(b, actionsB.filter { if case .close(id, _) = $0 { return false }; return true })
+            meshInput(a, .outgoingFailed(b.peer, t, reason: "refused"))
+            return
+        }
+        if config.tls {
+            do {
+                conns[id]!.tls = try SimTLSLink(client: tlsContexts[from].0, server: tlsContexts[to].1)
+                handshakes += 1
+            } catch {
+                note("link \(id): TLS handshake failed: \(error)")
+                conns[id] = nil
+                meshActions(b, actionsB + meshB.handle(.closed(id), now: now))
+                meshInput(a, .outgoingFailed(b.peer, t, reason: "TLS: \(error)"))
+                return
+            }
+        }
+        let actionsA = meshA.handle(.outgoingOpened(id, b.peer, t), now: now)
+        if meshA.keeps(id) {
+            replicationActions(a, a.replicator!.linkOpened(id, neighbours: []))
+            replicationActions(b, b.replicator!.linkOpened(id, neighbours: []))
+            note("link \(id): \(from) → \(to)")
+        } else {
+            // A closed it (a link exists): B learns after a round trip.
+            replicationActions(b, b.replicator!.linkOpened(id, neighbours: []))
+        }
+        meshActions(b, actionsB)
+        meshActions(a, actionsA)
+        checkBudget(a)
+        checkBudget(b)
+    }
+
+    func checkBudget(_ n: SimNode) {
+        guard let m = n.mesh, m.connectionCount > config.mesh.maxConnectionCount else { return }
+        budgetViolations.append("node \(n.index) holds \(m.connectionCount) links at \(now) ms")
+    }
+
+    /// Closes one side of a connection now; the other side notices after the link latency.
+    func closeSide(_ id: Int, at node: Int, tellNode: Bool, notifyPeer: Bool = true) {
+        guard var c = conns[id] else { return }
+        let isA = node == c.a
+        guard isA ? c.openA : c.openB else { return }
+        if isA { c.openA = false } else { c.openB = false }
+        conns[id] = c
+        let other = isA ? c.b : c.a
+        if tellNode, nodes[node].up {
+            if let r = nodes[node].replicator { replicationActions(nodes[node], r.linkClosed(id, now: now)) }
+            meshInput(nodes[node], .closed(id))
+        }
+        if (isA ? c.openB : c.openA) {
+            // Without a goodbye (crash, partition) the peer notices after a keepalive timeout.
+            let delay = notifyPeer ? config.kind.latencyMillis : 3_000
+            schedule(at: now + delay, .remoteClosed(conn: id, to: other))
+        } else {
+            conns[id] = nil
+        }
+    }
+
+    func send(_ id: Int, from: Int, _ frame: [UInt8]) {
+        guard var c = conns[id] else { return }
+        let toB = from == c.a
+        guard toB ? c.openA : c.openB else { return }
+        guard medium.hears(c.a, c.b) else { return }  // partitioned: lost; the link breaks by timeout
+        let side = toB ? 0 : 1
+        var bytes = UInt64(frame.count + 4 + 21)  // frame length + TLS record (ChaCha20-Poly1305: header 5 + tag 16)
+        if let tls = c.tls {
+            do { bytes = UInt64(try tls.send(frame, fromA: toB)) } catch {
+                note("link \(id): TLS write failed: \(error)")
+                return
+            }
+        }
+        bytesSent += bytes
+        framesSent += 1
+        bytesByType[frame.first ?? 0, default: 0] += bytes
+        if debugBodies, case .push(_, _, _, let changes, let docs)? = try? ReplicationMessage(decoding: frame) {
+            pushedBodies += docs.count
+            pushedChanges += changes.count
+        }
+        let k = config.kind
+        let transmit = (bytes * 1000 + k.bytesPerSecond - 1) / k.bytesPerSecond  // whole ms, rounded up
+        var start = max(now, c.busyUntil[side])
+        if medium.loss > 0, Double.random(in: 0..<1, using: &rng) < medium.loss { start += k.retransmitMillis }
+        c.busyUntil[side] = start + transmit
+        c.inFlight[side] += 1
+        maxFramesInFlight = max(maxFramesInFlight, c.inFlight[side])
+        conns[id] = c
+        schedule(at: start + transmit + k.latencyMillis, .deliver(conn: id, to: toB ? c.b : c.a, frame: frame))
+    }
+}
