@@ -411,10 +411,14 @@ public final class Simulation {
     public func write(on i: Int, id: String, body: String) throws -> Bool {
         let n = nodes[i]
         guard n.up, let r = n.replicator else { return false }
-        let change = try r.writer.put(collection, id: DocumentID(id), body: body)
-        writes.append((i, id, try DocumentVersion(decoding: change.version).vector))
-        committed(n)
+        try acknowledged(n, id, try r.writer.put(collection, id: DocumentID(id), body: body))
         return true
+    }
+
+    /// A local write committed: remember it for the lost-write check and let the node announce it.
+    func acknowledged(_ n: SimNode, _ id: String, _ change: Change) throws {
+        writes.append((n.index, id, try DocumentVersion(decoding: change.version).vector))
+        committed(n)
     }
 
     /// Local commits are announced once per instant, as the runtime's driver does per loop.
@@ -430,9 +434,7 @@ public final class Simulation {
         guard n.up, let r = n.replicator, let store = n.store else { return false }
         // Only what this node holds (and not already deleted) can be deleted here.
         guard let held = try store.get(collection, id: DocumentID(id)), !held.isDeleted else { return false }
-        let change = try r.writer.delete(collection, id: DocumentID(id))
-        writes.append((i, id, try DocumentVersion(decoding: change.version).vector))
-        committed(n)
+        try acknowledged(n, id, try r.writer.delete(collection, id: DocumentID(id)))
         return true
     }
 
