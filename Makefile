@@ -3,6 +3,8 @@ SHELL := /bin/bash
 SWIFT ?= swift
 # Debian packages the build and tests need (C libraries reached through modulemaps).
 DEB_PACKAGES := libsqlite3-dev libmbedtls-dev libavahi-client-dev libbluetooth-dev libgpiod-dev libyaml-dev pkg-config openssl
+# The network lab's (tests only): avahi-daemon runs only inside namespaces the tests make.
+LAB_PACKAGES := avahi-daemon avahi-utils dbus iproute2
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: all deps boards build release demo demo-gateways test sim-check soak bench size clean
@@ -11,12 +13,17 @@ all: build
 
 ## Installs the Debian packages that are missing (only those).
 deps:
-	@missing=""; for p in $(DEB_PACKAGES); do \
+	@missing=""; for p in $(DEB_PACKAGES) $(LAB_PACKAGES); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
 	done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
-	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	  guard=""; if [ ! -e /usr/sbin/policy-rc.d ]; then \
+	    printf '#!/bin/sh\n# shoal deps: start no daemon while installing (avahi-daemon must not run in this namespace)\nexit 101\n' | $(SUDO) tee /usr/sbin/policy-rc.d >/dev/null; \
+	    $(SUDO) chmod +x /usr/sbin/policy-rc.d; guard=1; fi; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; rc=$$?; \
+	  if [ -n "$$guard" ]; then $(SUDO) rm -f /usr/sbin/policy-rc.d; fi; \
+	  [ $$rc = 0 ] || exit $$rc; \
 	else echo "deps: all Debian packages present"; fi
 	@command -v $(SWIFT) >/dev/null || { echo "no Swift toolchain on PATH: install Swift 6 (see README.md)"; exit 1; }
 

@@ -212,17 +212,30 @@ public struct ConfigLoader: Sendable {
         if var r = try top.mapping("replication") {
             if let text = try r.string("listen"), text != "none" {
                 guard let hp = HostPort(parsing: text) else {
-                    throw ConfigError(mark: r.mark(of: "listen"), key: "replication.listen", message: "expected IPv4-address:port (0.0.0.0:4984) or none")
+                    throw ConfigError(mark: r.mark(of: "listen"), key: "replication.listen", message: "expected address:port (0.0.0.0:4984, [::]:4984) or none")
                 }
                 listen = hp
             }
             for (i, item) in (try r.sequence("peers") ?? []).enumerated() {
                 guard case .scalar(let text, _) = item.value, let hp = HostPort(parsing: text), hp.port != 0 else {
-                    throw ConfigError(mark: item.mark, key: "replication.peers[\(i)]", message: "expected IPv4-address:port (192.168.1.20:4984)")
+                    throw ConfigError(mark: item.mark, key: "replication.peers[\(i)]", message: "expected address:port (192.168.1.20:4984, [fe80::2%eth0]:4984)")
                 }
                 peers.append(hp)
             }
             try r.finish()
+        }
+        var transports = ["wifi"]
+        if let list = try top.sequence("transports") {
+            transports = []
+            for (i, item) in list.enumerated() {
+                guard case .scalar(let text, _) = item.value, text == "wifi" || text == "bluetooth" else {
+                    throw ConfigError(mark: item.mark, key: "transports[\(i)]", message: "expected wifi or bluetooth")
+                }
+                if !transports.contains(text) { transports.append(text) }
+            }
+            guard !transports.isEmpty else {
+                throw ConfigError(mark: top.mark(of: "transports"), key: "transports", message: "name at least one transport: [wifi], [bluetooth] or [wifi, bluetooth]")
+            }
         }
         let mesh = top.raw("mesh")
         let log = top.raw("log")
@@ -230,6 +243,7 @@ public struct ConfigLoader: Sendable {
         var site = SiteConfig(group: group, identityLabel: label, collections: collections, rootCertificatesPath: rootsPath,
                               allowedPeers: allowed, listenAddress: listen, staticPeers: peers, identityValidDays: validDays,
                               meshNode: mesh, logNode: log, source: file)
+        site.transports = transports
         // Validate the overrides now, so a bad site file fails at load, not at first use.
         _ = try applying(site, to: BoardConfig(id: "check", name: "check", support: .simulated, storagePath: "/", durability: "full", controlSocket: "/"))
         site.source = file

@@ -17,6 +17,10 @@ public struct SiteConfig: Sendable, Equatable {
     public var listenAddress: HostPort?
     /// Peers this gateway dials itself (wired gateways on Ethernet, before discovery exists).
     public var staticPeers: [HostPort] = []
+    /// The radios this site syncs over (the Couchbase seed's `transports`; default Wi-Fi only).
+    /// Wi-Fi means TCP to static peers and, where the board names a Wi-Fi interface, DNS-SD
+    /// discovery through avahi-daemon.
+    public var transports: [String] = ["wifi"]
     /// Days of validity for an identity the gateway creates for itself.
     public var identityValidDays: Int64 = 365
     /// The site's `mesh:` and `log:` mappings, applied over the board's.
@@ -51,7 +55,8 @@ public struct SiteConfig: Sendable, Equatable {
         """
 }
 
-/// An IPv4 address and a TCP port, as written in the site file (`192.168.1.20:4984`).
+/// A numeric address and a TCP port, as written in the site file: `192.168.1.20:4984`, or IPv6 in
+/// brackets (`[::]:4984`, `[fe80::1%wlan0]:4984`).
 public struct HostPort: Sendable, Equatable, CustomStringConvertible {
     public var host: String
     public var port: UInt16
@@ -61,6 +66,15 @@ public struct HostPort: Sendable, Equatable, CustomStringConvertible {
     }
 
     public init?(parsing text: String) {
+        if text.hasPrefix("[") {
+            guard let close = text.firstIndex(of: "]"), text[text.index(after: close)...].hasPrefix(":"),
+                  let port = UInt16(text[text.index(close, offsetBy: 2)...]) else { return nil }
+            let host = String(text[text.index(after: text.startIndex)..<close])
+            let address = host.prefix { $0 != "%" }
+            guard address.contains(":"), address.allSatisfy({ $0.isHexDigit || $0 == ":" || $0 == "." }) else { return nil }
+            self.init(host: host, port: port)
+            return
+        }
         let parts = text.split(separator: ":", omittingEmptySubsequences: false)
         guard parts.count == 2, let port = UInt16(parts[1]) else { return nil }
         let octets = parts[0].split(separator: ".", omittingEmptySubsequences: false)
@@ -68,5 +82,6 @@ public struct HostPort: Sendable, Equatable, CustomStringConvertible {
         self.init(host: String(parts[0]), port: port)
     }
 
-    public var description: String { "\(host):\(port)" }
+    public var isIPv6: Bool { host.contains(":") }
+    public var description: String { isIPv6 ? "[\(host)]:\(port)" : "\(host):\(port)" }
 }

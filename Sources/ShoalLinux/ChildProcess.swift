@@ -6,11 +6,21 @@ public final class ChildProcess: @unchecked Sendable {
     public let pid: pid_t
     private var reaped = false
 
-    public init(path: String, arguments: [String], quiet: Bool = true) throws(SystemError) {
+    /// `output`: a file that receives standard output and error (appended), instead of /dev/null
+    /// (`quiet`) or the parent's. Standard input is /dev/null when either is given.
+    public init(path: String, arguments: [String], quiet: Bool = true, output: String? = nil) throws(SystemError) {
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
-        if quiet {
+        // The child gets standard input, output and error only: any other descriptor the parent
+        // has open (a pipe another thread made, a socket) must not live on in it.
+        // (glibc ignores a close action on a descriptor closed meanwhile.)
+        for fd in ChildProcess.openDescriptors() where fd > 2 { posix_spawn_file_actions_addclose(&actions, fd) }
+        if let output {
+            posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+            posix_spawn_file_actions_addopen(&actions, 1, output, O_WRONLY | O_CREAT | O_APPEND, 0o644)
+            posix_spawn_file_actions_adddup2(&actions, 1, 2)
+        } else if quiet {
             posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
             posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
         }
@@ -22,6 +32,21 @@ public final class ChildProcess: @unchecked Sendable {
         pid = child
     }
 
+    /// The descriptors this process has open, from /proc/self/fd.
+    static func openDescriptors() -> [Int32] {
+        guard let dir = opendir("/proc/self/fd") else { return [] }
+        defer { closedir(dir) }
+        let own = dirfd(dir)
+        var fds: [Int32] = []
+        while let entry = readdir(dir) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+            }
+            if let fd = Int32(name), fd != own { fds.append(fd) }
+        }
+        return fds
+    }
+
     /// The path of the running executable.
     public static var currentExecutable: String {
         var buffer = [CChar](repeating: 0, count: 4096)
@@ -29,13 +54,27 @@ public final class ChildProcess: @unchecked Sendable {
         return n > 0 ? String(decoding: buffer.prefix(n).map { UInt8(bitPattern: $0) }, as: UTF8.self) : CommandLine.arguments[0]
     }
 
+    private var status: Int32 = 0
+
+    /// The exit status if the child has ended (it is reaped then), nil while it runs.
+    public func exitStatus() -> Int32? {
+        if reaped { return status }
+        var raw: Int32 = 0
+        let r = waitpid(pid, &raw, WNOHANG)
+        if r == 0 { return nil }
+        reaped = true
+        status = r == pid ? ((raw & 0x7F) == 0 ? (raw >> 8) & 0xFF : 128 + (raw & 0x7F)) : 0
+        return status
+    }
+
     /// Waits for the child to end by itself; returns its exit status (128 + signal if killed).
     public func wait() -> Int32 {
-        guard !reaped else { return 0 }
+        guard !reaped else { return status }
         var status: Int32 = 0
         while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
         reaped = true
-        return (status & 0x7F) == 0 ? (status >> 8) & 0xFF : 128 + (status & 0x7F)
+        self.status = (status & 0x7F) == 0 ? (status >> 8) & 0xFF : 128 + (status & 0x7F)
+        return self.status
     }
 
     /// The full path of `program` found on $PATH, if it is there and executable.
@@ -48,15 +87,20 @@ public final class ChildProcess: @unchecked Sendable {
         return nil
     }
 
-    /// Sends `signal` and waits for the child to end; returns its wait status.
+    /// Sends `signal` and waits for the child to end, at most `graceMillis` before SIGKILL;
+    /// returns its exit status (128 + signal if killed).
     @discardableResult
-    public func stop(signal: Int32 = SIGTERM) -> Int32 {
-        guard !reaped else { return 0 }
+    public func stop(signal: Int32 = SIGTERM, graceMillis: Int = 5000) -> Int32 {
+        if let s = exitStatus() { return s }
         kill(pid, signal)
-        var status: Int32 = 0
-        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
-        reaped = true
-        return status
+        var waited = 0
+        while waited < graceMillis {
+            if let s = exitStatus() { return s }
+            usleep(5000)
+            waited += 5
+        }
+        kill(pid, SIGKILL)
+        return wait()
     }
 
     deinit { if !reaped { stop(signal: SIGKILL) } }

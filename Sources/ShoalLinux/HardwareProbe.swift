@@ -30,6 +30,20 @@ public enum HardwareProbe {
     /// Whether a network interface exists (has an index).
     public static func networkInterface(_ name: String) -> Bool { if_nametoindex(name) != 0 }
 
+    public enum InterfaceState: String, Sendable {
+        case missing, down, noCarrier = "no carrier", up
+    }
+
+    /// A network interface's state from /sys/class/net (of this process's network namespace):
+    /// administratively up and with a carrier (operstate up, or unknown for links that do not say).
+    public static func interfaceState(_ name: String, sysfs: String = "/sys/class/net") -> InterfaceState {
+        guard !name.contains("/"), let flagsText = readSmallFile("\(sysfs)/\(name)/flags") else { return .missing }
+        let hex = flagsText.trimmingPrefix("0x").prefix { $0.isHexDigit }
+        guard let flags = Int(hex, radix: 16), flags & Int(IFF_UP) != 0 else { return .down }
+        let oper = (readSmallFile("\(sysfs)/\(name)/operstate") ?? "unknown").prefix { $0 != "\n" }
+        return oper == "up" || oper == "unknown" ? .up : .noCarrier
+    }
+
     /// Whether avahi-daemon answers on the D-Bus system bus. Talks to the daemon only; sends
     /// nothing on the network.
     public static func avahiDaemon() -> (reachable: Bool, detail: String) {

@@ -2,7 +2,10 @@ import Glibc
 import ShoalCore
 
 /// A TCP connection as a `ByteStream`: non-blocking socket, waits with `poll` and a timeout,
-/// TCP_NODELAY and keepalive on. Carries TLS between gateways on Wi-Fi.
+/// TCP_NODELAY on. A peer that vanishes without a word (its Wi-Fi went down, it lost power) is
+/// noticed in about 20 s: keepalive probes after 8 s of silence, every 3 s, 4 unanswered close the
+/// connection, and data unacknowledged for 20 s does too (TCP_USER_TIMEOUT). Carries TLS between
+/// gateways on Wi-Fi.
 public final class TCPStream: ByteStream, @unchecked Sendable {
     public private(set) var fd: Int32
     /// A pipe that `wake()` writes to: a read waiting for the peer returns `.timeout` at once, so
@@ -25,6 +28,10 @@ public final class TCPStream: ByteStream, @unchecked Sendable {
         var one: Int32 = 1
         setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
         setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, socklen_t(MemoryLayout<Int32>.size))
+        for (option, value) in [(TCP_KEEPIDLE, Int32(8)), (TCP_KEEPINTVL, 3), (TCP_KEEPCNT, 4), (TCP_USER_TIMEOUT, 20_000)] {
+            var v = value
+            setsockopt(fd, Int32(IPPROTO_TCP), option, &v, socklen_t(MemoryLayout<Int32>.size))
+        }
     }
 
     deinit {
@@ -41,24 +48,29 @@ public final class TCPStream: ByteStream, @unchecked Sendable {
 
     /// Connects to an IPv4 address (dotted quad) and port within `timeoutMillis`.
     public static func connect(ipv4 host: String, port: UInt16, timeoutMillis: Int32) throws(SystemError) -> TCPStream {
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_port = port.bigEndian
-        guard inet_pton(AF_INET, host, &addr.sin_addr) == 1 else { throw SystemError(call: "inet_pton(\(host))", code: EINVAL) }
-        let fd = try SystemCall.run("socket(AF_INET)") { socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0) }
+        try connect(host: host, port: port, timeoutMillis: timeoutMillis)
+    }
+
+    /// Connects to a numeric IPv4 or IPv6 address (`fe80::1%wlan0` for a link-local one) and port
+    /// within `timeoutMillis`.
+    public static func connect(host: String, port: UInt16, timeoutMillis: Int32) throws(SystemError) -> TCPStream {
+        let (storage, length) = try SocketAddress.numeric(host, port: port)
+        var address = storage
+        let fd = try SystemCall.run("socket") { socket(Int32(address.ss_family), Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0) }
         let stream = TCPStream(fd: fd)
-        let rc = withUnsafePointer(to: &addr) { p in
-            p.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        let rc = withUnsafePointer(to: &address) { p in
+            p.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, length) }
         }
+        let shown = host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
         if rc != 0 {
-            guard errno == EINPROGRESS else { throw SystemError(call: "connect(\(host):\(port))", code: errno) }
+            guard errno == EINPROGRESS else { throw SystemError(call: "connect(\(shown))", code: errno) }
             var p = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
             let n = try SystemCall.run("poll(connect)") { poll(&p, 1, timeoutMillis) }
-            guard n > 0 else { throw SystemError(call: "connect(\(host):\(port))", code: ETIMEDOUT) }
+            guard n > 0 else { throw SystemError(call: "connect(\(shown))", code: ETIMEDOUT) }
             var err: Int32 = 0
             var len = socklen_t(MemoryLayout<Int32>.size)
             getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len)
-            guard err == 0 else { throw SystemError(call: "connect(\(host):\(port))", code: err) }
+            guard err == 0 else { throw SystemError(call: "connect(\(shown))", code: err) }
         }
         return stream
     }
@@ -110,30 +122,36 @@ public final class TCPStream: ByteStream, @unchecked Sendable {
     }
 }
 
-/// A listening TCP socket on an IPv4 address (port 0 picks a free one).
+/// A listening TCP socket (port 0 picks a free one). `::` listens on every IPv6 and IPv4 address
+/// (a dual-stack socket), `0.0.0.0` on every IPv4 one.
 public final class TCPListener: @unchecked Sendable {
     public private(set) var fd: Int32
     public let port: UInt16
 
-    public init(ipv4 host: String = "127.0.0.1", port: UInt16 = 0, backlog: Int32 = 16) throws(SystemError) {
-        let fd = try SystemCall.run("socket(AF_INET)") { socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0) }
+    public convenience init(ipv4 host: String = "127.0.0.1", port: UInt16 = 0, backlog: Int32 = 16) throws(SystemError) {
+        try self.init(host: host, port: port, backlog: backlog)
+    }
+
+    public init(host: String, port: UInt16 = 0, backlog: Int32 = 16) throws(SystemError) {
+        let (storage, length) = try SocketAddress.numeric(host, port: port)
+        var addr = storage
+        let family = Int32(addr.ss_family)
+        let fd = try SystemCall.run("socket") { socket(family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0) }
         var one: Int32 = 1
+        var zero: Int32 = 0
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_port = port.bigEndian
-        inet_pton(AF_INET, host, &addr.sin_addr)
+        if family == AF_INET6 { setsockopt(fd, Int32(IPPROTO_IPV6), IPV6_V6ONLY, &zero, socklen_t(MemoryLayout<Int32>.size)) }
         do {
             try SystemCall.run("bind(\(host):\(port))") {
-                withUnsafePointer(to: &addr) { p in p.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+                withUnsafePointer(to: &addr) { p in p.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) } }
             }
             try SystemCall.run("listen") { listen(fd, backlog) }
-            var bound = sockaddr_in()
-            var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+            var bound = sockaddr_storage()
+            var len = socklen_t(MemoryLayout<sockaddr_storage>.size)
             try SystemCall.run("getsockname") {
                 withUnsafeMutablePointer(to: &bound) { p in p.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) } }
             }
-            self.port = UInt16(bigEndian: bound.sin_port)
+            self.port = SocketAddress.port(of: bound)
             self.fd = fd
         } catch {
             Glibc.close(fd)
@@ -155,5 +173,37 @@ public final class TCPListener: @unchecked Sendable {
         let client = try SystemCall.run("accept") { Glibc.accept(fd, nil, nil) }
         _ = fcntl(client, F_SETFD, FD_CLOEXEC)
         return TCPStream(fd: client)
+    }
+}
+
+/// Numeric socket addresses (no name lookups: gateways connect to what DNS-SD resolved or what the
+/// site file says).
+enum SocketAddress {
+    static func numeric(_ host: String, port: UInt16) throws(SystemError) -> (sockaddr_storage, socklen_t) {
+        var hints = addrinfo()
+        hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV
+        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        var result: UnsafeMutablePointer<addrinfo>?
+        let rc = getaddrinfo(host, String(port), &hints, &result)
+        guard rc == 0, let info = result, let sa = info.pointee.ai_addr else {
+            throw SystemError(call: "address \(host)", code: EINVAL)
+        }
+        defer { freeaddrinfo(result) }
+        var storage = sockaddr_storage()
+        let length = info.pointee.ai_addrlen
+        withUnsafeMutableBytes(of: &storage) { dst in
+            dst.copyMemory(from: UnsafeRawBufferPointer(start: sa, count: Int(length)))
+        }
+        return (storage, length)
+    }
+
+    static func port(of storage: sockaddr_storage) -> UInt16 {
+        var s = storage
+        return withUnsafePointer(to: &s) { p -> UInt16 in
+            if Int32(storage.ss_family) == AF_INET6 {
+                return p.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { UInt16(bigEndian: $0.pointee.sin6_port) }
+            }
+            return p.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { UInt16(bigEndian: $0.pointee.sin_port) }
+        }
     }
 }

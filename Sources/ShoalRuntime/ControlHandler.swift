@@ -42,6 +42,22 @@ struct ControlHandler {
             let change = try writer().put(collection, id: id, body: body.compactText)
             gateway.logger.verbose(.control, "put \(collection)/\(id) at sequence \(change.sequence)")
             return ControlHandler.json(change)
+        case "doc.putMany":
+            // Many documents of one collection in one transaction (`shoal doc import`).
+            let collection = try collectionName(r)
+            guard let items = r["documents"]?.arrayValue, !items.isEmpty, items.count <= 1000 else {
+                throw bad("\"documents\" is an array of 1 to 1000 {\"id\", \"body\"} objects")
+            }
+            var docs: [(DocumentID, String)] = []
+            for (i, item) in items.enumerated() {
+                guard let idText = item["id"]?.stringValue, let body = item["body"], body.isObject else {
+                    throw bad("documents[\(i)] needs \"id\" (a string) and \"body\" (a JSON object)")
+                }
+                do { docs.append((try DocumentID(idText), body.compactText)) } catch { throw bad("documents[\(i)]: document id \(error)") }
+            }
+            let changes = try writer().putAll(collection, docs)
+            gateway.logger.verbose(.control, "put \(changes.count) documents into \(collection) up to sequence \(changes.last?.sequence ?? 0)")
+            return ["count": .int(Int64(changes.count)), "lastSequence": .int(changes.last?.sequence ?? 0)]
         case "doc.get":
             let (store, collection, id) = try target(r)
             guard let doc = try store.get(collection, id: id), !doc.isDeleted || r["includeDeleted"]?.boolValue == true else {

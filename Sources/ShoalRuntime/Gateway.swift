@@ -112,6 +112,9 @@ public final class Gateway: Sendable {
             "evictions": Int64(mesh.counters.evictions),
         ]
         status.clockSkewPeers = c.skewedPeers.sorted()
+        status.transports = mesh.transports.keys.sorted().map { t in
+            GatewayStatus.Transport(name: t.rawValue, active: mesh.transports[t]!.active, error: mesh.transports[t]!.error, discovery: mesh.discovery[t])
+        }
         return status
     }
 }

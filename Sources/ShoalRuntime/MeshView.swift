@@ -24,6 +24,8 @@ public struct MeshView: Sendable {
     public var treeNeighbours: [PeerID] = []
     /// Per transport: active (advertising works) and the last error.
     public var transports: [MeshTransport: (active: Bool, error: String?)] = [:]
+    /// Per transport, how discovery works now (DNS-SD service, name, port, the daemon's version).
+    public var discovery: [MeshTransport: String] = [:]
 
     public init() {}
 

@@ -27,16 +27,26 @@ extension ReplicationDriver {
         }
     }
 
-    /// One connection the mesh asked for; runs the link on this thread if it comes up.
-    func dial(_ peer: PeerID, at address: HostPort) {
-        let stream: TCPStream
-        let session: TLSSession
-        do {
-            stream = try TCPStream.connect(ipv4: address.host, port: address.port, timeoutMillis: 5000)
-        } catch {
-            post(.dialFailed(peer, "\(address): \(error)"))
+    /// One connection the mesh asked for, to the first of the peer's addresses that answers; runs
+    /// the link on this thread if it comes up.
+    func dial(_ peer: PeerID, at list: [HostPort]) {
+        var stream: TCPStream?
+        var address = list[0]
+        var problems: [String] = []
+        for a in list where !isStopping {
+            do {
+                stream = try TCPStream.connect(host: a.host, port: a.port, timeoutMillis: 5000)
+                address = a
+                break
+            } catch {
+                problems.append("\(a): \(error)")
+            }
+        }
+        guard let stream else {
+            post(.dialFailed(peer, problems.joined(separator: "; ")))
             return
         }
+        let session: TLSSession
         do {
             session = try TLSSession.connect(over: stream, context: clientTLS)
         } catch {
@@ -61,7 +71,7 @@ extension ReplicationDriver {
                 let linked = linkedAddresses.withLock { $0 }
                 for address in staticPeers where !isStopping && !linked.contains(address.description) {
                     do {
-                        let stream = try TCPStream.connect(ipv4: address.host, port: address.port, timeoutMillis: 2000)
+                        let stream = try TCPStream.connect(host: address.host, port: address.port, timeoutMillis: 2000)
                         let session: TLSSession
                         do { session = try TLSSession.connect(over: stream, context: clientTLS) } catch {
                             stream.close()

@@ -18,8 +18,11 @@ import Synchronization
 ///   sends what the node queued (a wake-up interrupts its read) and posts what it reads;
 /// - a listener thread (listening is this transport's "advertising"), a dialler thread per
 ///   connection the mesh asks for, and a prober for the site's static peers (this transport's
-///   "scanning", run in the mesh's discovery phases: a TLS handshake tells who answers there).
-///   DNS-SD discovery (the Wi-Fi issue) will post discoveries the same way.
+///   "scanning", run in the mesh's discovery phases: a TLS handshake tells who answers there);
+/// - with Wi-Fi discovery on, a DNS-SD thread (`DNSSD`, avahi-daemon over D-Bus) publishes this
+///   gateway while the mesh advertises and browses while it scans; what it finds and loses comes
+///   to the node thread through the same inbox. The node thread also watches the board's Wi-Fi
+///   interface and tells the mesh when it goes down or comes back.
 final class ReplicationDriver: @unchecked Sendable {
     let node: ReplicationNode
     let mesh: MeshManager
@@ -38,6 +41,15 @@ final class ReplicationDriver: @unchecked Sendable {
         case discovered(PeerID, HostPort, probe: LinkIO?)
         case lost(PeerID)
         case retryNetworks
+        case dnssd(DNSSD.Event)
+    }
+
+    /// Wi-Fi discovery by DNS-SD: the service type (from the group), the name to publish under,
+    /// and the board's Wi-Fi interface (watched for up/down; nil: not watched).
+    struct WifiDiscovery {
+        var serviceType: String
+        var serviceName: String
+        var interface: String?
     }
 
     let lock = ConditionLock()
@@ -47,6 +59,10 @@ final class ReplicationDriver: @unchecked Sendable {
     let threadsRunning = Atomic<Int>(0)
     var listener: TCPListener?
     var staticPeers: [HostPort] = []
+    var dnssd: DNSSD?
+    var wifi: WifiDiscovery?
+    /// Transports this build cannot run yet (advertising fails with this reason).
+    var unbuilt: [MeshTransport: String] = [.bluetooth: "the Bluetooth LE transport is not built yet (Shoal runs Wi-Fi only for now)"]
     /// Scanning (the mesh's discovery phase) is on: the prober probes.
     let scanning = Atomic<Bool>(false)
     let probeWake = ConditionLock()
@@ -74,15 +90,26 @@ final class ReplicationDriver: @unchecked Sendable {
         return ts.tv_sec * 1000 + ts.tv_nsec / 1_000_000
     }
 
-    func start(listen: HostPort?, peers: [HostPort]) throws {
-        if let listen {
-            let l = try TCPListener(ipv4: listen.host, port: listen.port)
+    func start(listen: HostPort?, peers: [HostPort], wifi: WifiDiscovery? = nil) throws {
+        // DNS-SD tells peers the port, so with discovery on and no address in the site file the
+        // gateway listens on every address (IPv6 and IPv4) on a port the kernel picks.
+        var address = listen
+        if address == nil && wifi != nil { address = HostPort(host: "::", port: 0) }
+        if let address {
+            var made = try? TCPListener(host: address.host, port: address.port)
+            if made == nil && listen == nil { made = try? TCPListener(host: "0.0.0.0", port: 0) }  // a kernel without IPv6
+            let l = try made ?? TCPListener(host: address.host, port: address.port)
             listener = l
-            log.info(.mesh, "replication listening on \(listen.host):\(l.port)")
+            log.info(.mesh, "replication listening on \(HostPort(host: address.host, port: l.port))")
             spawn("repl-accept") { self.acceptLoop(l) }
         }
         staticPeers = peers
         if !peers.isEmpty { spawn("repl-probe") { self.probeLoop() } }
+        if let wifi {
+            self.wifi = wifi
+            let agent = DNSSD(serviceType: wifi.serviceType) { [weak self] event in self?.post(.dnssd(event)) }
+            if agent.start() { dnssd = agent } else { log.error(.mesh, "cannot start the DNS-SD thread") }
+        }
         spawn("repl-node") { self.nodeLoop() }
     }
 
@@ -94,6 +121,7 @@ final class ReplicationDriver: @unchecked Sendable {
 
     func stop() {
         stopping.store(true, ordering: .relaxed)
+        dnssd?.stop()
         lock.withLock { lock.broadcast() }
         probeWake.withLock { probeWake.broadcast() }
         listener?.close()
@@ -125,7 +153,19 @@ final class ReplicationDriver: @unchecked Sendable {
 
     /// Node-thread state.
     var links: [LinkID: LinkIO] = [:]
-    var addresses: [PeerID: HostPort] = [:]
+    /// Where each peer can be dialled: static addresses, then what DNS-SD resolved (IPv4 first).
+    var addresses: [PeerID: [HostPort]] = [:]
+    var staticAddress: [PeerID: HostPort] = [:]
+    /// DNS-SD instances (interface/protocol/name) and the peer and address each resolved to.
+    var dnsFound: [String: (peer: PeerID, address: HostPort)] = [:]
+    var transportState: [MeshTransport: (active: Bool, error: String?)] = [:]
+    var discoveryDetail: [MeshTransport: String] = [:]
+    var publishedName: String?
+    var avahiVersion: String?
+    var wifiInterfaceUp: Bool?
+    var lastInterfaceCheck = 0
+    /// Peers whose TXT said another protocol version (logged once each).
+    var incompatible: Set<PeerID> = []
     var linkAddress: [LinkID: String] = [:]
     /// Links whose replication moved documents lately (for busy/idle activity).
     var busySince: [LinkID: Int] = [:]
@@ -185,7 +225,8 @@ final class ReplicationDriver: @unchecked Sendable {
                     if let a = linkAddress.removeValue(forKey: id) { linkedAddresses.withLock { _ = $0.remove(a) } }
                     handleMesh(mesh.handle(.closed(id), now: UInt64(now)), now: now)
                 case .discovered(let peer, let address, let probe):
-                    addresses[peer] = address
+                    staticAddress[peer] = address
+                    refreshAddresses(peer)
                     var decided = mesh.handle(.discovered(peer, .wifi, load: nil), now: UInt64(now))
                     if let probe {
                         if let i = decided.firstIndex(where: { if case .connect(peer, _) = $0 { return true }; return false }) {
@@ -202,9 +243,15 @@ final class ReplicationDriver: @unchecked Sendable {
                 case .retryNetworks:
                     log.info(.mesh, "retrying the radios now (retryNetworks)")
                     handleMesh(mesh.handle(.retryNetworks, now: UInt64(now)), now: now)
+                case .dnssd(let event):
+                    handleDNSSD(event, now: now)
                 }
             }
             flush()
+            if now - lastInterfaceCheck >= 1000 {
+                lastInterfaceCheck = now
+                watchWifiInterface(now: now)
+            }
             if let w = mesh.nextWake, UInt64(now) >= w { handleMesh(mesh.handle(.tick, now: UInt64(now)), now: now) }
             if now - lastTick >= 250 {
                 lastTick = now
@@ -268,29 +315,40 @@ final class ReplicationDriver: @unchecked Sendable {
             let a = queue.removeFirst()
             switch a {
             case .startAdvertising(let t):
-                // Listening is how peers reach us on this transport; DNS-SD publishing comes with
-                // the Wi-Fi issue.
-                if listener != nil {
-                    queue += mesh.handle(.advertisingStarted(t), now: UInt64(now))
+                if let why = unbuilt[t] {
+                    queue += mesh.handle(.advertisingFailed(t, reason: why), now: UInt64(now))
+                } else if let listener {
+                    // Listening is how peers reach us; with DNS-SD, publishing tells them where
+                    // (the answer comes back as an event from the DNS-SD thread).
+                    if let dnssd, let wifi {
+                        dnssd.publish(name: wifi.serviceName, port: listener.port,
+                                      txt: ["v": String(ReplicationMessage.protocolVersion), "id": node.peer.description])
+                    } else {
+                        queue += mesh.handle(.advertisingStarted(t), now: UInt64(now))
+                    }
                 } else {
                     queue += mesh.handle(.advertisingFailed(t, reason: "no replication.listen address in the site file: peers cannot connect here"), now: UInt64(now))
                 }
-            case .stopAdvertising:
-                break
-            case .startScanning:
+            case .stopAdvertising(let t):
+                if t == .wifi { dnssd?.unpublish() }
+            case .startScanning(let t):
+                guard t == .wifi else { continue }
                 scanning.store(true, ordering: .relaxed)
+                dnssd?.browse(true)
                 probeWake.withLock {
                     probeRequested = true
                     probeWake.broadcast()
                 }
-            case .stopScanning:
+            case .stopScanning(let t):
+                guard t == .wifi else { continue }
                 scanning.store(false, ordering: .relaxed)
+                dnssd?.browse(false)
             case .connect(let peer, _):
-                guard let address = addresses[peer] else {
+                guard let list = addresses[peer], !list.isEmpty else {
                     queue += mesh.handle(.outgoingFailed(peer, .wifi, reason: "no address known"), now: UInt64(now))
                     continue
                 }
-                spawn("repl-dial") { self.dial(peer, at: address) }
+                spawn("repl-dial") { self.dial(peer, at: list) }
             case .close(let id, let reason):
                 log.verbose(.mesh, "closing link \(id): \(reason)")
                 links[id]?.close()
@@ -303,6 +361,7 @@ final class ReplicationDriver: @unchecked Sendable {
                 switch e {
                 case .state(let s): log.info(.mesh, "mesh state: \(s.rawValue)")
                 case .transportStatus(let t, let active, let error):
+                    transportState[t] = (active, error)
                     // Say a problem once; its retries (with backoff) are verbose until it changes.
                     if !active, let error {
                         if lastTransportError[t] == error { log.verbose(.mesh, "\(t.rawValue): \(error) (still)") } else { log.warning(.mesh, "\(t.rawValue): \(error)") }
@@ -331,8 +390,10 @@ final class ReplicationDriver: @unchecked Sendable {
         view.peers = mesh.knownPeers.compactMap { p in
             guard let info = mesh.info(p) else { return nil }
             let cert = certs[p]
-            return MeshView.Peer(info: info, address: addresses[p]?.description, certificateSubject: cert?.subject, certificateNotAfter: cert?.notAfter)
+            return MeshView.Peer(info: info, address: addresses[p]?.first?.description, certificateSubject: cert?.subject, certificateNotAfter: cert?.notAfter)
         }
+        view.transports = transportState
+        view.discovery = discoveryDetail
         gateway.meshView.withLock { $0 = view }
     }
 

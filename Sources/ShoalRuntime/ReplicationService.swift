@@ -35,7 +35,11 @@ struct ReplicationService: Service {
            let ca = try? Certificate(parsing: identity.certificate.chainDER[1]) {
             roots = [ca]  // a CA-signed gateway with no authenticator trusts its own CA
         }
-        if roots.isEmpty && config.allowedPeers.isEmpty && (site.listenAddress != nil || !site.staticPeers.isEmpty) {
+        // Wi-Fi discovery runs where the site syncs over Wi-Fi and the board names a Wi-Fi interface.
+        let wifi: ReplicationDriver.WifiDiscovery? = site.transports.contains("wifi") && gateway.board.wifiInterface != nil
+            ? .init(serviceType: GroupID(site.group).serviceType, serviceName: "shoal-\(identity.peerID.short)", interface: gateway.board.wifiInterface)
+            : nil
+        if roots.isEmpty && config.allowedPeers.isEmpty && (site.listenAddress != nil || !site.staticPeers.isEmpty || wifi != nil) {
             gateway.logger.warning(.tls, "no authenticator in \(site.source): every peer will be refused; add authenticator.allowedPeers or rootCertificates")
         }
         let authenticator = PeerAuthenticator.trust(roots: roots, allowedPeers: config.allowedPeers)
@@ -47,18 +51,20 @@ struct ReplicationService: Service {
             let node = ReplicationNode(peer: identity.peerID, group: site.group, store: store, clock: clock,
                                        collections: collections, settings: limits)
             let wall = NodeClock.systemWallMillis()
-            let manager = MeshManager(me: identity.peerID, settings: MeshSettings(mesh), sequenceBase: wall,
+            let transports = Set(site.transports.compactMap(MeshTransport.init(rawValue:)))
+            let manager = MeshManager(me: identity.peerID, settings: MeshSettings(mesh, transports: transports), sequenceBase: wall,
                                       fallbackSeed: wall ^ UInt64(getpid()))
             let driver = ReplicationDriver(
                 node: node, mesh: manager, gateway: gw,
                 serverTLS: try TLSContext(role: .server, identity: identity, authenticator: authenticator),
                 clientTLS: try TLSContext(role: .client, identity: identity, authenticator: authenticator))
-            try driver.start(listen: site.listenAddress, peers: site.staticPeers)
+            try driver.start(listen: site.listenAddress, peers: site.staticPeers, wifi: wifi)
             return driver
         }
         gateway.retryRadiosHook.withLock { $0 = { driver.retryNetworks() } }
         defer { gateway.retryRadiosHook.withLock { $0 = nil } }
-        gateway.logger.info(.replication, "replicating \(collections.count) collections as \(identity.peerID.short); static peers: \(site.staticPeers.map(\.description).joined(separator: ", ").isEmpty ? "none" : site.staticPeers.map(\.description).joined(separator: ", "))")
+        let statics = site.staticPeers.map(\.description).joined(separator: ", ")
+        gateway.logger.info(.replication, "replicating \(collections.count) collections as \(identity.peerID.short); static peers: \(statics.isEmpty ? "none" : statics); discovery: \(wifi.map { "DNS-SD \($0.serviceType) on \($0.interface ?? "any interface")" } ?? "none")")
         context.markReady()
         while await context.pause(for: .seconds(1)) {
             // The node thread beats every 100 ms; one that stopped beating is hung.

@@ -47,6 +47,21 @@ public struct GatewayStatus: Sendable {
     /// The ObjectBox seed's counters (failed connection attempts, messages, documents, bytes,
     /// conflicts), by name.
     public var counters: [String: Int64] = [:]
+    /// Per transport (the Couchbase seed's status per transport): active or not, its last error, and
+    /// how discovery runs on it (for Wi-Fi: the DNS-SD service and whether avahi-daemon answers).
+    public struct Transport: Sendable {
+        public var name: String
+        public var active: Bool
+        public var error: String?
+        public var discovery: String?
+        public init(name: String, active: Bool, error: String?, discovery: String?) {
+            self.name = name
+            self.active = active
+            self.error = error
+            self.discovery = discovery
+        }
+    }
+    public var transports: [Transport] = []
     /// Peers whose clocks run too far ahead of ours.
     public var clockSkewPeers: [String] = []
     public var children: [Child]
@@ -102,6 +117,12 @@ public struct GatewayStatus: Sendable {
         for p in clockSkewPeers { lines.append("clock skew  peer \(p) runs ahead of our clock") }
         lines.append("group       \(group) (DNS-SD \(serviceType))")
         lines.append("mesh        \(meshState), \(connectedPeers) peers connected")
+        for t in transports {
+            var line = "\(t.name.padding(to: 11)) \(t.active ? "active" : "inactive")"
+            if let e = t.error { line += " (\(e))" }
+            if let d = t.discovery { line += "; \(d)" }
+            lines.append(line)
+        }
         lines.append("store       \(storePath) (durability \(durability))")
         lines.append("documents   \(documents) live, \(tombstones) tombstones, last sequence \(lastSequence)")
         lines.append("collections \(collections.joined(separator: ", "))")
@@ -128,6 +149,10 @@ public struct GatewayStatus: Sendable {
                 "collections": .array(collections.map { .string($0) }),
             ],
             "mesh": ["state": .string(meshState), "connectedPeers": .int(connectedPeers)],
+            "transports": .object(Dictionary(uniqueKeysWithValues: transports.map { t in
+                (t.name, ["active": .bool(t.active), "error": t.error.map(JSONValue.string) ?? .null,
+                          "discovery": t.discovery.map(JSONValue.string) ?? .null] as JSONValue)
+            })),
             "peerID": peerID.map { .string($0) } ?? .null,
             "counters": .object(counters.mapValues { .int($0) }),
             "clockSkewPeers": .array(clockSkewPeers.map { .string($0) }),
@@ -165,6 +190,9 @@ public struct GatewayStatus: Sendable {
             })
         counters = (s["counters"]?.objectValue ?? [:]).compactMapValues(\.int64Value)
         clockSkewPeers = (s["clockSkewPeers"]?.arrayValue ?? []).compactMap(\.stringValue)
+        transports = (s["transports"]?.objectValue ?? [:]).sorted { $0.key < $1.key }.map { name, t in
+            Transport(name: name, active: t["active"]?.boolValue ?? false, error: t["error"]?.stringValue, discovery: t["discovery"]?.stringValue)
+        }
     }
 
     static func duration(_ s: Int64) -> String {

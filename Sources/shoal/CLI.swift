@@ -169,7 +169,7 @@ enum CLI {
         guard let sub = args.first, !sub.hasPrefix("-") else {
             let a = try Arguments.parse(args, command: "doc")
             if helpIfAsked(a, "doc") { return ExitCode.ok }
-            throw UsageError(command: "doc", message: "missing subcommand: put, get, delete or list")
+            throw UsageError(command: "doc", message: "missing subcommand: put, import, get, delete or list")
         }
         let command = "doc \(sub)"
         let rest = Array(args.dropFirst())
@@ -183,6 +183,40 @@ enum CLI {
             guard body.isObject else { throw Rejected(message: "a document body is a JSON object ({…}), not \(text.prefix(20))") }
             let result = try client(a).call(["op": "doc.put", "collection": .string(a.positionals[0]), "id": .string(a.positionals[1]), "body": body])
             if a.flags.contains("--json") { output(result) } else { out(ChangeText.line(result)) }
+        case "import":
+            // Lines of `ID<TAB>JSON object`, sent 500 to a request (each request is one transaction).
+            let a = try Arguments.parse(rest, command: command, valueOptions: ["--socket"], flagOptions: ["--json"])
+            if helpIfAsked(a, "doc") { return ExitCode.ok }
+            try a.expectPositionals(1...2, command: command, usage: "doc import <collection> [FILE|-]")
+            let path = a.positionals.count > 1 ? a.positionals[1] : "-"
+            let text: String
+            if path == "-" { text = try readStandardInput(limit: 1 << 30) } else {
+                guard let t = try Files.read(path, max: 1 << 30) else { throw Rejected(message: "cannot read \(path)") }
+                text = t
+            }
+            let c = try client(a)
+            var batch: [JSONValue] = []
+            var total: Int64 = 0
+            var last: Int64 = 0
+            func send() throws {
+                guard !batch.isEmpty else { return }
+                let r = try c.call(["op": "doc.putMany", "collection": .string(a.positionals[0]), "documents": .array(batch)])
+                total += r["count"]?.int64Value ?? 0
+                last = r["lastSequence"]?.int64Value ?? last
+                batch.removeAll(keepingCapacity: true)
+            }
+            for (n, line) in text.split(separator: "\n", omittingEmptySubsequences: true).enumerated() {
+                guard let tab = line.firstIndex(of: "\t") else { throw Rejected(message: "\(path):\(n + 1): expected ID<TAB>JSON") }
+                let body: JSONValue
+                do { body = try JSONValue.parse(String(line[line.index(after: tab)...])) } catch {
+                    throw Rejected(message: "\(path):\(n + 1): \(error)")
+                }
+                guard body.isObject else { throw Rejected(message: "\(path):\(n + 1): a document body is a JSON object") }
+                batch.append(["id": .string(String(line[..<tab])), "body": body])
+                if batch.count == 500 { try send() }
+            }
+            try send()
+            if a.flags.contains("--json") { output(["count": .int(total), "lastSequence": .int(last)]) } else { out("imported \(total) documents (last sequence \(last))") }
         case "get":
             let a = try Arguments.parse(rest, command: command, valueOptions: ["--socket"], flagOptions: ["--json"])
             if helpIfAsked(a, "doc") { return ExitCode.ok }

@@ -68,13 +68,15 @@ enum Help {
             """,
         "doc": """
             Usage: shoal doc put <collection> <id> <json|->   [--socket PATH] [--json]
+                   shoal doc import <collection> [FILE|-]     [--socket PATH] [--json]
                    shoal doc get <collection> <id>            [--socket PATH] [--json]
                    shoal doc delete <collection> <id>         [--socket PATH] [--json]
                    shoal doc list <collection> [--limit N] [--after ID] [--deleted] [--socket PATH] [--json]
 
             A collection is `scope.collection`, or `collection` in the default scope (`_default`
             alone is `_default._default`). A body is a JSON object of at most 1 MiB; `-` reads it
-            from standard input. get prints the body; --json prints the whole record. delete
+            from standard input. import reads lines of `ID<TAB>JSON` (a file, or standard input)
+            and writes them 500 to a transaction. get prints the body; --json prints the whole record. delete
             leaves a tombstone, so the deletion replicates. list --deleted includes tombstones.
             """,
         "changes": """

@@ -212,11 +212,33 @@ struct SiteConfigTests {
         ("group: g\nauthenticator:\n  allowedPeers: [abc]\n", "authenticator.allowedPeers[0]"),
         ("group: g\nauthenticator:\n  rootCA: /x\n", "authenticator.rootCA"),
         ("group: g\nidentity:\n  validDays: 0\n", "identity.validDays"),
+        ("group: g\ntransports: [wifi, lora]\n", "transports[1]"),
+        ("group: g\ntransports: []\n", "transports"),
+        ("group: g\nreplication:\n  listen: \"[fe80::1:4984\"\n", "replication.listen"),
+        ("group: g\nreplication:\n  peers: [\"[10.0.0.1]:4984\"]\n", "replication.peers[0]"),
     ])
     func siteErrors(_ text: String, _ key: String) throws {
         let e = try #require(configError { _ = try repoLoader.loadSite(text: text, file: "site.yaml") })
         #expect(e.key == key, "\(e)")
         #expect(e.mark.file == "site.yaml")
+    }
+
+    @Test("transports and IPv6 addresses: the seed's default is Wi-Fi only; [::] and link-local with a zone parse")
+    func transportsAndAddresses() throws {
+        let plain = try repoLoader.loadSite(text: "group: g\n", file: "site.yaml")
+        #expect(plain.transports == ["wifi"])
+        let site = try repoLoader.loadSite(text: """
+            group: g
+            transports: [bluetooth, wifi, wifi]
+            replication:
+              listen: "[::]:4984"
+              peers: ["[fe80::2%eth0]:4984", 192.168.1.20:4984]
+            """, file: "site.yaml")
+        #expect(site.transports == ["bluetooth", "wifi"])
+        #expect(site.listenAddress == HostPort(host: "::", port: 4984))
+        #expect(site.staticPeers == [HostPort(host: "fe80::2%eth0", port: 4984), HostPort(host: "192.168.1.20", port: 4984)])
+        #expect(site.staticPeers[0].description == "[fe80::2%eth0]:4984" && site.staticPeers[1].description == "192.168.1.20:4984")
+        #expect(HostPort(parsing: "[::1]") == nil && HostPort(parsing: "[zz::1]:80") == nil && HostPort(parsing: "1.2.3:80") == nil)
     }
 
     @Test("the built-in site file is valid")

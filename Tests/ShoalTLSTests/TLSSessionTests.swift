@@ -220,3 +220,40 @@ struct TLSSessionTests {
         #expect(try second.server.get().peerID == a.peerID)
     }
 }
+
+@Suite("TCP")
+struct TCPTests {
+    @Test("a dual-stack listener on [::] takes IPv6 and IPv4 connections; an interface's state is read from sysfs")
+    func dualStackAndInterfaces() async throws {
+        let listener = try TCPListener(host: "::", port: 0)
+        let port = listener.port
+        try await onThread("tcp-v6") {
+            for host in ["::1", "127.0.0.1"] {
+                let client = try TCPStream.connect(host: host, port: port, timeoutMillis: 2000)
+                let server = try #require(try listener.accept(timeoutMillis: 2000))
+                var byte: [UInt8] = [42]
+                _ = try byte.withUnsafeBytes { try client.write($0, timeoutMillis: 1000) }
+                byte = [0]
+                let n = try byte.withUnsafeMutableBytes { try server.read(into: $0, timeoutMillis: 1000) }
+                #expect(n == 1 && byte == [42], "over \(host)")
+                client.close()
+                server.close()
+            }
+            #expect(throws: SystemError.self) { _ = try TCPStream.connect(host: "not-an-address", port: port, timeoutMillis: 100) }
+        }
+        // A fake /sys/class/net: up with a carrier, up without one, administratively down, missing.
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        for (name, flags, oper) in [("wlan0", "0x1003", "up"), ("wlan1", "0x1003", "lowerlayerdown"), ("wlan2", "0x1002", "down"), ("veth0", "0x1003", "unknown")] {
+            try Files.makeDirectories(dir.path + "/" + name)
+            try Files.write(dir.path + "/\(name)/flags", flags + "\n")
+            try Files.write(dir.path + "/\(name)/operstate", oper + "\n")
+        }
+        #expect(HardwareProbe.interfaceState("wlan0", sysfs: dir.path) == .up)
+        #expect(HardwareProbe.interfaceState("wlan1", sysfs: dir.path) == .noCarrier)
+        #expect(HardwareProbe.interfaceState("wlan2", sysfs: dir.path) == .down)
+        #expect(HardwareProbe.interfaceState("veth0", sysfs: dir.path) == .up)
+        #expect(HardwareProbe.interfaceState("wlan9", sysfs: dir.path) == .missing)
+        #expect(HardwareProbe.interfaceState("../x", sysfs: dir.path) == .missing)
+    }
+}

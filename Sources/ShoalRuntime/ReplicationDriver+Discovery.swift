@@ -1,0 +1,94 @@
+import ShoalConfig
+import ShoalCore
+import ShoalLinux
+import ShoalMesh
+import ShoalWire
+
+/// Wi-Fi discovery on the node thread: what the DNS-SD thread found and lost, whether our service
+/// is published, and whether the board's Wi-Fi interface is up.
+extension ReplicationDriver {
+    /// Recomputes where `peer` can be dialled: its static address first, then DNS-SD's (IPv4
+    /// before IPv6 link-local).
+    func refreshAddresses(_ peer: PeerID) {
+        var list: [HostPort] = staticAddress[peer].map { [$0] } ?? []
+        let resolved = dnsFound.values.filter { $0.peer == peer }.map(\.address)
+        for a in resolved.sorted(by: { ($0.isIPv6 ? 1 : 0, $0.description) < ($1.isIPv6 ? 1 : 0, $1.description) }) where !list.contains(a) {
+            list.append(a)
+        }
+        addresses[peer] = list.isEmpty ? nil : list
+    }
+
+    func handleDNSSD(_ event: DNSSD.Event, now: Int) {
+        switch event {
+        case .daemon(let reachable, let detail):
+            if reachable {
+                avahiVersion = detail
+                log.info(.mesh, "wifi: avahi-daemon reachable (\(detail))")
+            } else {
+                avahiVersion = nil
+                log.warning(.mesh, "wifi: \(detail); discovery waits for it (the gateway keeps its other links)")
+            }
+        case .published(let name):
+            if publishedName != name {
+                if let old = publishedName, old != name { log.warning(.mesh, "wifi: the DNS-SD name \(old) is taken on this network; published as \(name)") }
+                log.info(.mesh, "wifi: published \(name) (\(wifi?.serviceType ?? "?")) on port \(listener?.port ?? 0)")
+            }
+            publishedName = name
+            handleMesh(mesh.handle(.advertisingStarted(.wifi), now: UInt64(now)), now: now)
+        case .publishFailed(let why):
+            handleMesh(mesh.handle(.advertisingFailed(.wifi, reason: why), now: UInt64(now)), now: now)
+        case .found(let f):
+            guard let text = f.txt["id"], let peer = PeerID(hex: text) else {
+                log.verbose(.mesh, "wifi: \(f.name) at \(f.host) has no peer id in its TXT record; ignored")
+                return
+            }
+            guard peer != node.peer else { return }  // our own service, seen through the daemon
+            guard f.txt["v"] == String(ReplicationMessage.protocolVersion) else {
+                if incompatible.insert(peer).inserted {
+                    log.warning(.mesh, "wifi: peer \(peer.short) speaks protocol \(f.txt["v"] ?? "?"), we speak \(ReplicationMessage.protocolVersion); not connecting")
+                }
+                return
+            }
+            let known = dnsFound.values.contains { $0.peer == peer }
+            dnsFound[f.key] = (peer, HostPort(host: f.host, port: f.port))
+            refreshAddresses(peer)
+            if !known { log.verbose(.mesh, "wifi: found peer \(peer.short) as \(f.name) at \(HostPort(host: f.host, port: f.port)) on \(f.interfaceName)") }
+            handleMesh(mesh.handle(.discovered(peer, .wifi, load: nil), now: UInt64(now)), now: now)
+        case .removed(let key):
+            guard let gone = dnsFound.removeValue(forKey: key) else { return }
+            refreshAddresses(gone.peer)
+            if !dnsFound.values.contains(where: { $0.peer == gone.peer }) && staticAddress[gone.peer] == nil {
+                log.verbose(.mesh, "wifi: peer \(gone.peer.short) left DNS-SD")
+                handleMesh(mesh.handle(.lost(gone.peer, .wifi), now: UInt64(now)), now: now)
+            }
+        case .browseFailed(let why):
+            log.warning(.mesh, "wifi: \(why)")
+        }
+        updateDiscoveryDetail()
+    }
+
+    /// The board's Wi-Fi interface, checked every second: the mesh hears when it goes down (its
+    /// links on it close, advertising stops) and when it comes back.
+    func watchWifiInterface(now: Int) {
+        guard let name = wifi?.interface else { return }
+        let state = HardwareProbe.interfaceState(name)
+        let up = state == .up
+        if up != wifiInterfaceUp {
+            if wifiInterfaceUp != nil || !up {
+                if up { log.info(.mesh, "wifi: \(name) is up") } else { log.warning(.mesh, "wifi: \(name) is \(state.rawValue)") }
+            }
+            wifiInterfaceUp = up
+            handleMesh(mesh.handle(.transport(.wifi, up: up), now: UInt64(now)), now: now)
+            updateDiscoveryDetail()
+        }
+    }
+
+    func updateDiscoveryDetail() {
+        guard let wifi else { return }
+        var parts = ["DNS-SD \(wifi.serviceType)"]
+        if let publishedName { parts.append("as \"\(publishedName)\" on port \(listener?.port ?? 0)") }
+        parts.append(avahiVersion.map { "avahi-daemon \($0)" } ?? "avahi-daemon not reachable")
+        if let i = wifi.interface { parts.append("\(i) \(wifiInterfaceUp == false ? HardwareProbe.interfaceState(i).rawValue : "up")") }
+        discoveryDetail[.wifi] = parts.joined(separator: ", ")
+    }
+}

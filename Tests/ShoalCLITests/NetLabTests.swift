@@ -1,0 +1,226 @@
+import Foundation
+import Testing
+
+extension ProcessSuites {
+    /// The Wi-Fi transport against real avahi-daemons and real TCP + TLS, in network namespaces
+    /// (NetLab). Runs where the lab can (root, avahi-daemon, avahi-utils, dbus, iproute2: CI
+    /// installs them); elsewhere these tests are skipped. Figures go to standard output as
+    /// `LAB …` lines.
+    @Suite("Network lab (Avahi in namespaces)", .serialized, .enabled(if: NetLab.available, "needs root, iproute2, dbus, avahi-daemon and avahi-utils"))
+    struct NetLabTests {
+        static func site(_ lab: NetLab, _ name: String, group: String, allowed: [String], extra: String = "") throws -> String {
+            let path = lab.base.path + "/\(name).yaml"
+            try """
+            group: \(group)
+            collections:
+              - name: sensors.readings
+            authenticator:
+              allowedPeers: [\(allowed.joined(separator: ", "))]
+            mesh:
+              advertisingDelayMillis: 100
+              connectDelayMillis: 200
+              backoffMillis: 1000
+              initialDiscoveryDurationSeconds: 0
+            \(extra)
+            """.write(toFile: path, atomically: true, encoding: .utf8)
+            return path
+        }
+
+        /// avahi-browse -p writes some characters of a name as `\DDD` (decimal): `#` is `\035`.
+        static func unescape(_ text: String) -> String {
+            let chars = Array(text)
+            var out = ""
+            var i = 0
+            while i < chars.count {
+                if chars[i] == "\\", i + 3 < chars.count,
+                   let code = Int(String(chars[(i + 1)...(i + 3)])), let u = UnicodeScalar(code) {
+                    out.append(Character(u))
+                    i += 4
+                } else {
+                    out.append(chars[i])
+                    i += 1
+                }
+            }
+            return out
+        }
+
+        static func identities(_ lab: NetLab) throws -> [String] {
+            try lab.nodes.map { try ReplicationProcessTests.peerID($0.dir + "/data") }
+        }
+
+        @Test("three gateways find each other through Avahi and converge; avahi-browse sees them; a name collision, another group, a refused identity, and avahi-daemon restarting")
+        func discovery() throws {
+            let lab = try NetLab(nodes: 5)
+            defer { lab.teardown() }
+            let ids = try Self.identities(lab)
+            let trio = Array(ids[0..<3])
+            // g1–g3: one group, trusting each other. g4: another group. g5: the group, but nobody trusts it.
+            let sites = [
+                try Self.site(lab, "g1", group: "lab.alpha", allowed: trio),
+                try Self.site(lab, "g2", group: "lab.alpha", allowed: trio),
+                try Self.site(lab, "g3", group: "lab.alpha", allowed: trio),
+                try Self.site(lab, "g4", group: "lab.beta", allowed: ids),
+                try Self.site(lab, "g5", group: "lab.alpha", allowed: ids),
+            ]
+            // g2 first, to learn the group's service type; then someone on g1's link takes the name
+            // g1 would publish under, with that type; then the others.
+            let first = try lab.startGateway(lab.nodes[1], site: sites[1])
+            let type = (first.status()["serviceType"] as? String) ?? "?"
+            let taken = "shoal-\(ids[0].prefix(8))"
+            let squatter = try NetLab.spawn(
+                ["ip", "netns", "exec", lab.nodes[0].ns, "env", "DBUS_SYSTEM_BUS_ADDRESS=\(lab.nodes[0].bus)", "avahi-publish", "-s", taken, type, "9"],
+                log: lab.base.path + "/squatter.log")
+            defer { squatter.stop(signal: SIGKILL) }
+            #expect(eventually(timeout: 10, every: 0.2) { ((try? lab.browse(from: lab.nodes[0], type: type)) ?? []).contains { $0.contains(";\(taken);") } })
+
+            let gateways = try lab.nodes.enumerated().map { i, n in i == 1 ? first : try lab.startGateway(n, site: sites[i]) }
+            let (g1, g2, g3, g4, g5) = (gateways[0], gateways[1], gateways[2], gateways[3], gateways[4])
+            #expect(type.hasPrefix("_") && type.hasSuffix("._tcp") && type.count == 18, "\(type)")
+
+            let started = Date()
+            #expect(g1.put("from-g1", #"{"v":1}"#))
+            let reached = eventually(timeout: 30) { g2.get("from-g1") != nil && g3.get("from-g1") != nil }
+            #expect(reached, "a write on g1 reached g2 and g3")
+            print("LAB discovery: a write on g1 reached g2 and g3 \(String(format: "%.2f", Date().timeIntervalSince(started))) s after it was made (the five gateways had started within the last ~2 s)")
+            #expect(g2.put("from-g2", #"{"v":2}"#) && g3.put("from-g3", #"{"v":3}"#))
+            #expect(eventually(timeout: 20) { [g1, g2, g3].allSatisfy { g in ["from-g1", "from-g2", "from-g3"].allSatisfy { g.get($0) != nil } } }, "all three converge")
+
+            // avahi-browse (Avahi's own tool) inside g2's namespace lists each gateway of the group
+            // with the service type, the port it listens on, and TXT v=1 and its peer id.
+            var lines: [String] = []
+            let listed = eventually(timeout: 15, every: 0.5) {
+                lines = (try? lab.browse(from: lab.nodes[1], type: type)) ?? []
+                return [0, 1, 2, 4].allSatisfy { i in lines.contains { $0.contains("\"id=\(ids[i])\"") } }
+            }
+            #expect(listed, "\(lines)")
+            for i in [0, 1, 2, 4] {
+                // Avahi's announcement can reach g2 a moment before the publisher hears its group is
+                // established (and its status is refreshed every 250 ms).
+                var published: (name: String, port: Int)?
+                _ = eventually(timeout: 5) { published = gateways[i].published(); return published != nil }
+                guard let pub = published else { Issue.record("g\(i + 1) says nothing published: \(gateways[i].status())"); continue }
+                let mine = lines.filter { $0.contains("\"id=\(ids[i])\"") }
+                #expect(!mine.isEmpty)
+                for line in mine {
+                    let f = line.split(separator: ";", omittingEmptySubsequences: false).map(String.init)
+                    // =;iface;proto;name;type;domain;host;address;port;txt
+                    #expect(f.count >= 10 && f[1] == "wlan0" && f[4] == type && Self.unescape(f[3]) == pub.name
+                            && Int(f[8]) == pub.port && f[9].contains("\"v=1\""), "\(line)")
+                }
+            }
+            #expect(!lines.contains { $0.contains("\"id=\(ids[3])\"") }, "the other group's gateway is not of this type")
+            // The name collision: g1 took Avahi's alternative name.
+            #expect(g1.published()?.name == "\(taken) #2", "\(String(describing: g1.published()))")
+
+            // Another group: never discovered, never connected, nothing replicated.
+            #expect(g4.counter("discoveredPeers") == 0 && g4.counter("connectedPeers") == 0)
+            #expect(g4.get("from-g1") == nil)
+            for g in [g1, g2, g3] {
+                let peers = (try? Shoal.json(g.cli(["peers", "--json"]))) as? [[String: Any]] ?? []
+                #expect(!peers.contains { $0["peer"] as? String == ids[3] })
+            }
+            // A peer the authenticator refuses: discovered, refused by TLS, never given a document.
+            #expect(g5.get("from-g1") == nil && g5.get("from-g2") == nil)
+            #expect(g5.counter("documentsReceived") == 0)
+            #expect(g5.counter("failedConnectionAttempts") > 0 || g1.counter("failedConnectionAttempts") + g2.counter("failedConnectionAttempts") + g3.counter("failedConnectionAttempts") > 0)
+
+            // avahi-daemon stops under g2: the gateway stays up and says so; it comes back: g2 is
+            // published again and its writes still flow.
+            lab.stopAvahi(lab.nodes[1])
+            let said = eventually(timeout: 10) {
+                let w = (g2.status()["transports"] as? [String: Any])?["wifi"] as? [String: Any]
+                return (w?["discovery"] as? String)?.contains("avahi-daemon not reachable") == true
+            }
+            #expect(said, "status says avahi-daemon is not reachable")
+            #expect(g2.isRunning)
+            #expect(g2.put("while-avahi-was-down", #"{"v":4}"#))
+            try lab.startAvahi(lab.nodes[1])
+            #expect(eventually(timeout: 20, every: 0.5) { ((try? lab.browse(from: lab.nodes[2], type: type)) ?? []).contains { $0.contains("\"id=\(ids[1])\"") } },
+                    "g2 is published again after avahi-daemon restarted")
+            #expect(eventually(timeout: 20) { g1.get("while-avahi-was-down") != nil && g3.get("while-avahi-was-down") != nil })
+            #expect(gateways.allSatisfy { $0.isRunning })
+        }
+
+        @Test("five gateways, two links each: a connected mesh, a partition that heals with conflicts resolved, kill -9 mid-replication, figures")
+        func fiveGateways() throws {
+            let lab = try NetLab(nodes: 5)
+            defer { lab.teardown() }
+            let ids = try Self.identities(lab)
+            let sites = try (1...5).map { try Self.site(lab, "g\($0)", group: "lab.mesh", allowed: ids, extra: "  maxConnectionCount: 2") }
+            let gateways = try lab.nodes.enumerated().map { i, n in try lab.startGateway(n, site: sites[i]) }
+            let (g1, g3, g5) = (gateways[0], gateways[2], gateways[4])
+
+            // The mesh forms: every gateway linked, none over its budget, and a write reaches all.
+            #expect(eventually(timeout: 40, every: 0.25) { gateways.allSatisfy { $0.counter("connectedPeers") >= 1 } })
+            let t0 = Date()
+            #expect(g1.put("first", #"{"v":1}"#))
+            #expect(eventually(timeout: 30, every: 0.05) { gateways.allSatisfy { $0.get("first") != nil } }, "a write on g1 reached all five")
+            let reachAll = Date().timeIntervalSince(t0)
+            // Once more on a settled mesh (the figure for the note).
+            Thread.sleep(forTimeInterval: 2)
+            let t1 = Date()
+            #expect(g5.put("second", #"{"v":2}"#))
+            #expect(eventually(timeout: 30, every: 0.05) { gateways.allSatisfy { $0.get("second") != nil } })
+            let reachSettled = Date().timeIntervalSince(t1)
+            print("LAB five: a write reached all 5 gateways in \(String(format: "%.2f", reachAll)) s (first write), \(String(format: "%.2f", reachSettled)) s (settled mesh; polling by CLI, ~50 ms resolution)")
+            for g in gateways { #expect(g.counter("connectedPeers") <= 2, "maxConnectionCount 2 holds on g\(g.node.index)") }
+
+            // Idle figures: CPU over 5 s and RSS of each gateway.
+            let idle0 = gateways.map { $0.cpuAndRSS() }
+            Thread.sleep(forTimeInterval: 5)
+            let idle1 = gateways.map { $0.cpuAndRSS() }
+            let idleCPU = zip(idle0, idle1).map { ($1.cpu - $0.cpu) / 5 * 100 }
+            print("LAB five idle: CPU % per gateway \(idleCPU.map { String(format: "%.1f", $0) }.joined(separator: " ")); RSS kB \(idle1.map { String($0.rssKB) }.joined(separator: " "))")
+
+            // Partition g5: writes on both sides, the same document on each (a conflict) and others.
+            try lab.link(lab.nodes[4], up: false)
+            #expect(eventually(timeout: 10) { g5.counter("connectedPeers") == 0 })
+            #expect(g5.put("conflict", #"{"side":"g5"}"#) && g5.put("only-g5", #"{"v":5}"#))
+            #expect(g1.put("conflict", #"{"side":"g1"}"#) && g3.put("only-g3", #"{"v":3}"#))
+            Thread.sleep(forTimeInterval: 1)
+            #expect(g5.get("only-g3") == nil && g1.get("only-g5") == nil, "the partition holds")
+            try lab.link(lab.nodes[4], up: true)
+            let healed = Date()
+            let converged = eventually(timeout: 60, every: 0.1) {
+                let values = gateways.map { $0.get("conflict") }
+                return values.allSatisfy { $0 != nil && $0 == values[0] } && gateways.allSatisfy { $0.get("only-g5") != nil && $0.get("only-g3") != nil }
+            }
+            #expect(converged, "after the link came back everyone converged")
+            print("LAB five partition: converged \(String(format: "%.2f", Date().timeIntervalSince(healed))) s after the link came back; conflict resolved to \(g1.get("conflict") ?? "?")")
+
+            // 10,000 documents written on g1 sync to all; g3 is killed -9 in the middle (after it
+            // acknowledged 50 writes of its own) and restarted on the same data.
+            var lines = ""
+            for i in 0..<10_000 { lines += "bulk-\(i)\t{\"i\":\(i),\"pad\":\"\(String(repeating: "x", count: 200))\"}\n" }
+            let file = lab.base.path + "/bulk.tsv"
+            try lines.write(toFile: file, atomically: true, encoding: .utf8)
+            let before = gateways.map { $0.cpuAndRSS() }
+            let bulkStart = Date()
+            #expect(try g1.cli(["doc", "import", "sensors.readings", file]).status == 0)
+            var acknowledged: [String] = []
+            for i in 0..<50 where g3.put("g3-ack-\(i)", #"{"i":\#(i)}"#) { acknowledged.append("g3-ack-\(i)") }
+            _ = eventually(timeout: 30, every: 0.05) { g3.counter("documentsReceived") > 500 }
+            g3.kill9()
+            print("LAB five kill: g3 killed -9 with \(acknowledged.count) acknowledged writes of its own, mid-sync")
+            try g3.start()
+            for id in acknowledged { #expect(g3.get(id) != nil, "g3 kept its acknowledged write \(id)") }
+            let total = 10_000 + 5 + acknowledged.count  // + first, second, conflict, only-g5, only-g3
+            var peakRSS = gateways.map { _ in 0 }
+            let synced = eventually(timeout: 180, every: 0.5) {
+                for (i, g) in gateways.enumerated() { peakRSS[i] = max(peakRSS[i], g.cpuAndRSS().rssKB) }
+                return gateways.allSatisfy { $0.documentCount() == total }
+            }
+            #expect(synced, "10,000 documents and g3's writes on every gateway: \(gateways.map { $0.documentCount() })")
+            let syncSeconds = Date().timeIntervalSince(bulkStart)
+            let after = gateways.map { $0.cpuAndRSS() }
+            let cpu = zip(before, after).enumerated().map { i, p in i == 2 ? after[i].cpu : p.1.cpu - p.0.cpu }
+            print("LAB five sync: 10,000 x ~220 B documents on all 5 gateways in \(String(format: "%.1f", syncSeconds)) s (with g3 killed and restarted); CPU s per gateway \(cpu.map { String(format: "%.1f", $0) }.joined(separator: " ")); peak RSS kB \(peakRSS.map(String.init).joined(separator: " "))")
+            for id in acknowledged { #expect(g1.get(id) != nil) }
+            for g in gateways {
+                let integrity = try g.cli(["status", "--json"])
+                #expect(integrity.status == 0)
+            }
+            #expect(gateways.allSatisfy { $0.isRunning })
+        }
+    }
+}
