@@ -26,8 +26,21 @@ public final class ChildProcess: @unchecked Sendable {
         }
         let argv: [UnsafeMutablePointer<CChar>?] = ([path] + arguments).map { strdup($0) } + [nil]
         defer { for a in argv { free(a) } }
+        // A clean signal state: the spawning thread may block signals (Dispatch's worker threads
+        // do) or ignore SIGPIPE, and a child inherits both — a daemon that then ignores SIGTERM.
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var empty = sigset_t()
+        sigemptyset(&empty)
+        posix_spawnattr_setsigmask(&attributes, &empty)
+        var defaults = sigset_t()
+        sigemptyset(&defaults)
+        for signal in [SIGPIPE, SIGTERM, SIGINT, SIGHUP, SIGCHLD, SIGUSR1, SIGUSR2] { sigaddset(&defaults, signal) }
+        posix_spawnattr_setsigdefault(&attributes, &defaults)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
         var child: pid_t = 0
-        let rc = posix_spawn(&child, path, &actions, nil, argv, environ)
+        let rc = posix_spawn(&child, path, &actions, &attributes, argv, environ)
         guard rc == 0 else { throw SystemError(call: "posix_spawn(\(path))", code: rc) }
         pid = child
     }

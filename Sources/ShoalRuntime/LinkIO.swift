@@ -16,8 +16,12 @@ final class LinkIO: @unchecked Sendable {
     let stream: TCPStream
     /// The static address we dialled (nil for accepted links).
     let address: String?
-    let outbox = Mutex<[[UInt8]]>([])
+    let outbox = Mutex<(frames: [[UInt8]], bytes: Int)>(([], 0))
     let closedFlag = Atomic<Bool>(false)
+    /// What may wait to be written. Replication's window keeps a healthy link far below this (8
+    /// batches of txLogBatchSizeKb in flight); a link whose peer stopped reading reaches it, and is
+    /// closed: its replicator resumes from its checkpoint on the next link.
+    static let maxQueuedBytes = 32 << 20
 
     init(id: LinkID, session: TLSSession, stream: TCPStream, address: String?) {
         self.id = id
@@ -28,12 +32,26 @@ final class LinkIO: @unchecked Sendable {
 
     var isClosed: Bool { closedFlag.load(ordering: .relaxed) }
 
-    func send(_ payload: [UInt8]) {
-        outbox.withLock { $0.append(payload) }
+    /// Queues a frame; false (and the link closes) if the queue is over its bound.
+    @discardableResult
+    func send(_ payload: [UInt8]) -> Bool {
+        let fits = outbox.withLock { o -> Bool in
+            guard o.bytes + payload.count <= LinkIO.maxQueuedBytes else { return false }
+            o.frames.append(payload)
+            o.bytes += payload.count
+            return true
+        }
+        if !fits { closedFlag.store(true, ordering: .relaxed) }
         stream.wake()
+        return fits
     }
 
-    func takeOutbox() -> [[UInt8]] { outbox.withLock { o in defer { o.removeAll() }; return o } }
+    func takeOutbox() -> [[UInt8]] {
+        outbox.withLock { o in
+            defer { o = ([], 0) }
+            return o.frames
+        }
+    }
 
     func close() {
         closedFlag.store(true, ordering: .relaxed)

@@ -288,7 +288,9 @@ final class ReplicationDriver: @unchecked Sendable {
             switch actions[i] {
             case .send(let id, let payload):
                 gateway.counters.withLock { $0.messagesSent += 1; $0.bytesSent += payload.count + 4 }
-                links[id]?.send(payload)
+                if links[id]?.send(payload) == false {
+                    log.warning(.replication, "link \(id): the peer does not read what we send (over \(LinkIO.maxQueuedBytes >> 20) MB queued); closing it")
+                }
             case .close(let id):
                 links[id]?.close()
             case .event(let e):

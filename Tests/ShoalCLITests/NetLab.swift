@@ -1,5 +1,6 @@
 import Foundation
 import ShoalLinux
+import Synchronization
 import Testing
 
 /// The network lab (../shared/LABS.md, part 1): gateways in network namespaces of their own, each
@@ -238,7 +239,7 @@ final class LabGateway: @unchecked Sendable {
 
     func start() throws {
         process = try NetLab.spawn(
-            ["ip", "netns", "exec", node.ns, "env", "DBUS_SYSTEM_BUS_ADDRESS=\(node.bus)", Shoal.binary, "run", "--board", "generic-linux",
+            ["ip", "netns", "exec", node.ns, "env", "DBUS_SYSTEM_BUS_ADDRESS=\(node.bus)", LabGateway.binary, "run", "--board", "generic-linux",
              "--data-dir", dataDir, "--config", site, "--log-level", "verbose"],
             log: dataDir + "/shoal.log")
         let deadline = Date().addingTimeInterval(30)
@@ -249,6 +250,10 @@ final class LabGateway: @unchecked Sendable {
         }
         Issue.record("gateway g\(node.index) did not come up: \((try? String(contentsOfFile: dataDir + "/shoal.log", encoding: .utf8)) ?? "")")
     }
+
+    /// The shoal the gateways run: the test build's, or `SHOAL_LAB_BINARY` (e.g. dist/shoal, for
+    /// the release build's figures).
+    static let binary = ProcessInfo.processInfo.environment["SHOAL_LAB_BINARY"] ?? Shoal.binary
 
     var pid: Int32 { process?.pid ?? -1 }
     var isRunning: Bool { process?.exitStatus() == nil }
@@ -303,6 +308,24 @@ final class LabGateway: @unchecked Sendable {
         let rss = status.split(separator: "\n").first { $0.hasPrefix("VmRSS:") }.map { Int($0.split(separator: " ").dropFirst().first ?? "0") ?? 0 } ?? 0
         return (ticks / Double(sysconf(Int32(_SC_CLK_TCK))), rss)
     }
+}
+
+/// Seconds from now until each gateway holds document `id` (nil: not within `timeout`), each
+/// polled by a thread of its own (resolution: one `shoal doc get`, ~10–40 ms).
+func arrivalTimes(of id: String, on gateways: [LabGateway], timeout: Double, after write: () -> Bool) -> [Double?] {
+    let times = Mutex<[Double?]>(Array(repeating: nil, count: gateways.count))
+    let started = Date()
+    guard write() else { return times.withLock { $0 } }
+    DispatchQueue.concurrentPerform(iterations: gateways.count) { i in
+        while Date().timeIntervalSince(started) < timeout {
+            if gateways[i].get(id) != nil {
+                let t = Date().timeIntervalSince(started)
+                times.withLock { $0[i] = t }
+                return
+            }
+        }
+    }
+    return times.withLock { $0 }
 }
 
 /// Polls `condition` every `every` seconds until it holds or `timeout` passes; whether it held.
