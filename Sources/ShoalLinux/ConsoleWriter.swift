@@ -1,12 +1,22 @@
 import Glibc
 
-/// Writes status lines to the board's console: `stdout`, or a serial tty set to raw mode at the
-/// board's baud rate. Writes never block the gateway: a tty that is not taking bytes (no cable, a
-/// stalled USB adapter) drops the line rather than stalling.
+/// The board's console: `stdout`, or a serial tty set to raw mode at the board's baud rate, which
+/// also reads command lines. Writes never block the gateway: a tty that is not taking bytes (no
+/// cable, a stalled USB adapter) drops the line rather than stalling. Reads take printable ASCII
+/// only (other bytes are dropped; backspace edits), end a line at CR or LF, and drop a line longer
+/// than `maxLine` — garbage on the wire cannot grow memory or reach the command interpreter.
 public final class ConsoleWriter: @unchecked Sendable {
     public let device: String
     private var fd: Int32
     private let owned: Bool
+    public static let maxLine = 200
+    /// What `take` returns for a line longer than `maxLine` (its bytes are dropped).
+    public static let overlongLine = "\u{1}overlong"
+    private var pending: [UInt8] = []
+    private var overlong = false
+
+    /// Whether the console reads commands (a tty, not stdout).
+    public var isInteractive: Bool { owned && isatty(fd) == 1 }
 
     public init(device: String, baud: Int64) throws(SystemError) {
         self.device = device
@@ -15,7 +25,7 @@ public final class ConsoleWriter: @unchecked Sendable {
             owned = false
             return
         }
-        fd = try SystemCall.run("open(\(device))") { open(device, O_WRONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC) }
+        fd = try SystemCall.run("open(\(device))") { open(device, O_RDWR | O_NOCTTY | O_NONBLOCK | O_CLOEXEC) }
         owned = true
         if isatty(fd) == 1 {
             var t = termios()
@@ -58,5 +68,48 @@ public final class ConsoleWriter: @unchecked Sendable {
             offset += n
         }
         return true
+    }
+}
+
+extension ConsoleWriter {
+    public enum ReadResult: Equatable, Sendable {
+        case lines([String])
+        /// The line hung up or failed (a USB adapter unplugged): reopen later.
+        case disconnected(String)
+    }
+
+    /// Waits up to `timeoutMillis` for input; returns the complete lines read (maybe none).
+    public func readLines(timeoutMillis: Int32) -> ReadResult {
+        var p = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        let r = poll(&p, 1, timeoutMillis)
+        if r < 0 { return errno == EINTR ? .lines([]) : .disconnected(String(cString: strerror(errno))) }
+        if r == 0 { return .lines([]) }
+        if p.revents & Int16(POLLHUP | POLLERR | POLLNVAL) != 0 && p.revents & Int16(POLLIN) == 0 { return .disconnected("hang-up") }
+        var buffer = [UInt8](repeating: 0, count: 512)
+        let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, 512) }
+        if n < 0 { return errno == EAGAIN || errno == EINTR ? .lines([]) : .disconnected(String(cString: strerror(errno))) }
+        if n == 0 { return .disconnected("end of input") }
+        return .lines(take(buffer.prefix(n)))
+    }
+
+    /// Line assembly (separate for tests): printable ASCII kept, BS/DEL erase, CR/LF end a line.
+    public func take(_ bytes: some Sequence<UInt8>) -> [String] {
+        var lines: [String] = []
+        for b in bytes {
+            switch b {
+            case 0x0D, 0x0A:
+                if !overlong && !pending.isEmpty { lines.append(String(decoding: pending, as: UTF8.self)) }
+                if overlong { lines.append(ConsoleWriter.overlongLine) }
+                pending.removeAll(keepingCapacity: true)
+                overlong = false
+            case 0x08, 0x7F:
+                if !pending.isEmpty { pending.removeLast() }
+            case 0x20...0x7E:
+                if pending.count < ConsoleWriter.maxLine { pending.append(b) } else { overlong = true }
+            default:
+                break  // control characters, bytes of other encodings, line noise
+            }
+        }
+        return lines
     }
 }

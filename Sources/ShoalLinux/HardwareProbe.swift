@@ -21,6 +21,22 @@ public enum HardwareProbe {
         return (true, Int(gpiod_chip_num_lines(chip)))
     }
 
+    public enum GPIOLineState: Equatable, Sendable {
+        case missingChip, noSuchLine(count: Int), used(by: String), free, inaccessible(String)
+    }
+
+    /// Whether a GPIO line exists and is free (looked at, not requested).
+    public static func gpioLine(chip name: String, line offset: Int) -> GPIOLineState {
+        guard let chip = gpiod_chip_open_lookup(name) else {
+            return errno == EACCES || errno == EPERM ? .inaccessible(String(cString: strerror(errno))) : .missingChip
+        }
+        defer { gpiod_chip_close(chip) }
+        let count = Int(gpiod_chip_num_lines(chip))
+        guard offset >= 0, offset < count, let line = gpiod_chip_get_line(chip, UInt32(offset)) else { return .noSuchLine(count: count) }
+        if gpiod_line_is_used(line) { return .used(by: gpiod_line_consumer(line).map { String(cString: $0) } ?? "the kernel") }
+        return .free
+    }
+
     /// The index of a Bluetooth adapter (`hci0`), or nil if the kernel has no such device.
     public static func bluetoothAdapter(_ name: String) -> Int? {
         let id = hci_devid(name)

@@ -33,6 +33,8 @@ public final class Gateway: Sendable {
     /// The mesh as this gateway sees it, and its recent events (published by the replication driver).
     public let meshView = Mutex(MeshView())
     public let meshEvents = MeshEventLog()
+    /// The status LED's current pattern (its name), for `shoal status` and the console.
+    public let ledPattern = Mutex("booting: fast blink")
     /// `retryNetworks()`: set by the replication service while it runs.
     let retryRadiosHook = Mutex<(@Sendable () -> Void)?>(nil)
 
@@ -112,6 +114,7 @@ public final class Gateway: Sendable {
             "evictions": Int64(mesh.counters.evictions),
         ]
         status.clockSkewPeers = c.skewedPeers.sorted()
+        status.ledPattern = ledPattern.withLock { $0 }
         status.transports = mesh.transports.keys.sorted().map { t in
             GatewayStatus.Transport(name: t.rawValue, active: mesh.transports[t]!.active, error: mesh.transports[t]!.error, discovery: mesh.discovery[t])
         }

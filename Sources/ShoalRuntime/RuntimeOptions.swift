@@ -25,6 +25,15 @@ public struct LoadedConfig: Sendable {
     public var trustedRoots: [Certificate]
     public var allowedPeers: Set<PeerID>
     public var identityDirectory: String { Files.directory(of: storePath) + "/identities" }
+
+    public init(board: BoardConfig, site: SiteConfig, storePath: String, socketPath: String, trustedRoots: [Certificate], allowedPeers: Set<PeerID>) {
+        self.board = board
+        self.site = site
+        self.storePath = storePath
+        self.socketPath = socketPath
+        self.trustedRoots = trustedRoots
+        self.allowedPeers = allowedPeers
+    }
 }
 
 /// A configuration problem found before anything started (exit code 3).

@@ -62,6 +62,9 @@ public struct GatewayStatus: Sendable {
         }
     }
     public var transports: [Transport] = []
+    /// The status LED's pattern now (shown whatever the LED driver, so a remote look matches what
+    /// the LED says on site).
+    public var ledPattern: String?
     /// Peers whose clocks run too far ahead of ours.
     public var clockSkewPeers: [String] = []
     public var children: [Child]
@@ -114,6 +117,7 @@ public struct GatewayStatus: Sendable {
         if !counters.isEmpty {
             lines.append("replication " + counters.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))
         }
+        if let l = ledPattern { lines.append("led         \(l)") }
         for p in clockSkewPeers { lines.append("clock skew  peer \(p) runs ahead of our clock") }
         lines.append("group       \(group) (DNS-SD \(serviceType))")
         lines.append("mesh        \(meshState), \(connectedPeers) peers connected")
@@ -156,6 +160,7 @@ public struct GatewayStatus: Sendable {
             "peerID": peerID.map { .string($0) } ?? .null,
             "counters": .object(counters.mapValues { .int($0) }),
             "clockSkewPeers": .array(clockSkewPeers.map { .string($0) }),
+            "led": ledPattern.map(JSONValue.string) ?? .null,
             "identity": [
                 "label": .string(identityLabel), "notAfter": identityNotAfter.map { .string($0) } ?? .null,
                 "problem": identityProblem.map { .string($0) } ?? .null,
@@ -190,6 +195,7 @@ public struct GatewayStatus: Sendable {
             })
         counters = (s["counters"]?.objectValue ?? [:]).compactMapValues(\.int64Value)
         clockSkewPeers = (s["clockSkewPeers"]?.arrayValue ?? []).compactMap(\.stringValue)
+        ledPattern = s["led"]?.stringValue
         transports = (s["transports"]?.objectValue ?? [:]).sorted { $0.key < $1.key }.map { name, t in
             Transport(name: name, active: t["active"]?.boolValue ?? false, error: t["error"]?.stringValue, discovery: t["discovery"]?.stringValue)
         }

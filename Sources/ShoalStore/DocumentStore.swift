@@ -452,3 +452,22 @@ extension DocumentStore {
         }
     }
 }
+
+extension DocumentStore {
+    /// Looks at a store file without changing anything (read-only; nothing is moved aside or
+    /// migrated): `PRAGMA integrity_check`, the schema version and the number of live documents.
+    /// For `shoal doctor`.
+    public static func inspect(path: String) -> (sound: Bool, detail: String) {
+        do {
+            let db = try SQLiteConnection(path: path, readOnly: true)
+            defer { db.close() }
+            let problems = try db.strings("PRAGMA integrity_check").compactMap { $0.first ?? nil }.filter { $0 != "ok" }
+            let version = try db.strings("PRAGMA user_version").first?.first.flatMap { $0 } ?? "?"
+            let documents = (try? db.strings("SELECT count(*) FROM documents WHERE deleted = 0").first?.first.flatMap { $0 }) ?? "?"
+            if !problems.isEmpty { return (false, "integrity_check: \(problems.prefix(3).joined(separator: "; "))") }
+            return (true, "integrity ok, schema \(version), \(documents) documents")
+        } catch {
+            return (false, "\(error)")
+        }
+    }
+}

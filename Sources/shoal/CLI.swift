@@ -75,6 +75,7 @@ enum CLI {
             case "events": return try events(rest)
             case "radios": return try radios(rest)
             case "identity": return try identity(rest)
+            case "doctor": return try doctor(rest)
             case "conflicts": return try conflicts(rest)
             case "_crash-writer": return try CrashWriter.main(rest)
             default:
@@ -126,18 +127,24 @@ enum CLI {
 
     static func output(_ value: JSONValue) { out(value.prettyText) }
 
-    // MARK: run
-
-    static func run(_ args: [String]) async throws -> Int32 {
-        let a = try Arguments.parse(args, command: "run", valueOptions: ["--board", "--config", "--data-dir", "--socket", "--log-level", "--board-dir"])
-        if helpIfAsked(a, "run") { return ExitCode.ok }
-        try a.expectPositionals(0...0, command: "run", usage: "run [--board NAME] [--config FILE]")
+    /// --board, --config, --data-dir, --socket and --board-dir, as `shoal run` takes them.
+    static func runtimeOptions(_ a: Arguments) -> RuntimeOptions {
         var options = RuntimeOptions()
         options.board = a.values["--board"] ?? "auto"
         options.configPath = a.values["--config"]
         options.dataDir = a.values["--data-dir"]
         options.socketPath = a.values["--socket"]
         if let dir = a.values["--board-dir"] { options.boardDirectories = [dir] }
+        return options
+    }
+
+    // MARK: run
+
+    static func run(_ args: [String]) async throws -> Int32 {
+        let a = try Arguments.parse(args, command: "run", valueOptions: ["--board", "--config", "--data-dir", "--socket", "--log-level", "--board-dir"])
+        if helpIfAsked(a, "run") { return ExitCode.ok }
+        try a.expectPositionals(0...0, command: "run", usage: "run [--board NAME] [--config FILE]")
+        var options = runtimeOptions(a)
         if let text = a.values["--log-level"] {
             guard let level = LogLevel(name: text) else {
                 throw UsageError(command: "run", message: "--log-level is one of debug, verbose, info, warning, error, none")

@@ -18,6 +18,8 @@ enum Help {
           radios     radios retry: retry advertising and discovery now (retryNetworks)
           log        Log levels of a running gateway: level DOMAIN LEVEL | levels
           identity   The gateway's TLS identity: create | show | delete
+          doctor     Check this gateway before trusting it in the field (board, LED, radios, avahi,
+                     identity, store, clock, free space)
           board      Board files: list | show NAME | check FILE
           bench      Benchmarks that print figures: store, tls, replication
           sim        Simulate a mesh of gateways (virtual time, real stores): plan a site
@@ -40,6 +42,17 @@ enum Help {
         """
 
     static let commands: [String: String] = [
+        "doctor": """
+            Usage: shoal doctor [--board NAME|PATH|auto] [--config FILE] [--data-dir DIR] [--board-dir DIR] [--json]
+
+            Checks a gateway before it is trusted in the field, changing nothing: the board and site
+            files load and the board matches this hardware's model; the status LED exists and is free
+            (a GPIO line not held by another program, or a writable sysfs LED); the Wi-Fi interface
+            and Bluetooth adapter are present; avahi-daemon answers (when Wi-Fi is a transport); the
+            identity exists and is not near expiry (30 days); the store passes PRAGMA integrity_check
+            (opened read-only); the clock is plausible; the data partition has free space. Each check
+            passes, warns or fails and says what to do. Exit 0 if nothing failed, 1 otherwise.
+            """,
         "run": """
             Usage: shoal run [--board NAME|PATH|auto] [--config FILE] [--data-dir DIR] [--socket PATH]
                              [--log-level LEVEL] [--board-dir DIR]

@@ -15,11 +15,7 @@ extension CLI {
         if helpIfAsked(a, "identity") { return ExitCode.ok }
         guard let sub = a.positionals.first else { throw UsageError(command: "identity", message: "missing subcommand: create, show or delete") }
         try a.expectPositionals(1...1, command: "identity \(sub)", usage: "identity \(sub)")
-        var options = RuntimeOptions()
-        options.board = a.values["--board"] ?? "auto"
-        options.configPath = a.values["--config"]
-        options.dataDir = a.values["--data-dir"]
-        if let dir = a.values["--board-dir"] { options.boardDirectories = [dir] }
+        let options = runtimeOptions(a)
         let directory: String
         var label = a.values["--label"]
         if let dir = a.values["--dir"] {

@@ -73,13 +73,13 @@ final class RunningGateway {
     let stdout = Pipe(), stderr = Pipe()
     var socket: String { dir.path + "/control.sock" }
 
-    init(dataDir: String? = nil, extraArgs: [String] = [], env: [String: String] = [:]) throws {
+    init(dataDir: String? = nil, board: String = "sim", extraArgs: [String] = [], env: [String: String] = [:]) throws {
         dir = dataDir.map { TempDir(path: $0) } ?? TempDir()
         var environment = ProcessInfo.processInfo.environment
         for (k, v) in env { environment[k] = v }
         process.environment = environment
         process.executableURL = URL(fileURLWithPath: Shoal.binary)
-        process.arguments = ["run", "--board", "sim", "--data-dir", dir.path, "--log-level", "verbose"] + extraArgs
+        process.arguments = ["run", "--board", board, "--data-dir", dir.path, "--log-level", "verbose"] + extraArgs
         process.currentDirectoryURL = URL(fileURLWithPath: dir.path)
         process.standardOutput = stdout
         process.standardError = stderr

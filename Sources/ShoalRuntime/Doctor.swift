@@ -1,0 +1,195 @@
+import Glibc
+import ShoalConfig
+import ShoalCore
+import ShoalLinux
+import ShoalStore
+import ShoalTLS
+
+/// `shoal doctor`: the checks a field engineer runs before trusting a gateway. Each passes, warns
+/// or fails, and says what to do. Nothing is changed: the store is opened read-only, the LED line
+/// is looked at, not requested.
+public enum Doctor {
+    public enum Outcome: String, Sendable { case pass, warn, fail }
+
+    public struct Check: Sendable {
+        public var name: String
+        public var outcome: Outcome
+        public var detail: String
+        /// What to do about a warning or a failure.
+        public var fix: String?
+    }
+
+    /// What the checks look at (injected so tests can point them at a broken setup).
+    public struct Environment: Sendable {
+        public var deviceTreeModel: String? = HardwareProbe.deviceTreeModel()
+        public var nowSeconds: Int64 = Int64(time(nil))
+        /// Before this the clock is surely wrong (no RTC, no NTP yet): the day this release was made.
+        public var buildSeconds: Int64 = 1_796_000_000  // 2026-11-30
+        public var interfaceState: @Sendable (String) -> HardwareProbe.InterfaceState = { HardwareProbe.interfaceState($0) }
+        public var bluetoothAdapter: @Sendable (String) -> Int? = { HardwareProbe.bluetoothAdapter($0) }
+        public var avahi: @Sendable () -> (reachable: Bool, detail: String) = { HardwareProbe.avahiDaemon() }
+        public var sysfsLEDs = ProcessEnvironment.get("SHOAL_SYSFS_LEDS") ?? "/sys/class/leds"
+        public init() {}
+    }
+
+    /// Runs every check. `config` is nil when the board or site file did not load (`configError`).
+    public static func run(config: LoadedConfig?, configError: String?, environment env: Environment = Environment()) -> [Check] {
+        var checks: [Check] = []
+        guard let config else {
+            checks.append(Check(name: "config", outcome: .fail, detail: configError ?? "the board or site file did not load",
+                                fix: "fix the file and line named above; `shoal board check FILE` checks a board file"))
+            return checks
+        }
+        let board = config.board
+        checks.append(Check(name: "config", outcome: .pass, detail: "board \(board.id) (\(board.name)), site \(config.site.source), group \(config.site.group)"))
+        checks.append(modelCheck(board, env))
+        checks.append(ledCheck(board.led, env))
+        checks.append(contentsOf: radioChecks(board, config.site, env))
+        checks.append(identityCheck(config, env))
+        checks.append(storeCheck(config.storePath))
+        checks.append(clockCheck(env))
+        checks.append(spaceCheck(config.storePath))
+        return checks
+    }
+
+    static func modelCheck(_ board: BoardConfig, _ env: Environment) -> Check {
+        guard let expected = board.model else {
+            return Check(name: "board model", outcome: .pass, detail: "board \(board.id) names no model (runs anywhere)\(env.deviceTreeModel.map { "; this machine: \($0)" } ?? "")")
+        }
+        guard let actual = env.deviceTreeModel else {
+            return Check(name: "board model", outcome: .warn, detail: "board \(board.id) is for \"\(expected)\" but this machine has no /proc/device-tree/model",
+                         fix: "run on the board itself, or choose generic-linux")
+        }
+        return actual.hasPrefix(expected)
+            ? Check(name: "board model", outcome: .pass, detail: "\"\(actual)\" matches board \(board.id)")
+            : Check(name: "board model", outcome: .fail, detail: "board \(board.id) is for \"\(expected)\", this machine is \"\(actual)\"",
+                    fix: "use --board auto, or the board file made for this hardware")
+    }
+
+    static func ledCheck(_ led: BoardConfig.LED, _ env: Environment) -> Check {
+        switch led.driver {
+        case .none, .console:
+            return Check(name: "status LED", outcome: .pass, detail: "driver \(led.driver.rawValue): the pattern shows in the console line and the log")
+        case .sysfs:
+            let name = led.name ?? "?"
+            let dir = env.sysfsLEDs + "/" + name
+            guard Files.isDirectory(dir) else {
+                return Check(name: "status LED", outcome: .fail, detail: "no LED \(name) in \(env.sysfsLEDs)",
+                             fix: "ls \(env.sysfsLEDs) and put an existing name in led.name")
+            }
+            guard access(dir + "/brightness", W_OK) == 0 else {
+                return Check(name: "status LED", outcome: .fail, detail: "\(dir)/brightness is not writable by this user",
+                             fix: "run as root or install deploy/99-shoal.rules (udev) and restart")
+            }
+            return Check(name: "status LED", outcome: .pass, detail: "sysfs LED \(name) present and writable")
+        case .gpiod:
+            let chip = led.chip ?? "?"
+            let line = Int(led.line ?? -1)
+            let probe = HardwareProbe.gpioLine(chip: chip, line: line)
+            switch probe {
+            case .missingChip:
+                return Check(name: "status LED", outcome: .fail, detail: "GPIO chip \(chip) not found",
+                             fix: "`gpiodetect` lists the chips; set led.chip (the Pi 5's header is gpiochip4, older Pis gpiochip0)")
+            case .noSuchLine(let count):
+                return Check(name: "status LED", outcome: .fail, detail: "\(chip) has \(count) lines; there is no line \(line)", fix: "set led.line to the LED's line offset")
+            case .used(let consumer):
+                return Check(name: "status LED", outcome: .fail, detail: "line \(line) of \(chip) is used by \(consumer)",
+                             fix: "free the line (a device-tree overlay or another program holds it) or choose another")
+            case .free:
+                return Check(name: "status LED", outcome: .pass, detail: "line \(line) of \(chip) exists and is free")
+            case .inaccessible(let why):
+                return Check(name: "status LED", outcome: .fail, detail: "\(chip): \(why)", fix: "run as root or install deploy/99-shoal.rules (udev)")
+            }
+        }
+    }
+
+    static func radioChecks(_ board: BoardConfig, _ site: SiteConfig, _ env: Environment) -> [Check] {
+        var out: [Check] = []
+        let wifi = site.transports.contains("wifi")
+        if let i = board.wifiInterface {
+            let s = env.interfaceState(i)
+            switch s {
+            case .up: out.append(Check(name: "wifi interface", outcome: .pass, detail: "\(i) is up"))
+            case .missing: out.append(Check(name: "wifi interface", outcome: wifi ? .fail : .warn, detail: "no interface \(i)",
+                                            fix: "`ip link` lists the interfaces; set wifi.interface in the board file (or none)"))
+            case .down, .noCarrier: out.append(Check(name: "wifi interface", outcome: .warn, detail: "\(i) is \(s.rawValue)",
+                                                     fix: "connect the gateway to its Wi-Fi (`nmcli`, wpa_supplicant) and check `rfkill list`"))
+            }
+            if wifi {
+                let a = env.avahi()
+                out.append(a.reachable
+                    ? Check(name: "avahi-daemon", outcome: .pass, detail: "reachable (\(a.detail)); discovery by DNS-SD \(GroupID(site.group).serviceType)")
+                    : Check(name: "avahi-daemon", outcome: .fail, detail: "not reachable: \(a.detail)",
+                            fix: "apt install avahi-daemon; systemctl enable --now avahi-daemon (peers are found through it)"))
+            }
+        } else {
+            out.append(Check(name: "wifi interface", outcome: wifi ? .warn : .pass, detail: "the board names none",
+                             fix: wifi ? "only static peers (replication.peers) can link this gateway" : nil))
+        }
+        if let a = board.bluetoothAdapter {
+            let wanted = site.transports.contains("bluetooth")
+            out.append(env.bluetoothAdapter(a) != nil
+                ? Check(name: "bluetooth adapter", outcome: .pass, detail: "\(a) present")
+                : Check(name: "bluetooth adapter", outcome: wanted ? .fail : .warn, detail: "no adapter \(a)",
+                        fix: "`hciconfig -a` / `btmgmt info` list adapters; check `rfkill list`, or set bluetooth.adapter: none"))
+        }
+        return out
+    }
+
+    static func identityCheck(_ config: LoadedConfig, _ env: Environment) -> Check {
+        let label = config.site.identityLabel
+        do {
+            guard let identity = try IdentityStore(directory: config.identityDirectory).find(label) else {
+                return Check(name: "identity", outcome: .warn, detail: "no identity \(label) in \(config.identityDirectory) yet",
+                             fix: "the first `shoal run` creates one (self-signed); or `shoal identity create` with --ca-key/--ca-cert")
+            }
+            let left = (identity.certificate.notAfter - env.nowSeconds) / 86_400
+            if left < 0 {
+                return Check(name: "identity", outcome: .fail, detail: "\(label) (peer \(identity.peerID.short)) expired \(-left) days ago",
+                             fix: "`shoal identity create --force` (its peer id changes: update allowedPeers) or renew from the CA")
+            }
+            if left < 30 {
+                return Check(name: "identity", outcome: .warn, detail: "\(label) (peer \(identity.peerID.short)) expires in \(left) days",
+                             fix: "renew it before it expires (a self-signed one is renewed by the gateway; a CA-signed one from the CA)")
+            }
+            return Check(name: "identity", outcome: .pass, detail: "\(label): peer \(identity.peerID.short), valid \(left) more days")
+        } catch {
+            return Check(name: "identity", outcome: .fail, detail: "\(label): \(error)",
+                         fix: "move the broken files in \(config.identityDirectory) aside and let `shoal run` create a new identity")
+        }
+    }
+
+    static func storeCheck(_ path: String) -> Check {
+        guard Files.exists(path) else {
+            return Check(name: "store", outcome: .pass, detail: "\(path) does not exist yet (made at first run)")
+        }
+        let r = DocumentStore.inspect(path: path)
+        return r.sound
+            ? Check(name: "store", outcome: .pass, detail: "\(path): \(r.detail)")
+            : Check(name: "store", outcome: .fail, detail: "\(path): \(r.detail)",
+                    fix: "`shoal run` moves a corrupt store aside and refills it from the mesh; copy it away first if you need it")
+    }
+
+    static func clockCheck(_ env: Environment) -> Check {
+        if env.nowSeconds < env.buildSeconds {
+            return Check(name: "clock", outcome: .fail, detail: "the clock says \(IdentityText.date(env.nowSeconds)), before this shoal was built",
+                         fix: "set the time (NTP: `timedatectl set-ntp true`, or an RTC); certificates and conflict resolution need it")
+        }
+        if env.nowSeconds > env.buildSeconds + 20 * 365 * 86_400 {
+            return Check(name: "clock", outcome: .warn, detail: "the clock says \(IdentityText.date(env.nowSeconds))", fix: "check the time (`timedatectl`)")
+        }
+        return Check(name: "clock", outcome: .pass, detail: IdentityText.date(env.nowSeconds))
+    }
+
+    static func spaceCheck(_ storePath: String) -> Check {
+        var dir = Files.directory(of: storePath)
+        while !Files.exists(dir) && dir != "/" { dir = Files.directory(of: dir) }
+        guard let free = Files.freeBytes(dir) else {
+            return Check(name: "free space", outcome: .warn, detail: "cannot read the free space of \(dir)", fix: nil)
+        }
+        let mb = free / 1_048_576
+        if mb < 16 { return Check(name: "free space", outcome: .fail, detail: "\(mb) MB free on \(dir)", fix: "free space on the data partition; writes will fail") }
+        if mb < 200 { return Check(name: "free space", outcome: .warn, detail: "\(mb) MB free on \(dir)", fix: "free space on the data partition soon") }
+        return Check(name: "free space", outcome: .pass, detail: "\(mb) MB free on \(dir)")
+    }
+}

@@ -1,0 +1,33 @@
+import ShoalCore
+import ShoalRuntime
+
+extension CLI {
+    /// `shoal doctor`: checks before a gateway is trusted in the field. Exit 0 when nothing failed
+    /// (warnings allowed), 1 when a check failed.
+    static func doctor(_ args: [String]) throws -> Int32 {
+        let a = try Arguments.parse(args, command: "doctor", valueOptions: ["--board", "--config", "--data-dir", "--board-dir"], flagOptions: ["--json"])
+        if helpIfAsked(a, "doctor") { return ExitCode.ok }
+        try a.expectPositionals(0...0, command: "doctor", usage: "doctor [--board NAME] [--config FILE] [--data-dir DIR] [--json]")
+        let options = runtimeOptions(a)
+        var loaded: LoadedConfig?
+        var problem: String?
+        do { loaded = try ConfigurationLoading.load(options, logger: Logger(sink: MemoryLogSink(), level: .none)) } catch {
+            problem = "\(error)"
+        }
+        let checks = Doctor.run(config: loaded, configError: problem)
+        let failed = checks.contains { $0.outcome == .fail }
+        if a.flags.contains("--json") {
+            output(["ok": .bool(!failed), "checks": .array(checks.map { c in
+                ["name": .string(c.name), "outcome": .string(c.outcome.rawValue), "detail": .string(c.detail), "fix": c.fix.map(JSONValue.string) ?? .null]
+            })])
+        } else {
+            for c in checks {
+                out("\(c.outcome.rawValue.uppercased().padding(4))  \(c.name.padding(18)) \(c.detail)")
+                if let fix = c.fix, c.outcome != .pass { out("      \(String(repeating: " ", count: 18)) → \(fix)") }
+            }
+            let warned = checks.filter { $0.outcome == .warn }.count
+            out(failed ? "doctor: \(checks.filter { $0.outcome == .fail }.count) check(s) failed" : "doctor: ready\(warned > 0 ? " (\(warned) warning\(warned == 1 ? "" : "s"))" : "")")
+        }
+        return failed ? ExitCode.failure : ExitCode.ok
+    }
+}

@@ -1,0 +1,80 @@
+import Glibc
+import ShoalConfig
+import ShoalCore
+import ShoalLinux
+import ShoalRuntime
+import ShoalTLS
+import Testing
+
+@Suite("shoal doctor")
+struct DoctorTests {
+    /// A healthy setup on the given board, in a fresh directory, with every probe injected.
+    func setup(board name: String = "pi4b", site: String = "group: g\n") throws -> (LoadedConfig, Doctor.Environment, String) {
+        var dir = Array("/tmp/shoal-doctor-XXXXXX".utf8CString)
+        let path = String(cString: dir.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!)! })
+        var board = try repoLoader.applying(try repoLoader.loadSite(text: site, file: "site.yaml"), to: try repoLoader.loadBoard(name))
+        board.led.driver = .sysfs
+        board.led.name = "ACT"
+        try Files.makeDirectories(path + "/leds/ACT")
+        try Files.write(path + "/leds/ACT/brightness", "0")
+        let config = LoadedConfig(board: board, site: try repoLoader.loadSite(text: site, file: "site.yaml"), storePath: path + "/data/shoal.db",
+                                  socketPath: path + "/control.sock", trustedRoots: [], allowedPeers: [])
+        try Files.makeDirectories(path + "/data")
+        var env = Doctor.Environment()
+        env.deviceTreeModel = "Raspberry Pi 4 Model B Rev 1.5"
+        env.nowSeconds = 1_800_000_000
+        env.interfaceState = { _ in .up }
+        env.bluetoothAdapter = { _ in 0 }
+        env.avahi = { (true, "avahi 0.8") }
+        env.sysfsLEDs = path + "/leds"
+        let identity = try Identity.createSelfSigned(.init(commonName: "doctor", notBefore: env.nowSeconds - 3600, validDays: 365))
+        try IdentityStore(directory: config.identityDirectory).save(identity, label: "shoal")
+        return (config, env, path)
+    }
+
+    func outcome(_ checks: [Doctor.Check], _ name: String) -> Doctor.Outcome? { checks.first { $0.name == name }?.outcome }
+
+    @Test("a healthy gateway passes every check")
+    func healthy() throws {
+        let (config, env, _) = try setup()
+        let checks = Doctor.run(config: config, configError: nil, environment: env)
+        #expect(checks.allSatisfy { $0.outcome == .pass }, "\(checks.filter { $0.outcome != .pass })")
+        #expect(Set(checks.map(\.name)).isSuperset(of: ["config", "board model", "status LED", "wifi interface", "avahi-daemon", "bluetooth adapter", "identity", "store", "clock", "free space"]))
+    }
+
+    @Test("each check fails on a broken setup, and says what to do")
+    func broken() throws {
+        // A board file that did not load.
+        let none = Doctor.run(config: nil, configError: "board.yaml:3: led.driver: expected gpiod, sysfs, console or none")
+        #expect(outcome(none, "config") == .fail && none[0].detail.contains("board.yaml:3") && none[0].fix != nil)
+
+        let (config, env0, path) = try setup()
+        var env = env0
+        env.deviceTreeModel = "Raspberry Pi 5 Model B Rev 1.0"
+        env.sysfsLEDs = path + "/no-leds"
+        env.interfaceState = { _ in .missing }
+        env.avahi = { (false, "Daemon not running") }
+        env.bluetoothAdapter = { _ in nil }
+        env.nowSeconds = 1_700_000_000  // before this shoal was built
+        try Files.write(config.storePath, String(repeating: "not a database ", count: 500))
+        var checks = Doctor.run(config: config, configError: nil, environment: env)
+        for name in ["board model", "status LED", "wifi interface", "avahi-daemon", "store", "clock"] {
+            #expect(outcome(checks, name) == .fail, "\(name): \(checks.first { $0.name == name }.map { "\($0)" } ?? "missing")")
+            #expect(checks.first { $0.name == name }?.fix?.isEmpty == false)
+        }
+        #expect(outcome(checks, "bluetooth adapter") == .warn, "BLE is not a transport of this site: a warning")
+        #expect(Files.exists(config.storePath), "the doctor moved nothing aside")
+
+        // The identity: expired, then close to expiry.
+        env = Doctor.Environment()
+        env.nowSeconds = 1_800_000_000 + 400 * 86_400
+        checks = Doctor.run(config: config, configError: nil, environment: env)
+        #expect(outcome(checks, "identity") == .fail)
+        env.nowSeconds = 1_800_000_000 + 350 * 86_400
+        checks = Doctor.run(config: config, configError: nil, environment: env)
+        #expect(outcome(checks, "identity") == .warn)
+        // No identity yet: a warning (the first run makes one).
+        _ = try IdentityStore(directory: config.identityDirectory).delete("shoal")
+        #expect(outcome(Doctor.run(config: config, configError: nil, environment: env), "identity") == .warn)
+    }
+}
