@@ -3,11 +3,12 @@ SHELL := /bin/bash
 SWIFT ?= swift
 # Debian packages the build and tests need (C libraries reached through modulemaps).
 DEB_PACKAGES := libsqlite3-dev libmbedtls-dev libavahi-client-dev libbluetooth-dev libgpiod-dev libyaml-dev pkg-config openssl
-# The network lab's (tests only): avahi-daemon runs only inside namespaces the tests make.
-LAB_PACKAGES := avahi-daemon avahi-utils dbus iproute2
+# Tests only: the network lab's (avahi-daemon runs only inside namespaces the tests make), and the
+# deploy check's (lintian; dpkg-dev for dpkg-shlibdeps; systemd for systemd-analyze).
+LAB_PACKAGES := avahi-daemon avahi-utils dbus iproute2 lintian dpkg-dev systemd
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps boards build release demo demo-gateways test sim-check soak bench size clean
+.PHONY: all deps boards build release deb demo demo-gateways test sim-check soak bench size clean
 
 all: build
 
@@ -40,6 +41,10 @@ release: deps boards
 	@mkdir -p dist && cp .build/release/shoal dist/shoal && strip dist/shoal
 	@echo "dist/shoal: $$(stat -c %s dist/shoal) bytes stripped"
 
+## dist/shoal_<version>_<arch>.deb: the binary, the systemd unit, udev rules, a default site file.
+deb: release
+	./scripts/build-deb.sh
+
 ## Five gateways in one process on a simulated radio: real stores, TLS, replication, mesh.
 demo: build
 	@.build/debug/shoal demo
@@ -49,12 +54,14 @@ demo: build
 demo-gateways: build
 	@./scripts/demo.sh .build/debug/shoal
 
-## The test command (README.md). Unit, store, config, mesh, CLI, end-to-end and crash tests, then
-## the mesh's simulation properties over 200 seeds each (on the release build: ~5 min).
+## The test command (README.md). Unit, store, config, mesh, CLI, end-to-end, crash and network-lab
+## tests, then on the release binary the mesh's simulation properties over 200 seeds each (~5 min)
+## and the deploy check (the .deb, lintian, install, systemd-analyze verify, doctor, purge).
 test: deps boards
 	$(SWIFT) test
-	$(SWIFT) build -c release --product shoal
-	./scripts/sim-check.sh 200
+	$(MAKE) release
+	SHOAL_BIN=dist/shoal ./scripts/sim-check.sh 200
+	./scripts/deploy-check.sh
 
 ## The simulation properties over 200 seeds each (release build).
 sim-check: deps boards
