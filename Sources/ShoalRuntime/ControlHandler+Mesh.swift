@@ -51,6 +51,19 @@ extension ControlHandler {
                 }),
                 "last": .int(last),
             ]
+        case "radios":
+            guard let r = gateway.radios.withLock({ $0 }) else { throw ControlError(code: .unavailable, message: "the radio manager has not looked yet") }
+            func transport(_ u: (Bool, String?)) -> JSONValue { ["usable": .bool(u.0), "why": u.1.map(JSONValue.string) ?? .null] }
+            return [
+                "wifi": [
+                    "interface": r.wifiInterface.map(JSONValue.string) ?? .null, "state": .string(r.wifi.rawValue),
+                    "softBlocked": .bool(r.wifiBlock.soft), "hardBlocked": .bool(r.wifiBlock.hard), "transport": transport(r.wifiUsable),
+                ],
+                "bluetooth": [
+                    "adapter": r.bluetoothAdapter.map(JSONValue.string) ?? .null, "present": .bool(r.bluetoothPresent), "up": .bool(r.bluetoothUp),
+                    "softBlocked": .bool(r.bluetoothBlock.soft), "hardBlocked": .bool(r.bluetoothBlock.hard), "transport": transport(r.bluetoothUsable),
+                ],
+            ]
         case "radios.retry":
             guard gateway.retryRadios() else { throw ControlError(code: .unavailable, message: "replication is not running (no identity or store yet?)") }
             return ["retrying": true]

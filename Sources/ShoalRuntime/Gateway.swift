@@ -35,6 +35,10 @@ public final class Gateway: Sendable {
     public let meshEvents = MeshEventLog()
     /// The status LED's current pattern (its name), for `shoal status` and the console.
     public let ledPattern = Mutex("booting: fast blink")
+    /// What the radio manager sees now (nil until it has looked once).
+    public let radios = Mutex<RadioSnapshot?>(nil)
+    /// The replication driver's ear for radio changes: set by the replication service while it runs.
+    let radioHook = Mutex<(@Sendable (RadioSnapshot) -> Void)?>(nil)
     /// `retryNetworks()`: set by the replication service while it runs.
     let retryRadiosHook = Mutex<(@Sendable () -> Void)?>(nil)
 

@@ -31,6 +31,9 @@ public enum GatewayRuntime {
                 ChildSpec(name: "identity", heartbeatTimeout: .seconds(180), readyTimeout: .seconds(60)) { IdentityService(gateway: gateway) },
                 ChildSpec(name: "replication", heartbeatTimeout: .seconds(30)) { ReplicationService(gateway: gateway, config: config) },
                 ChildSpec(name: "status", heartbeatTimeout: .seconds(30)) { StatusService(gateway: gateway) },
+                // Last, so its restart (rest_for_one) restarts nothing else; replication asks it for
+                // the current state when it starts.
+                ChildSpec(name: "radios", heartbeatTimeout: .seconds(30)) { RadioService(gateway: gateway) },
             ],
             report: gateway.report)
     }

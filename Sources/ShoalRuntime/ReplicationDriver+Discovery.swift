@@ -67,16 +67,14 @@ extension ReplicationDriver {
         updateDiscoveryDetail()
     }
 
-    /// The board's Wi-Fi interface, checked every second: the mesh hears when it goes down (its
-    /// links on it close, advertising stops) and when it comes back.
-    func watchWifiInterface(now: Int) {
-        guard let name = wifi?.interface else { return }
-        let state = HardwareProbe.interfaceState(name)
-        let up = state == .up
+    /// The radio manager's report: Wi-Fi usable or not (interface down, no carrier, rfkill). The
+    /// mesh hears when it goes (its Wi-Fi links close, advertising stops) and when it comes back.
+    /// Bluetooth waits for its transport (issue 7).
+    func radiosChanged(_ s: RadioSnapshot, now: Int) {
+        guard wifi?.interface != nil else { return }
+        let (up, why) = s.wifiUsable
+        wifiDownReason = why
         if up != wifiInterfaceUp {
-            if wifiInterfaceUp != nil || !up {
-                if up { log.info(.mesh, "wifi: \(name) is up") } else { log.warning(.mesh, "wifi: \(name) is \(state.rawValue)") }
-            }
             wifiInterfaceUp = up
             handleMesh(mesh.handle(.transport(.wifi, up: up), now: UInt64(now)), now: now)
             updateDiscoveryDetail()
@@ -88,7 +86,7 @@ extension ReplicationDriver {
         var parts = ["DNS-SD \(wifi.serviceType)"]
         if let publishedName { parts.append("as \"\(publishedName)\" on port \(listener?.port ?? 0)") }
         parts.append(avahiVersion.map { "avahi-daemon \($0)" } ?? "avahi-daemon not reachable")
-        if let i = wifi.interface { parts.append("\(i) \(wifiInterfaceUp == false ? HardwareProbe.interfaceState(i).rawValue : "up")") }
+        if let i = wifi.interface { parts.append(wifiInterfaceUp == false ? (wifiDownReason ?? "\(i) down") : "\(i) up") }
         discoveryDetail[.wifi] = parts.joined(separator: ", ")
     }
 }

@@ -42,6 +42,7 @@ final class ReplicationDriver: @unchecked Sendable {
         case lost(PeerID)
         case retryNetworks
         case dnssd(DNSSD.Event)
+        case radios(RadioSnapshot)
     }
 
     /// Wi-Fi discovery by DNS-SD: the service type (from the group), the name to publish under,
@@ -119,6 +120,9 @@ final class ReplicationDriver: @unchecked Sendable {
     /// `retryNetworks()`.
     func retryNetworks() { post(.retryNetworks) }
 
+    /// The radio manager saw a change.
+    func radiosChanged(_ s: RadioSnapshot) { post(.radios(s)) }
+
     func stop() {
         stopping.store(true, ordering: .relaxed)
         dnssd?.stop()
@@ -163,7 +167,7 @@ final class ReplicationDriver: @unchecked Sendable {
     var publishedName: String?
     var avahiVersion: String?
     var wifiInterfaceUp: Bool?
-    var lastInterfaceCheck = 0
+    var wifiDownReason: String?
     /// Peers whose TXT said another protocol version (logged once each).
     var incompatible: Set<PeerID> = []
     var linkAddress: [LinkID: String] = [:]
@@ -245,13 +249,11 @@ final class ReplicationDriver: @unchecked Sendable {
                     handleMesh(mesh.handle(.retryNetworks, now: UInt64(now)), now: now)
                 case .dnssd(let event):
                     handleDNSSD(event, now: now)
+                case .radios(let snapshot):
+                    radiosChanged(snapshot, now: now)
                 }
             }
             flush()
-            if now - lastInterfaceCheck >= 1000 {
-                lastInterfaceCheck = now
-                watchWifiInterface(now: now)
-            }
             if let w = mesh.nextWake, UInt64(now) >= w { handleMesh(mesh.handle(.tick, now: UInt64(now)), now: now) }
             if now - lastTick >= 250 {
                 lastTick = now

@@ -62,7 +62,12 @@ struct ReplicationService: Service {
             return driver
         }
         gateway.retryRadiosHook.withLock { $0 = { driver.retryNetworks() } }
-        defer { gateway.retryRadiosHook.withLock { $0 = nil } }
+        gateway.radioHook.withLock { $0 = { driver.radiosChanged($0) } }
+        if let now = gateway.radios.withLock({ $0 }) { driver.radiosChanged(now) }
+        defer {
+            gateway.retryRadiosHook.withLock { $0 = nil }
+            gateway.radioHook.withLock { $0 = nil }
+        }
         let statics = site.staticPeers.map(\.description).joined(separator: ", ")
         gateway.logger.info(.replication, "replicating \(collections.count) collections as \(identity.peerID.short); static peers: \(statics.isEmpty ? "none" : statics); discovery: \(wifi.map { "DNS-SD \($0.serviceType) on \($0.interface ?? "any interface")" } ?? "none")")
         context.markReady()

@@ -15,7 +15,8 @@ enum Help {
           peer       One peer in full (PeerInfo), certificate included
           mesh       The mesh: state, counters, links; --dot prints Graphviz, --svg FILE renders it
           events     Mesh events (state, transports, peer discovery, peer replicators); --follow
-          radios     radios retry: retry advertising and discovery now (retryNetworks)
+          radios     The radios (Wi-Fi, Bluetooth, rfkill) and whether each transport is usable;
+                     radios retry: retry advertising and discovery now (retryNetworks)
           log        Log levels of a running gateway: level DOMAIN LEVEL | levels
           identity   The gateway's TLS identity: create | show | delete
           doctor     Check this gateway before trusting it in the field (board, LED, radios, avahi,
@@ -155,9 +156,14 @@ enum Help {
             idle, busy, offline, stopped, with errors). --follow keeps printing new ones.
             """,
         "radios": """
-            Usage: shoal radios retry [--socket PATH]
+            Usage: shoal radios [status] [--json] [--socket PATH]
+                   shoal radios retry [--socket PATH]
 
-            The seed's retryNetworks(): starts advertising and a discovery phase at once and forgets
+            status (the default): what the radio manager sees — the Wi-Fi interface (up, down, no
+            carrier, missing), the Bluetooth adapter (present, up), rfkill blocks (soft, hard) — and
+            whether each transport is usable, and if not, why.
+
+            retry: the seed's retryNetworks(): starts advertising and a discovery phase at once and forgets
             connection backoffs — after fixing a radio (rfkill, a cable, permissions) there is no
             need to wait for the next phase.
             """,

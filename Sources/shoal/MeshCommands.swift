@@ -115,8 +115,25 @@ extension CLI {
     static func radios(_ args: [String]) throws -> Int32 {
         let a = try Arguments.parse(args, command: "radios", valueOptions: ["--socket"], flagOptions: ["--json"])
         if helpIfAsked(a, "radios") { return ExitCode.ok }
-        try a.expectPositionals(1...1, command: "radios", usage: "radios retry")
-        guard a.positionals[0] == "retry" else { throw UsageError(command: "radios", message: "unknown subcommand \"\(a.positionals[0])\" (retry)") }
+        try a.expectPositionals(0...1, command: "radios", usage: "radios [status|retry]")
+        let sub = a.positionals.first ?? "status"
+        if sub == "status" {
+            let r = try client(a).call(["op": "radios"])
+            if a.flags.contains("--json") { output(r); return ExitCode.ok }
+            for name in ["wifi", "bluetooth"] {
+                let t = r[name]
+                let device = t?["interface"]?.stringValue ?? t?["adapter"]?.stringValue ?? "none"
+                let usable = t?["transport"]?["usable"]?.boolValue == true
+                let why = t?["transport"]?["why"]?.stringValue
+                var line = "\(pad(name, 10)) \(pad(device, 8)) \(usable ? "usable" : "not usable\(why.map { ": \($0)" } ?? "")")"
+                if t?["softBlocked"]?.boolValue == true || t?["hardBlocked"]?.boolValue == true {
+                    line += " [rfkill\(t?["softBlocked"]?.boolValue == true ? " soft" : "")\(t?["hardBlocked"]?.boolValue == true ? " hard" : "")]"
+                }
+                out(line)
+            }
+            return ExitCode.ok
+        }
+        guard sub == "retry" else { throw UsageError(command: "radios", message: "unknown subcommand \"\(sub)\" (status or retry)") }
         _ = try client(a).call(["op": "radios.retry"])
         out("retrying the radios now: advertising and a discovery phase start, backoffs are forgotten")
         return ExitCode.ok

@@ -171,6 +171,15 @@ extension ProcessSuites {
 
             // Partition g5: writes on both sides, the same document on each (a conflict) and others.
             try lab.link(lab.nodes[4], up: false)
+            let down = Date()
+            // The radio manager sees it (rtnetlink wakes it) and the mesh drops its Wi-Fi links.
+            var radios: [String: Any] = [:]
+            #expect(eventually(timeout: 5, every: 0.05) {
+                radios = ((try? Shoal.json(g5.cli(["radios", "--json"]))) as? [String: Any]) ?? [:]
+                return ((radios["wifi"] as? [String: Any])?["transport"] as? [String: Any])?["usable"] as? Bool == false
+            }, "\(radios)")
+            print("LAB five radios: g5's radio manager reported wlan0 down \(String(format: "%.2f", Date().timeIntervalSince(down))) s after `ip link set wlan0 down` (CLI polling included)")
+            #expect(((radios["wifi"] as? [String: Any])?["state"] as? String) == "down")
             #expect(eventually(timeout: 10) { g5.counter("connectedPeers") == 0 })
             #expect(g5.put("conflict", #"{"side":"g5"}"#) && g5.put("only-g5", #"{"v":5}"#))
             #expect(g1.put("conflict", #"{"side":"g1"}"#) && g3.put("only-g3", #"{"v":3}"#))

@@ -1,0 +1,46 @@
+import ShoalCore
+import ShoalLinux
+import ShoalSupervision
+
+/// The radio manager: watches the board's Wi-Fi interface (link, carrier, addresses), its Bluetooth
+/// adapter (present, up) and rfkill (soft and hard blocks, from /dev/rfkill's events), publishes
+/// what it sees for `shoal radios` and the console, and tells the replication driver (through
+/// `Gateway.radioHook`), which tells the mesh which transports are usable. Reacts within a second:
+/// it wakes on rtnetlink and rfkill events and looks again every second.
+struct RadioService: Service {
+    let gateway: Gateway
+
+    func run(context: ServiceContext) async throws {
+        let gw = gateway
+        let last = LastUsable()
+        let watcher = RadioWatcher(wifiInterface: gateway.board.wifiInterface, bluetoothAdapter: gateway.board.bluetoothAdapter,
+                                   rfkillPath: ProcessEnvironment.get("SHOAL_RFKILL") ?? "/dev/rfkill") { snapshot in
+            gw.radios.withLock { $0 = snapshot }
+            last.report(snapshot, logger: gw.logger)
+            gw.radioHook.withLock { $0 }?(snapshot)
+        }
+        guard watcher.start() else { throw ConfigurationFailure(message: "cannot start the radio watcher thread") }
+        context.markReady()
+        while await context.pause(for: .seconds(1)) { context.heartbeat() }
+        _ = try? await gateway.storeThread.run { watcher.stop() }
+    }
+}
+
+/// Logs a transport becoming usable or not, once per change.
+final class LastUsable: @unchecked Sendable {
+    var wifi: Bool?
+    var bluetooth: Bool?
+
+    func report(_ s: RadioSnapshot, logger: Logger) {
+        if s.wifiInterface != nil {
+            let (up, why) = s.wifiUsable
+            if up != wifi { up ? logger.info(.mesh, "radios: wifi usable (\(s.wifiInterface!) up)") : logger.warning(.mesh, "radios: wifi not usable: \(why ?? "?")") }
+            wifi = up
+        }
+        if s.bluetoothAdapter != nil {
+            let (up, why) = s.bluetoothUsable
+            if up != bluetooth { up ? logger.info(.mesh, "radios: bluetooth usable (\(s.bluetoothAdapter!) up)") : logger.info(.mesh, "radios: bluetooth not usable: \(why ?? "?")") }
+            bluetooth = up
+        }
+    }
+}
