@@ -5,7 +5,8 @@ SWIFT ?= swift
 DEB_PACKAGES := libsqlite3-dev libmbedtls-dev libavahi-client-dev libbluetooth-dev libgpiod-dev libyaml-dev pkg-config openssl
 # Tests only: the network lab's (avahi-daemon runs only inside namespaces the tests make), and the
 # deploy check's (lintian; dpkg-dev for dpkg-shlibdeps; systemd for systemd-analyze).
-LAB_PACKAGES := avahi-daemon avahi-utils dbus iproute2 lintian dpkg-dev systemd
+# And the hardware lab's (QEMU with Debian's kernel; scripts/qemu-lab.sh adds the kernel headers).
+LAB_PACKAGES := avahi-daemon avahi-utils dbus iproute2 lintian dpkg-dev systemd qemu-system-x86 busybox-static cpio kmod gpiod
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: all deps boards build release deb demo demo-gateways test sim-check soak bench size clean
@@ -56,12 +57,14 @@ demo-gateways: build
 
 ## The test command (README.md). Unit, store, config, mesh, CLI, end-to-end, crash and network-lab
 ## tests, then on the release binary the mesh's simulation properties over 200 seeds each (~5 min)
-## and the deploy check (the .deb, lintian, install, systemd-analyze verify, doctor, purge).
+## the deploy check (the .deb, lintian, install, systemd-analyze verify, doctor, purge) and the
+## hardware lab under QEMU (the LED's libgpiod driver on gpio-sim).
 test: deps boards
 	$(SWIFT) test
 	$(MAKE) release
 	SHOAL_BIN=dist/shoal ./scripts/sim-check.sh 200
 	./scripts/deploy-check.sh
+	./Tests/HardwareLab/run.sh dist/shoal
 
 ## The simulation properties over 200 seeds each (release build).
 sim-check: deps boards

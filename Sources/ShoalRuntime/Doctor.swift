@@ -29,6 +29,7 @@ public enum Doctor {
         public var bluetoothAdapter: @Sendable (String) -> Int? = { HardwareProbe.bluetoothAdapter($0) }
         public var avahi: @Sendable () -> (reachable: Bool, detail: String) = { HardwareProbe.avahiDaemon() }
         public var sysfsLEDs = ProcessEnvironment.get("SHOAL_SYSFS_LEDS") ?? "/sys/class/leds"
+        public var freeBytes: @Sendable (String) -> UInt64? = { Files.freeBytes($0) }
         public init() {}
     }
 
@@ -48,7 +49,7 @@ public enum Doctor {
         checks.append(identityCheck(config, env))
         checks.append(storeCheck(config.storePath))
         checks.append(clockCheck(env))
-        checks.append(spaceCheck(config.storePath))
+        checks.append(spaceCheck(config.storePath, env))
         return checks
     }
 
@@ -181,10 +182,10 @@ public enum Doctor {
         return Check(name: "clock", outcome: .pass, detail: IdentityText.date(env.nowSeconds))
     }
 
-    static func spaceCheck(_ storePath: String) -> Check {
+    static func spaceCheck(_ storePath: String, _ env: Environment) -> Check {
         var dir = Files.directory(of: storePath)
         while !Files.exists(dir) && dir != "/" { dir = Files.directory(of: dir) }
-        guard let free = Files.freeBytes(dir) else {
+        guard let free = env.freeBytes(dir) else {
             return Check(name: "free space", outcome: .warn, detail: "cannot read the free space of \(dir)", fix: nil)
         }
         let mb = free / 1_048_576

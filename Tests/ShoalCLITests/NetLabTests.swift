@@ -187,6 +187,10 @@ extension ProcessSuites {
             #expect(g5.get("only-g3") == nil && g1.get("only-g5") == nil, "the partition holds")
             try lab.link(lab.nodes[4], up: true)
             let healed = Date()
+            #expect(eventually(timeout: 5, every: 0.05) {
+                let r = ((try? Shoal.json(g5.cli(["radios", "--json"]))) as? [String: Any]) ?? [:]
+                return ((r["wifi"] as? [String: Any])?["transport"] as? [String: Any])?["usable"] as? Bool == true
+            }, "g5's radio manager sees wlan0 up again")
             let converged = eventually(timeout: 60, every: 0.1) {
                 let values = gateways.map { $0.get("conflict") }
                 return values.allSatisfy { $0 != nil && $0 == values[0] } && gateways.allSatisfy { $0.get("only-g5") != nil && $0.get("only-g3") != nil }

@@ -63,6 +63,11 @@ struct DoctorTests {
             #expect(checks.first { $0.name == name }?.fix?.isEmpty == false)
         }
         #expect(outcome(checks, "bluetooth adapter") == .warn, "BLE is not a transport of this site: a warning")
+        // The data partition nearly full, then low.
+        env.freeBytes = { _ in 8 << 20 }
+        #expect(outcome(Doctor.run(config: config, configError: nil, environment: env), "free space") == .fail)
+        env.freeBytes = { _ in 100 << 20 }
+        #expect(outcome(Doctor.run(config: config, configError: nil, environment: env), "free space") == .warn)
         #expect(Files.exists(config.storePath), "the doctor moved nothing aside")
 
         // The identity: expired, then close to expiry.

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The hardware lab's checks (run by `make test` after `make release`): boots Debian's kernel under
+# QEMU with gpio-sim (scripts/qemu-lab.sh) and runs each guest script here against SHOAL (default
+# dist/shoal). Skipped, saying why, where the lab cannot run (not root: it installs packages and
+# needs /dev/port in the guest only, but apt needs root here).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+shoal=$(realpath "${1:-dist/shoal}")
+[ -x "$shoal" ] || { echo "hardware lab: no shoal binary at $shoal" >&2; exit 1; }
+if [ "$(id -u)" != 0 ]; then echo "hardware lab: skipped (needs root to install QEMU and build gpio-sim)"; exit 0; fi
+./scripts/qemu-lab.sh prepare
+cache=${SHOAL_QEMU_CACHE:-/var/cache/shoal-qemu}
+failed=0
+for check in Tests/HardwareLab/gpio-led.sh; do
+  # The guest's /tmp is its own: the script goes where the guest sees it, in the cache.
+  guest="$cache/run-$$-$(basename "$check")"
+  { echo "SHOAL=$shoal"; cat "$check"; } > "$guest"
+  start=$(date +%s)
+  set +e
+  ./scripts/qemu-lab.sh run "$guest" 2>&1 | tr -d '\r' | grep -E '^(ok|FAIL|guest checks|qemu-lab)'
+  rc=${PIPESTATUS[0]}
+  set -e
+  rm -f "$guest"
+  echo "hardware lab: $(basename "$check"): exit $rc in $(( $(date +%s) - start )) s"
+  [ "$rc" = 0 ] || failed=$((failed + 1))
+done
+[ $failed = 0 ] || { echo "hardware lab: $failed check script(s) failed" >&2; exit 1; }
