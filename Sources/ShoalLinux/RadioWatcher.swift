@@ -114,23 +114,6 @@ public final class RadioWatcher: @unchecked Sendable {
         for _ in 0..<200 where running.load(ordering: .relaxed) { usleep(10_000) }
     }
 
-    /// A socket that becomes readable on link and address changes (no bytes are sent anywhere).
-    static func linkEvents() -> Int32 {
-        let fd = socket(AF_NETLINK, Int32(SOCK_RAW.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0 /* NETLINK_ROUTE */)
-        guard fd >= 0 else { return -1 }
-        // struct sockaddr_nl (linux/netlink.h, not in Swift's Glibc): u16 family, u16 pad, u32 pid,
-        // u32 groups = RTMGRP_LINK | RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR.
-        let groups: UInt32 = 0x1 | 0x10 | 0x100
-        var addr = [UInt8](repeating: 0, count: 12)
-        withUnsafeBytes(of: UInt16(AF_NETLINK)) { for (i, b) in $0.enumerated() { addr[i] = b } }
-        withUnsafeBytes(of: groups) { for (i, b) in $0.enumerated() { addr[8 + i] = b } }
-        let rc = addr.withUnsafeBytes { raw in
-            bind(fd, raw.baseAddress!.assumingMemoryBound(to: sockaddr.self), socklen_t(12))
-        }
-        if rc != 0 { close(fd); return -1 }
-        return fd
-    }
-
     func bluetooth() -> (present: Bool, up: Bool) {
         guard let a = bluetoothAdapter else { return (false, false) }
         let id = hci_devid(a)
@@ -141,7 +124,7 @@ public final class RadioWatcher: @unchecked Sendable {
     }
 
     private func loop() {
-        let netlink = RadioWatcher.linkEvents()
+        let netlink = LinkEvents.socket()
         var rfkillFD: Int32 = -1
         var rfkill = RFKill()
         var last: RadioSnapshot?
