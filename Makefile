@@ -9,7 +9,7 @@ DEB_PACKAGES := libsqlite3-dev libmbedtls-dev libavahi-client-dev libbluetooth-d
 LAB_PACKAGES := avahi-daemon avahi-utils dbus iproute2 lintian dpkg-dev systemd qemu-system-x86 busybox-static cpio kmod gpiod
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps boards build release deb demo demo-gateways test sim-check soak bench size clean
+.PHONY: all deps boards build release deb demo demo-gateways test sim-check soak fuzz bench size clean
 
 all: build
 
@@ -58,13 +58,20 @@ demo-gateways: build
 ## The test command (README.md). Unit, store, config, mesh, CLI, end-to-end, crash and network-lab
 ## tests, then on the release binary the mesh's simulation properties over 200 seeds each (~5 min)
 ## the deploy check (the .deb, lintian, install, systemd-analyze verify, doctor, purge) and the
-## hardware lab under QEMU (the LED's libgpiod driver on gpio-sim).
+## hardware lab under QEMU (the LED's libgpiod driver on gpio-sim), and 10 s of fuzzing per target.
 test: deps boards
 	$(SWIFT) test
 	$(MAKE) release
 	SHOAL_BIN=dist/shoal ./scripts/sim-check.sh 200
 	./scripts/deploy-check.sh
 	./Tests/HardwareLab/run.sh dist/shoal
+	./scripts/fuzz.sh 10
+
+## libFuzzer on every outside input (frames, messages, JSON, site and board YAML, certificates,
+## control requests), FUZZ_SECONDS per target (make test runs 10 s each).
+FUZZ_SECONDS ?= 300
+fuzz: deps boards
+	./scripts/fuzz.sh $(FUZZ_SECONDS)
 
 ## The simulation properties over 200 seeds each (release build).
 sim-check: deps boards

@@ -48,6 +48,9 @@ let package = Package(
 
         .executableTarget(name: "shoal", dependencies: ["ShoalRuntime", "ShoalSim", "ShoalMesh", "ShoalStatus", "ShoalStore", "ShoalConfig", "ShoalYAML", "ShoalTLS", "ShoalLinux", "ShoalWire", "ShoalCore"]),
 
+        // Fuzz targets for every input from outside (make fuzz); without libFuzzer, a corpus replayer.
+        .executableTarget(name: "shoal-fuzz", dependencies: ["ShoalConfig", "ShoalCore", "ShoalReplication", "ShoalTLS", "ShoalWire", "ShoalYAML"], path: "Sources/ShoalFuzz"),
+
         .testTarget(name: "ShoalCoreTests", dependencies: ["ShoalCore", "ShoalWire", "ShoalStatus", "ShoalTesting"]),
         .testTarget(name: "ShoalSupervisionTests", dependencies: ["ShoalSupervision", "ShoalTesting"]),
         .testTarget(name: "ShoalStoreTests", dependencies: ["ShoalStore", "ShoalTesting"]),

@@ -1,0 +1,97 @@
+import Glibc
+import ShoalConfig
+import ShoalCore
+import ShoalReplication
+import ShoalTLS
+import ShoalWire
+import ShoalYAML
+
+/// The inputs Shoal takes from outside, each behind one fuzz target: every one must answer bad
+/// bytes with an error, never a crash, a hang or unbounded memory.
+enum FuzzTarget: String, CaseIterable {
+    /// A replication link's byte stream: frames, then messages (HELLO and the rest) and the
+    /// prepared form the link threads hand the node.
+    case frame
+    /// One replication message payload.
+    case message
+    /// Document bodies and control requests: the JSON parser (and its printer, round-tripped).
+    case json
+    /// A site file (YAML through libyaml, then the site's rules).
+    case site
+    /// A board file extending the built-in base.
+    case board
+    /// A peer's certificate (DER or PEM), as TLS would see it.
+    case certificate
+    /// A control-socket request frame.
+    case control
+
+    func run(_ bytes: [UInt8]) {
+        switch self {
+        case .frame:
+            var decoder = FrameDecoder(limit: 1 << 16)
+            // Fed in two pieces, as a socket would.
+            let cut = bytes.isEmpty ? 0 : Int(bytes[0]) % (bytes.count + 1)
+            decoder.feed(bytes[..<cut])
+            decoder.feed(bytes[cut...])
+            while true {
+                guard let frame = try? decoder.next() else { break }
+                _ = try? ReplicationMessage(decoding: frame)
+                _ = ReplicationNode.prepare(frame, maxBodyBytes: 4096)
+            }
+        case .message:
+            if let m = try? ReplicationMessage(decoding: bytes) {
+                // What decodes must encode and decode to the same message.
+                guard let again = try? ReplicationMessage(decoding: m.encoded()), again == m else {
+                    fatalError("a decoded message did not survive encode + decode")
+                }
+            }
+            _ = ReplicationNode.prepare(bytes, maxBodyBytes: 1 << 20)
+        case .json:
+            if let v = try? JSONValue.parse(bytes: bytes) {
+                guard let again = try? JSONValue.parse(v.compactText), again == v else {
+                    fatalError("JSON did not round-trip through its printer")
+                }
+            }
+        case .site:
+            _ = try? FuzzTarget.loader.loadSite(text: String(decoding: bytes, as: UTF8.self), file: "fuzz-site.yaml")
+        case .board:
+            let source = OneBoard(text: String(decoding: bytes, as: UTF8.self))
+            _ = try? ConfigLoader(parse: YAMLParser.parse, source: source).loadBoard("fuzz")
+        case .certificate:
+            _ = try? Certificate(parsing: bytes)
+        case .control:
+            var decoder = FrameDecoder(limit: ControlMessage.frameLimit)
+            decoder.feed(bytes)
+            while true {
+                guard let frame = try? decoder.next() else { break }
+                _ = ControlMessage.decode(frame)
+            }
+        }
+    }
+
+    static let loader = ConfigLoader(parse: YAMLParser.parse, source: OneBoard(text: ""))
+}
+
+/// The fuzzed text as board `fuzz`, over a base like board-configs/base.yaml (the fuzz target
+/// links no runtime, so the base is here).
+struct OneBoard: BoardSource {
+    let text: String
+    static let base = """
+        board: {name: Shoal base, support: abstract}
+        led: {driver: none}
+        console: {device: none, baud: 115200, statusIntervalSeconds: 60}
+        wifi: {interface: wlan0}
+        bluetooth: {adapter: hci0}
+        storage: {path: /var/lib/shoal, durability: full}
+        control: {socket: /run/shoal/control.sock}
+        log: {level: info}
+        """
+    func boardFile(named name: String, relativeTo: String?) -> (path: String, text: String)? {
+        switch name {
+        case "fuzz": ("fuzz.yaml", text)
+        case "base": ("base.yaml", OneBoard.base)
+        default: nil
+        }
+    }
+    func boardNames() -> [String] { ["fuzz", "base"] }
+}
