@@ -44,7 +44,10 @@ struct StatusService: Service {
             let moved = (Int(status.counters["documentsReceived"] ?? 0), Int(status.counters["documentsSent"] ?? 0))
             if moved != lastMoved { movedAt = ContinuousClock.now; lastMoved = moved }
             let syncing = ContinuousClock.now - movedAt < .seconds(2)
-            let radioError = !status.transports.isEmpty && status.transports.allSatisfy { !$0.active && $0.error != nil }
+            // A radio error needs a radio: on a board with none (sim, a wired box) a transport that
+            // cannot advertise is a configuration matter, which the log and `shoal status` tell.
+            let hasRadio = gw.board.wifiInterface != nil || gw.board.bluetoothAdapter != nil
+            let radioError = hasRadio && !status.transports.isEmpty && status.transports.allSatisfy { !$0.active && $0.error != nil }
             threads.show(LEDEngine.signal(for: status, syncing: syncing, radioError: radioError))
 
             let key = "\(status.state) \(status.documents) \(status.lastSequence) \(status.meshState) \(status.connectedPeers) \(status.children.map(\.state))"
