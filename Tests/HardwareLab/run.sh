@@ -11,10 +11,14 @@ if [ "$(id -u)" != 0 ]; then echo "hardware lab: skipped (needs root to install 
 ./scripts/qemu-lab.sh prepare
 cache=${SHOAL_QEMU_CACHE:-/var/cache/shoal-qemu}
 failed=0
+# The guest's /tmp and /run are its own (tmpfs): the binary (which may live in a clone under /tmp)
+# and the script go where the guest sees them, in the cache.
+guest_shoal="$cache/shoal-$$"
+cp "$shoal" "$guest_shoal"
+trap 'rm -f "$guest_shoal"' EXIT
 for check in Tests/HardwareLab/gpio-led.sh; do
-  # The guest's /tmp is its own: the script goes where the guest sees it, in the cache.
   guest="$cache/run-$$-$(basename "$check")"
-  { echo "SHOAL=$shoal"; cat "$check"; } > "$guest"
+  { echo "SHOAL=$guest_shoal"; cat "$check"; } > "$guest"
   start=$(date +%s)
   set +e
   ./scripts/qemu-lab.sh run "$guest" 2>&1 | tr -d '\r' | grep -E '^(ok|FAIL|guest checks|qemu-lab)'
