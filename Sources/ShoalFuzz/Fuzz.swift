@@ -7,7 +7,8 @@ import ShoalWire
 import ShoalYAML
 
 /// The inputs Shoal takes from outside, each behind one fuzz target: every one must answer bad
-/// bytes with an error, never a crash, a hang or unbounded memory.
+/// bytes with an error, never a crash, a hang or unbounded memory. The two `fatalError`s below are
+/// the fuzzer's oracles (a property that failed), not error handling: this program only fuzzes.
 enum FuzzTarget: String, CaseIterable {
     /// A replication link's byte stream: frames, then messages (HELLO and the rest) and the
     /// prepared form the link threads hand the node.
