@@ -28,8 +28,16 @@ struct StatusService: Service {
         let threads = StatusThreads(gateway: gateway)
         threads.startLED()
         if let writer, writer.isInteractive { threads.startConsole(writer) }
-        defer { threads.stop() }
+        // Stopping waits for the LED and console threads: on a thread of our own, never the pool.
+        do { try await loop(context: context, writer: writer, threads: threads) } catch {
+            _ = try? await gateway.storeThread.run { threads.stop() }
+            throw error
+        }
+        _ = try? await gateway.storeThread.run { threads.stop() }
+    }
 
+    private func loop(context: ServiceContext, writer: ConsoleWriter?, threads: StatusThreads) async throws {
+        let console = gateway.board.console
         var lastKey = ""
         var lastWrite = ContinuousClock.now
         var lastMoved = (0, 0)
