@@ -17,6 +17,8 @@ final class PipeBuffer: @unchecked Sendable {
     var bytes: [UInt8] = []
     var head = 0
     var closed = false
+    /// `wake()` was called: the reader's wait ends with `.timeout` once.
+    var woken = false
 
     init(capacity: Int) { self.capacity = capacity }
 }
@@ -36,6 +38,7 @@ public final class MemoryPipeEnd: ByteStream, @unchecked Sendable {
         return try b.lock.withLock { () throws(StreamError) -> Int in
             while b.bytes.count - b.head == 0 {
                 if b.closed { return 0 }
+                if b.woken { b.woken = false; throw .timeout }
                 let left = deadline - MemoryPipeEnd.nowMillis()
                 if left <= 0 { throw .timeout }
                 b.lock.wait(timeoutMillis: left)
@@ -74,6 +77,15 @@ public final class MemoryPipeEnd: ByteStream, @unchecked Sendable {
                 if left <= 0 { throw .timeout }
                 b.lock.wait(timeoutMillis: left)
             }
+        }
+    }
+
+    /// Interrupts a read waiting on this end (it throws `.timeout` at once), as `TCPStream.wake()`
+    /// does: the link's thread then sends what was queued.
+    public func wake() {
+        incoming.lock.withLock {
+            incoming.woken = true
+            incoming.lock.broadcast()
         }
     }
 

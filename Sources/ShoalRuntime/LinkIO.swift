@@ -13,9 +13,11 @@ import Synchronization
 final class LinkIO: @unchecked Sendable {
     let id: LinkID
     let session: TLSSession
-    let stream: TCPStream
+    let stream: any LinkStream
     /// The static address we dialled (nil for accepted links).
     let address: String?
+    /// The radio it runs over.
+    let transport: MeshTransport
     let outbox = Mutex<(frames: [[UInt8]], bytes: Int)>(([], 0))
     let closedFlag = Atomic<Bool>(false)
     /// What may wait to be written. Replication's window keeps a healthy link far below this (8
@@ -23,11 +25,12 @@ final class LinkIO: @unchecked Sendable {
     /// closed: its replicator resumes from its checkpoint on the next link.
     static let maxQueuedBytes = 32 << 20
 
-    init(id: LinkID, session: TLSSession, stream: TCPStream, address: String?) {
+    init(id: LinkID, session: TLSSession, stream: any LinkStream, address: String?, transport: MeshTransport = .wifi) {
         self.id = id
         self.session = session
         self.stream = stream
         self.address = address
+        self.transport = transport
     }
 
     var isClosed: Bool { closedFlag.load(ordering: .relaxed) }

@@ -1,5 +1,6 @@
 import ShoalCore
 import ShoalMesh
+import ShoalTLS
 import Synchronization
 
 /// What the mesh looks like from this gateway, published by the replication driver's node thread
@@ -12,6 +13,8 @@ public struct MeshView: Sendable {
         /// From its TLS certificate, while linked.
         public var certificateSubject: String?
         public var certificateNotAfter: Int64?
+        /// The certificate itself, while linked.
+        public var certificate: Certificate?
     }
 
     public var state = MeshState.created

@@ -80,7 +80,7 @@ public enum ReplicationBenchmark {
             let gateway = Gateway(board: board, site: siteConfig, logger: quiet, report: SupervisionReport(), storePath: dir + "/shoal.db", socketPath: dir + "/c.sock")
             let auth = PeerAuthenticator.trust(allowedPeers: [pusherID.peerID])
             let mesh = MeshManager(me: pullerID.peerID, settings: MeshSettings(board.mesh), sequenceBase: NodeClock.systemWallMillis(), fallbackSeed: 1)
-            let driver = ReplicationDriver(node: node, mesh: mesh, gateway: gateway,
+            let driver = ReplicationDriver(node: node, mesh: mesh, host: gateway,
                                            serverTLS: try TLSContext(role: .server, identity: pullerID, authenticator: auth),
                                            clientTLS: try TLSContext(role: .client, identity: pullerID, authenticator: auth))
             let start = ContinuousClock.now

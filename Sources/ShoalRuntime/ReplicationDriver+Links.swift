@@ -19,7 +19,7 @@ extension ReplicationDriver {
                     let session = try TLSSession.accept(over: stream, context: self.serverTLS)
                     self.run(LinkIO(id: self.nextLink.add(1, ordering: .relaxed).oldValue, session: session, stream: stream, address: nil), outgoing: false)
                 } catch {
-                    self.gateway.counters.withLock { $0.failedConnections += 1 }
+                    self.host.updateCounters { $0.failedConnections += 1 }
                     self.log.warning(.tls, "refused an incoming replication link: \(error)")
                     stream.close()
                 }
@@ -43,7 +43,7 @@ extension ReplicationDriver {
             }
         }
         guard let stream else {
-            post(.dialFailed(peer, problems.joined(separator: "; ")))
+            post(.dialFailed(peer, .wifi, problems.joined(separator: "; ")))
             return
         }
         let session: TLSSession
@@ -51,15 +51,48 @@ extension ReplicationDriver {
             session = try TLSSession.connect(over: stream, context: clientTLS)
         } catch {
             stream.close()
-            post(.dialFailed(peer, "\(address): \(error)"))
+            post(.dialFailed(peer, .wifi, "\(address): \(error)"))
             return
         }
         guard session.peerID == peer else {
             session.close()
-            post(.dialFailed(peer, "another gateway (\(session.peerID.short)) answers at \(address) now"))
+            post(.dialFailed(peer, .wifi, "another gateway (\(session.peerID.short)) answers at \(address) now"))
             return
         }
         run(LinkIO(id: nextLink.add(1, ordering: .relaxed).oldValue, session: session, stream: stream, address: address.description), outgoing: true)
+    }
+
+    /// A connection the mesh asked for over the in-process medium; runs the link on this thread.
+    func dial(_ peer: PeerID, over t: MeshTransport, on medium: LocalMedium) {
+        let stream: MemoryPipeEnd
+        do { stream = try medium.dial(from: node.peer, to: peer, over: t) } catch {
+            post(.dialFailed(peer, t, "\(peer.short) cannot be reached over \(t.rawValue)"))
+            return
+        }
+        let session: TLSSession
+        do { session = try TLSSession.connect(over: stream, context: clientTLS) } catch {
+            stream.close()
+            post(.dialFailed(peer, t, "\(error)"))
+            return
+        }
+        guard session.peerID == peer else {
+            session.close()
+            post(.dialFailed(peer, t, "another gateway (\(session.peerID.short)) answered"))
+            return
+        }
+        run(LinkIO(id: nextLink.add(1, ordering: .relaxed).oldValue, session: session, stream: stream, address: nil, transport: t), outgoing: true)
+    }
+
+    /// A connection the in-process medium brought us; runs the link on this thread.
+    func acceptLink(_ stream: MemoryPipeEnd, transport t: MeshTransport) {
+        do {
+            let session = try TLSSession.accept(over: stream, context: serverTLS)
+            run(LinkIO(id: nextLink.add(1, ordering: .relaxed).oldValue, session: session, stream: stream, address: nil, transport: t), outgoing: false)
+        } catch {
+            host.updateCounters { $0.failedConnections += 1 }
+            log.warning(.tls, "refused an incoming replication link over \(t.rawValue): \(error)")
+            stream.close()
+        }
     }
 
     /// The site's static peers, probed during discovery phases: a handshake says which gateway

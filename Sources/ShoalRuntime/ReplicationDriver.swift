@@ -23,23 +23,27 @@ import Synchronization
 ///   gateway while the mesh advertises and browses while it scans; what it finds and loses comes
 ///   to the node thread through the same inbox. The node thread also watches the board's Wi-Fi
 ///   interface and tells the mesh when it goes down or comes back.
-final class ReplicationDriver: @unchecked Sendable {
+package final class ReplicationDriver: @unchecked Sendable {
     let node: ReplicationNode
     let mesh: MeshManager
-    let gateway: Gateway
+    let host: any ReplicationHost
     let serverTLS: TLSContext
     let clientTLS: TLSContext
 
     enum Input {
         /// An authenticated link: dialled by us (outgoing) or accepted.
         case opened(LinkID, LinkIO, outgoing: Bool)
-        case dialFailed(PeerID, String)
+        case dialFailed(PeerID, MeshTransport, String)
         case frame(LinkID, PreparedFrame, bytes: Int)
         case closed(LinkID)
         /// A static address answered; `probe` is the session that found out (kept if the mesh
         /// wants this peer now, so the first link costs one handshake, not two).
         case discovered(PeerID, HostPort, probe: LinkIO?)
         case lost(PeerID)
+        /// The in-process medium: a peer heard or lost on a transport.
+        case heard(PeerID, MeshTransport, online: Bool)
+        /// The in-process medium: a transport's radio went down or came back.
+        case radio(MeshTransport, up: Bool)
         case retryNetworks
         case dnssd(DNSSD.Event)
         case radios(RadioSnapshot)
@@ -47,10 +51,15 @@ final class ReplicationDriver: @unchecked Sendable {
 
     /// Wi-Fi discovery by DNS-SD: the service type (from the group), the name to publish under,
     /// and the board's Wi-Fi interface (watched for up/down; nil: not watched).
-    struct WifiDiscovery {
+    package struct WifiDiscovery {
         var serviceType: String
         var serviceName: String
         var interface: String?
+        package init(serviceType: String, serviceName: String, interface: String?) {
+            self.serviceType = serviceType
+            self.serviceName = serviceName
+            self.interface = interface
+        }
     }
 
     let lock = ConditionLock()
@@ -61,6 +70,8 @@ final class ReplicationDriver: @unchecked Sendable {
     var listener: TCPListener?
     var staticPeers: [HostPort] = []
     var dnssd: DNSSD?
+    /// The in-process medium, when this driver runs on one instead of TCP and DNS-SD.
+    var medium: LocalMedium?
     var wifi: WifiDiscovery?
     /// Transports this build cannot run yet (advertising fails with this reason).
     var unbuilt: [MeshTransport: String] = [.bluetooth: "the Bluetooth LE transport is not built yet (Shoal runs Wi-Fi only for now)"]
@@ -74,15 +85,15 @@ final class ReplicationDriver: @unchecked Sendable {
     /// Heartbeat of the node thread (monotonic ms), for the service's hang check.
     let nodeBeat = Atomic<Int>(0)
 
-    init(node: ReplicationNode, mesh: MeshManager, gateway: Gateway, serverTLS: TLSContext, clientTLS: TLSContext) {
+    package init(node: ReplicationNode, mesh: MeshManager, host: any ReplicationHost, serverTLS: TLSContext, clientTLS: TLSContext) {
         self.node = node
         self.mesh = mesh
-        self.gateway = gateway
+        self.host = host
         self.serverTLS = serverTLS
         self.clientTLS = clientTLS
     }
 
-    var log: Logger { gateway.logger }
+    var log: Logger { host.logger }
     var isStopping: Bool { stopping.load(ordering: .relaxed) }
 
     static func nowMillis() -> Int {
@@ -91,7 +102,7 @@ final class ReplicationDriver: @unchecked Sendable {
         return ts.tv_sec * 1000 + ts.tv_nsec / 1_000_000
     }
 
-    func start(listen: HostPort?, peers: [HostPort], wifi: WifiDiscovery? = nil) throws {
+    package func start(listen: HostPort?, peers: [HostPort], wifi: WifiDiscovery? = nil) throws {
         // DNS-SD tells peers the port, so with discovery on and no address in the site file the
         // gateway listens on every address (IPv6 and IPv4) on a port the kernel picks.
         var address = listen
@@ -114,18 +125,34 @@ final class ReplicationDriver: @unchecked Sendable {
         spawn("repl-node") { self.nodeLoop() }
     }
 
+    /// Runs on an in-process medium instead of TCP and DNS-SD: advertising and scanning go to the
+    /// medium, links are memory pipes with the same TLS sessions and frames.
+    package func start(medium: LocalMedium) {
+        self.medium = medium
+        unbuilt = [:]
+        let me = node.peer
+        medium.join(me, heard: { [weak self] peer, t, online in self?.post(.heard(peer, t, online: online)) },
+                    accept: { [weak self] stream, t in
+                        guard let self, !self.isStopping else { stream.close(); return }
+                        self.spawn("repl-link") { self.acceptLink(stream, transport: t) }
+                    },
+                    radio: { [weak self] t, up in self?.post(.radio(t, up: up)) })
+        spawn("repl-node") { self.nodeLoop() }
+    }
+
     /// The port the listener got (useful with port 0).
-    var listenPort: UInt16? { listener?.port }
+    package var listenPort: UInt16? { listener?.port }
 
     /// `retryNetworks()`.
-    func retryNetworks() { post(.retryNetworks) }
+    package func retryNetworks() { post(.retryNetworks) }
 
     /// The radio manager saw a change.
-    func radiosChanged(_ s: RadioSnapshot) { post(.radios(s)) }
+    package func radiosChanged(_ s: RadioSnapshot) { post(.radios(s)) }
 
-    func stop() {
+    package func stop() {
         stopping.store(true, ordering: .relaxed)
         dnssd?.stop()
+        medium?.leave(node.peer)
         lock.withLock { lock.broadcast() }
         probeWake.withLock { probeWake.broadcast() }
         listener?.close()
@@ -204,7 +231,7 @@ final class ReplicationDriver: @unchecked Sendable {
                 case .opened(let id, let io, let outgoing):
                     flush()
                     let peer = io.session.peerID
-                    let decided = mesh.handle(outgoing ? .outgoingOpened(id, peer, .wifi) : .incoming(id, peer, .wifi), now: UInt64(now))
+                    let decided = mesh.handle(outgoing ? .outgoingOpened(id, peer, io.transport) : .incoming(id, peer, io.transport), now: UInt64(now))
                     if mesh.keeps(id) {
                         links[id] = io
                         if let a = io.address { linkAddress[id] = a; linkedAddresses.withLock { _ = $0.insert(a) } }
@@ -215,11 +242,11 @@ final class ReplicationDriver: @unchecked Sendable {
                         io.close()
                     }
                     handleMesh(decided, now: now)
-                case .dialFailed(let peer, let why):
-                    gateway.counters.withLock { $0.failedConnections += 1 }
-                    handleMesh(mesh.handle(.outgoingFailed(peer, .wifi, reason: why), now: UInt64(now)), now: now)
+                case .dialFailed(let peer, let t, let why):
+                    host.updateCounters { $0.failedConnections += 1 }
+                    handleMesh(mesh.handle(.outgoingFailed(peer, t, reason: why), now: UInt64(now)), now: now)
                 case .frame(let id, let frame, let bytes):
-                    gateway.counters.withLock { $0.messagesReceived += 1; $0.bytesReceived += bytes + 4 }
+                    host.updateCounters { $0.messagesReceived += 1; $0.bytesReceived += bytes + 4 }
                     if run?.link == id { run!.frames.append(frame) } else { flush(); run = (id, [frame]) }
                 case .closed(let id):
                     flush()
@@ -244,6 +271,10 @@ final class ReplicationDriver: @unchecked Sendable {
                     handleMesh(decided, now: now)
                 case .lost(let peer):
                     handleMesh(mesh.handle(.lost(peer, .wifi), now: UInt64(now)), now: now)
+                case .heard(let peer, let t, let online):
+                    handleMesh(mesh.handle(online ? .discovered(peer, t, load: nil) : .lost(peer, t), now: UInt64(now)), now: now)
+                case .radio(let t, let up):
+                    handleMesh(mesh.handle(.transport(t, up: up), now: UInt64(now)), now: now)
                 case .retryNetworks:
                     log.info(.mesh, "retrying the radios now (retryNetworks)")
                     handleMesh(mesh.handle(.retryNetworks, now: UInt64(now)), now: now)
@@ -289,7 +320,7 @@ final class ReplicationDriver: @unchecked Sendable {
         while i < actions.count {
             switch actions[i] {
             case .send(let id, let payload):
-                gateway.counters.withLock { $0.messagesSent += 1; $0.bytesSent += payload.count + 4 }
+                host.updateCounters { $0.messagesSent += 1; $0.bytesSent += payload.count + 4 }
                 if links[id]?.send(payload) == false {
                     log.warning(.replication, "link \(id): the peer does not read what we send (over \(LinkIO.maxQueuedBytes >> 20) MB queued); closing it")
                 }
@@ -318,6 +349,17 @@ final class ReplicationDriver: @unchecked Sendable {
         while !queue.isEmpty {
             let a = queue.removeFirst()
             switch a {
+            case .startAdvertising(let t) where medium != nil:
+                medium!.setAdvertising(node.peer, t, true)
+                queue += mesh.handle(.advertisingStarted(t), now: UInt64(now))
+            case .stopAdvertising(let t) where medium != nil:
+                medium!.setAdvertising(node.peer, t, false)
+            case .startScanning(let t) where medium != nil:
+                medium!.setScanning(node.peer, t, true)
+            case .stopScanning(let t) where medium != nil:
+                medium!.setScanning(node.peer, t, false)
+            case .connect(let peer, let t) where medium != nil:
+                spawn("repl-dial") { self.dial(peer, over: t, on: self.medium!) }
             case .startAdvertising(let t):
                 if let why = unbuilt[t] {
                     queue += mesh.handle(.advertisingFailed(t, reason: why), now: UInt64(now))
@@ -358,10 +400,10 @@ final class ReplicationDriver: @unchecked Sendable {
                 links[id]?.close()
             case .sendTopology(let id, let origin, let sequence, let neighbours):
                 let payload = ReplicationMessage.topology(origin: origin, sequence: sequence, neighbours: neighbours).encoded()
-                gateway.counters.withLock { $0.messagesSent += 1; $0.bytesSent += payload.count + 4 }
+                host.updateCounters { $0.messagesSent += 1; $0.bytesSent += payload.count + 4 }
                 links[id]?.send(payload)
             case .event(let e):
-                gateway.meshEvents.append(MeshEventLog.json(e), atMillis: Int64(NodeClock.systemWallMillis()))
+                host.meshEvent(e)
                 switch e {
                 case .state(let s): log.info(.mesh, "mesh state: \(s.rawValue)")
                 case .transportStatus(let t, let active, let error):
@@ -394,21 +436,22 @@ final class ReplicationDriver: @unchecked Sendable {
         view.peers = mesh.knownPeers.compactMap { p in
             guard let info = mesh.info(p) else { return nil }
             let cert = certs[p]
-            return MeshView.Peer(info: info, address: addresses[p]?.first?.description, certificateSubject: cert?.subject, certificateNotAfter: cert?.notAfter)
+            return MeshView.Peer(info: info, address: addresses[p]?.first?.description, certificateSubject: cert?.subject, certificateNotAfter: cert?.notAfter, certificate: cert)
         }
         view.transports = transportState
         view.discovery = discoveryDetail
-        gateway.meshView.withLock { $0 = view }
+        host.meshViewChanged(view)
     }
 
     func report(_ e: ReplicationEvent) {
+        host.replicationEvent(e)
         switch e {
         case .peerConnected(let link, let peer):
-            gateway.counters.withLock { $0.peers[String(link)] = peer.description }
+            host.updateCounters { $0.peers[String(link)] = peer.description }
             log.info(.replication, "replicating with peer \(peer) (link \(link))")
         case .documents(let link, let peer, let direction, let items):
             let errors = items.filter { $0.error != nil }.count
-            gateway.counters.withLock { c in
+            host.updateCounters { c in
                 if direction == .pull {
                     c.documentsReceived += items.count
                     c.documentsApplied += items.count - errors
@@ -418,15 +461,15 @@ final class ReplicationDriver: @unchecked Sendable {
             }
             log.verbose(.replication, "link \(link): \(direction.rawValue) \(items.count) documents with \(peer.short)\(errors > 0 ? " (\(errors) refused)" : "")")
         case .clockSkew(_, let peer, let ahead):
-            gateway.counters.withLock { _ = $0.skewedPeers.insert(peer.description) }
+            host.updateCounters { _ = $0.skewedPeers.insert(peer.description) }
             log.warning(.replication, "peer \(peer)'s clock runs \(ahead / 1000) s ahead of ours; its timestamps do not move our clock")
         case .conflict(_, let peer, let record):
-            gateway.counters.withLock { $0.conflicts += 1 }
+            host.updateCounters { $0.conflicts += 1 }
             log.info(.replication, "conflict on \(record.collection)/\(record.id) with \(peer.short): \(record.resolver) chose \(record.outcome)")
         case .topology:
             break  // handled in process()
         case .linkClosed(let link, let peer, let error):
-            gateway.counters.withLock { _ = $0.peers.removeValue(forKey: String(link)) }
+            host.updateCounters { _ = $0.peers.removeValue(forKey: String(link)) }
             if let error {
                 log.warning(.replication, "link \(link) to \(peer?.description ?? "unknown peer") closed: \(error)")
             } else {

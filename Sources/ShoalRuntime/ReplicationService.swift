@@ -55,7 +55,7 @@ struct ReplicationService: Service {
             let manager = MeshManager(me: identity.peerID, settings: MeshSettings(mesh, transports: transports), sequenceBase: wall,
                                       fallbackSeed: wall ^ UInt64(getpid()))
             let driver = ReplicationDriver(
-                node: node, mesh: manager, gateway: gw,
+                node: node, mesh: manager, host: gw,
                 serverTLS: try TLSContext(role: .server, identity: identity, authenticator: authenticator),
                 clientTLS: try TLSContext(role: .client, identity: identity, authenticator: authenticator))
             try driver.start(listen: site.listenAddress, peers: site.staticPeers, wifi: wifi)
