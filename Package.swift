@@ -8,6 +8,8 @@ let package = Package(
     name: "Shoal",
     products: [
         .executable(name: "shoal", targets: ["shoal"]),
+        // `import Shoal`: the Couchbase seed's Swift API, for teams that build their own firmware.
+        .library(name: "Shoal", targets: ["Shoal"]),
     ],
     targets: [
         // C libraries from Debian's -dev packages, one modulemap each.
@@ -46,6 +48,11 @@ let package = Package(
         ]),
         .target(name: "ShoalTesting", dependencies: ["ShoalCore", "ShoalSupervision"]),
 
+        // The library product: a public API over the runtime's driver (network or in-process medium).
+        .target(name: "Shoal", dependencies: ["ShoalCore", "ShoalConfig", "ShoalMesh", "ShoalReplication", "ShoalRuntime", "ShoalStore", "ShoalTLS", "ShoalLinux"]),
+        // A custom firmware built on the library only (Examples/Firmware; built and run in make test).
+        .executableTarget(name: "shoal-example-firmware", dependencies: ["Shoal"], path: "Examples/Firmware"),
+
         .executableTarget(name: "shoal", dependencies: ["ShoalRuntime", "ShoalSim", "ShoalMesh", "ShoalStatus", "ShoalStore", "ShoalConfig", "ShoalYAML", "ShoalTLS", "ShoalLinux", "ShoalWire", "ShoalCore"]),
 
         // Fuzz targets for every input from outside (make fuzz); without libFuzzer, a corpus replayer.
@@ -58,6 +65,7 @@ let package = Package(
         .testTarget(name: "ShoalMeshTests", dependencies: ["ShoalMesh", "ShoalSim", "ShoalCore", "ShoalConfig", "ShoalRuntime"]),
         .testTarget(name: "ShoalReplicationTests", dependencies: ["ShoalReplication", "ShoalStore", "ShoalWire", "ShoalTesting", "ShoalCore"]),
         .testTarget(name: "ShoalTLSTests", dependencies: ["ShoalTLS", "ShoalLinux", "ShoalTesting", "ShoalCore"]),
+        .testTarget(name: "ShoalLibraryTests", dependencies: ["Shoal"]),
         .testTarget(name: "ShoalCLITests", dependencies: ["shoal", "ShoalStore", "ShoalTesting", "ShoalLinux"]),
     ],
     swiftLanguageModes: [.v6]

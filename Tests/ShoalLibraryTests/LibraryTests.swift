@@ -1,0 +1,342 @@
+// Only the public API: no @testable, no internal module.
+import Glibc
+import Shoal
+import Synchronization
+import Testing
+
+/// What a stream delivered so far.
+final class Recorder<T: Sendable>: Sendable {
+    let items = Mutex<[T]>([])
+    let task = Mutex<Task<Void, Never>?>(nil)
+    init(_ stream: AsyncStream<T>) {
+        let t = Task { [weak self] in for await e in stream { self?.items.withLock { $0.append(e) } } }
+        task.withLock { $0 = t }
+    }
+    var all: [T] { items.withLock { $0 } }
+    func contains(where p: (T) -> Bool) -> Bool { items.withLock { $0.contains(where: p) } }
+    deinit { task.withLock { $0?.cancel() } }
+}
+
+func temporaryDirectory(_ name: String) -> String {
+    let path = "/tmp/shoal-lib-\(getpid())-\(name)-\(UInt32.random(in: 0...UInt32.max))"
+    mkdir(path, 0o755)
+    return path
+}
+
+func removeTree(_ path: String) {
+    _ = path.withCString { p in
+        var cmd = "rm -rf '"
+        cmd += String(cString: p) + "'"
+        return system(cmd)
+    }
+}
+
+/// Polls `condition` every 50 ms for up to `seconds`; the time it took, or nil.
+func eventually(_ seconds: Double = 30, _ condition: () throws -> Bool) async -> Double? {
+    let start = ContinuousClock.now
+    while ContinuousClock.now - start < .milliseconds(Int(seconds * 1000)) {
+        if (try? condition()) == true { return Double((ContinuousClock.now - start).components.attoseconds) / 1e18 + Double((ContinuousClock.now - start).components.seconds) }
+        try? await Task.sleep(for: .milliseconds(50))
+    }
+    return nil
+}
+
+/// Fast mesh timings for tests (the defaults wait seconds before advertising and connecting).
+func fastMesh() -> MeshOptions {
+    var m = MeshOptions()
+    m.advertisingDelayMillis = 0
+    m.connectDelayMillis = 50
+    m.initialDiscoveryDurationSeconds = 0
+    m.backoffMillis = 500
+    return m
+}
+
+/// One gateway made with the library: identity, database, replicator.
+struct Peer {
+    let identity: TLSIdentity
+    let database: Database
+    let replicator: MultipeerReplicator
+    let directory: String
+    var id: PeerID { identity.peerID }
+
+    static func make(_ name: String, medium: SimulatedMedium, allowed: @escaping @Sendable () -> Set<PeerID>,
+                     transports: Set<MultipeerTransport> = [.wifi], identity: TLSIdentity? = nil,
+                     collections: (Database) throws -> [MultipeerCollectionConfiguration] = { _ in [MultipeerCollectionConfiguration(collection: "fleet.readings")] }) throws -> Peer {
+        let dir = temporaryDirectory(name)
+        let identity = try identity ?? TLSIdentity.createIdentity(commonName: name)
+        let db = try Database(directory: dir, identity: identity, fullDurability: false)
+        var config = MultipeerReplicatorConfiguration(
+            peerGroupID: "com.example.fleet", identity: identity,
+            authenticator: MultipeerCertificateAuthenticator { peer, certs in allowed().contains(peer) && !certs.isEmpty },
+            collections: try collections(db), database: db)
+        config.transports = transports
+        config.mesh = fastMesh()
+        config.medium = .simulated(medium)
+        return Peer(identity: identity, database: db, replicator: try MultipeerReplicator(config: config), directory: dir)
+    }
+
+    func close() {
+        replicator.stop()
+        database.close()
+        removeTree(directory)
+    }
+}
+
+/// Merges top-level fields of both sides (the remote's value where both have one), and counts calls.
+final class FieldMerger: MultipeerConflictResolver {
+    let calls = Mutex(0)
+    func resolve(peerID: PeerID, conflict: Conflict) -> ConflictResolution {
+        calls.withLock { $0 += 1 }
+        guard let l = conflict.localDocument?.json, let r = conflict.remoteDocument?.json else { return .takeRemote }
+        // Both are small flat objects in this test: {"a":1} + {"b":2} → {"a":1,"b":2}.
+        let inner = [l, r].map { String($0.dropFirst().dropLast()) }.filter { !$0.isEmpty }
+        return .merged(json: "{" + inner.joined(separator: ",") + "}")
+    }
+}
+
+final class ResolverBox: Sendable {
+    let merger = FieldMerger()
+}
+
+@Suite("import Shoal: the public API over the simulated medium", .serialized)
+struct LibraryTests {
+    @Test("two replicators discover, authenticate, replicate, resolve a conflict with a custom resolver, filter, and report on all four listeners")
+    func twoReplicators() async throws {
+        let medium = SimulatedMedium()
+        let ids = Mutex<Set<PeerID>>([])
+        let box = ResolverBox()
+        let collections: (Database) throws -> [MultipeerCollectionConfiguration] = { db in
+            var c = MultipeerCollectionConfiguration(collection: try db.collection("fleet.readings"))
+            c.conflictResolver = box.merger
+            // Documents marked private stay on the gateway that wrote them.
+            c.pushFilter = { _, doc, flags in flags.contains(.deleted) || doc.bool(forKey: "private") != true }
+            return [c]
+        }
+        let a = try Peer.make("a", medium: medium, allowed: { ids.withLock { $0 } }, collections: collections)
+        let b = try Peer.make("b", medium: medium, allowed: { ids.withLock { $0 } }, collections: collections)
+        defer { a.close(); b.close() }
+        ids.withLock { $0 = [a.id, b.id] }
+        #expect(a.replicator.peerID == a.identity.peerID)
+        #expect(a.replicator.state == .created)
+
+        let statusA = Recorder(a.replicator.statusChanges())
+        let discoveryB = Recorder(b.replicator.peerDiscoveryChanges())
+        let replicatorA = Recorder(a.replicator.peerReplicatorStatusChanges())
+        let docsA = Recorder(a.replicator.documentReplications())
+        let docsB = Recorder(b.replicator.documentReplications())
+
+        try a.replicator.start()
+        try b.replicator.start()
+        let linked = await eventually { a.replicator.neighborPeers == [b.id] && b.replicator.neighborPeers == [a.id] }
+        #expect(linked != nil, "the two replicators never linked")
+
+        let readingsA = try a.database.collection("fleet.readings")
+        let readingsB = try b.database.collection("fleet.readings")
+        let changesB = Recorder(readingsB.changes())
+        try readingsA.put("t1", json: #"{"celsius":21,"room":"boiler"}"#)
+        try readingsA.put("secret", json: #"{"private":true}"#)
+        try readingsA.put("t2", json: #"{"celsius":19}"#)
+        #expect(await eventually { try readingsB.get("t2") != nil } != nil)
+        #expect(try readingsB.get("t1")?.int(forKey: "celsius") == 21)
+        #expect(try readingsB.get("secret") == nil, "the push filter let a private document through")
+        #expect(await eventually { changesB.contains { $0.id == "t1" } && changesB.contains { $0.id == "t2" } } != nil)
+
+        // Status: Wi-Fi active, then the aggregate; the mesh is running.
+        #expect(statusA.contains { $0.transport == .wifi && $0.active && $0.error == nil })
+        #expect(statusA.contains { $0.transport == nil && $0.active })
+        #expect([.discovering, .fullyConnected].contains(a.replicator.state))
+        #expect(a.replicator.status.contains { $0.transport == nil && $0.active })
+        // Discovery: B heard A on Wi-Fi.
+        #expect(discoveryB.contains { $0.peerID == a.id && $0.transport == .wifi && $0.online })
+        // Peer replicator: A saw B's replicator connect, then idle or busy, over Wi-Fi.
+        #expect(replicatorA.contains { $0.peerID == b.id && $0.transport == .wifi && ($0.activity == .idle || $0.activity == .busy) })
+        // Document replication: A pushed t1 and t2 (not the private one); B pulled them.
+        #expect(await eventually { docsA.contains { $0.isPush && $0.peerID == b.id && $0.documents.contains { $0.id == "t2" } } } != nil)
+        #expect(!docsA.contains { $0.documents.contains { $0.id == "secret" } })
+        #expect(docsB.contains { !$0.isPush && $0.peerID == a.id && $0.documents.contains { $0.id == "t1" && $0.scope == "fleet" && $0.collection == "readings" && $0.flags == [] } })
+
+        // PeerInfo with neighbours, transports and the certificate.
+        let info = try #require(a.replicator.peerInfo(for: b.id))
+        #expect(info.online)
+        #expect(info.transports == [.wifi])
+        #expect(info.replicatorTransport == .wifi)
+        #expect(info.certificate?.peerID == b.id)
+        #expect(info.certificate?.subject.contains("b") == true)
+        #expect(await eventually { a.replicator.peerInfo(for: b.id)?.neighborPeers == [a.id] } != nil, "gossip did not tell A that B links to A")
+
+        // A conflict: cut the radio, write the same document on both sides, heal.
+        medium.setReachable(a.id, b.id, false)
+        #expect(await eventually { a.replicator.neighborPeers.isEmpty && b.replicator.neighborPeers.isEmpty } != nil)
+        try readingsA.put("cfg", json: #"{"fan":"on"}"#)
+        try readingsB.put("cfg", json: #"{"pump":"off"}"#)
+        medium.setReachable(a.id, b.id, true)
+        let merged = await eventually {
+            let x = try readingsA.get("cfg"), y = try readingsB.get("cfg")
+            return x == y && x?.string(forKey: "fan") == "on" && x?.string(forKey: "pump") == "off"
+        }
+        let cfgA = try readingsA.get("cfg"), cfgB = try readingsB.get("cfg")
+        #expect(merged != nil, "the custom resolver's merge did not reach both sides: \(String(describing: cfgA)) / \(String(describing: cfgB))")
+        #expect(box.merger.calls.withLock { $0 } >= 1)
+        #expect(a.replicator.counters.conflicts + b.replicator.counters.conflicts >= 1)
+
+        // Deletes replicate and are reported with the deleted flag.
+        #expect(try readingsA.delete("t1"))
+        #expect(await eventually { try readingsB.get("t1") == nil } != nil)
+        #expect(await eventually { docsB.contains { $0.documents.contains { $0.id == "t1" && $0.flags.contains(.deleted) } } } != nil)
+
+        // Figures are published a few times a second.
+        #expect(await eventually { a.replicator.counters.documentsSent >= 3 && a.replicator.counters.connectedPeers == 1 } != nil, "\(a.replicator.counters)")
+        let counters = a.replicator.counters
+        #expect(counters.messagesSent > 0 && counters.bytesReceived > 0)
+
+        a.replicator.stop()
+        #expect(await eventually { statusA.contains { $0.transport == nil && $0.state == .stopped && !$0.active } } != nil)
+        #expect(await eventually { b.replicator.neighborPeers.isEmpty } != nil)
+        #expect(a.replicator.retryRadios() == false)
+        // It starts again and links again.
+        try a.replicator.start()
+        #expect(a.replicator.retryRadios())
+        #expect(await eventually { a.replicator.neighborPeers == [b.id] } != nil)
+    }
+
+    @Test("Bluetooth LE only on the simulated medium: peers link over bluetooth and say so")
+    func bluetoothOnly() async throws {
+        let medium = SimulatedMedium()
+        let ids = Mutex<Set<PeerID>>([])
+        let a = try Peer.make("ble-a", medium: medium, allowed: { ids.withLock { $0 } }, transports: [.bluetooth])
+        let b = try Peer.make("ble-b", medium: medium, allowed: { ids.withLock { $0 } }, transports: [.bluetooth])
+        defer { a.close(); b.close() }
+        ids.withLock { $0 = [a.id, b.id] }
+        let discovery = Recorder(a.replicator.peerDiscoveryChanges())
+        try a.replicator.start()
+        try b.replicator.start()
+        try a.database.collection("fleet.readings").put("x", json: #"{"v":1}"#)
+        #expect(await eventually { try b.database.collection("fleet.readings").get("x") != nil } != nil)
+        #expect(await eventually { a.replicator.peerInfo(for: b.id)?.replicatorTransport == .bluetooth } != nil)
+        #expect(discovery.contains { $0.transport == .bluetooth && $0.peerID == b.id && $0.online })
+        #expect(a.replicator.status.first?.transport == .bluetooth)
+    }
+
+    @Test("a peer the authenticator rejects never links and gets nothing")
+    func rejectedPeer() async throws {
+        let medium = SimulatedMedium()
+        let ids = Mutex<Set<PeerID>>([])
+        let a = try Peer.make("auth-a", medium: medium, allowed: { ids.withLock { $0 } })
+        let b = try Peer.make("auth-b", medium: medium, allowed: { ids.withLock { $0 } })
+        let stranger = try Peer.make("auth-x", medium: medium, allowed: { ids.withLock { $0 } })
+        defer { a.close(); b.close(); stranger.close() }
+        ids.withLock { $0 = [a.id, b.id] }  // the stranger trusts them; they do not trust it
+        let discovery = Recorder(a.replicator.peerDiscoveryChanges())
+        for p in [a, b, stranger] { try p.replicator.start() }
+        try a.database.collection("fleet.readings").put("x", json: #"{"v":1}"#)
+        #expect(await eventually { try b.database.collection("fleet.readings").get("x") != nil } != nil)
+        #expect(await eventually { discovery.contains { $0.peerID == stranger.id && $0.online } } != nil, "A never heard the stranger")
+        // It was heard and dialled; give it a few rounds of backoff to get in.
+        try? await Task.sleep(for: .seconds(2))
+        #expect(try stranger.database.collection("fleet.readings").get("x") == nil)
+        #expect(!a.replicator.neighborPeers.contains(stranger.id))
+        #expect(stranger.replicator.neighborPeers.isEmpty)
+        #expect(a.replicator.counters.failedConnectionAttempts + stranger.replicator.counters.failedConnectionAttempts > 0)
+    }
+
+    @Test("identities: self-signed and CA-signed, stored by label, found, deleted; a root-certificate authenticator")
+    func identities() async throws {
+        let dir = temporaryDirectory("ids")
+        defer { removeTree(dir) }
+        let made = try TLSIdentity.createIdentity(commonName: "gw-7", validDays: 30, label: "gateway", in: dir)
+        let found = try #require(try TLSIdentity.identity(withLabel: "gateway", in: dir))
+        #expect(found.peerID == made.peerID)
+        #expect(found.expiration > Int64(time(nil)) + 29 * 86400)
+        #expect(found.certificate.subject.contains("gw-7"))
+        #expect(try TLSIdentity.deleteIdentity(withLabel: "gateway", in: dir))
+        #expect(try TLSIdentity.identity(withLabel: "gateway", in: dir) == nil)
+        #expect(throws: ShoalError.self) { try TLSIdentity.identity(withLabel: "../etc", in: dir) }
+        #expect(throws: ShoalError.self) { try TLSIdentity.createIdentity(commonName: "x", label: "l") }
+
+        // A fleet CA signs two gateways; they trust each other through the CA's certificate only.
+        let ca = try TLSIdentity.createCertificateAuthority(commonName: "Fleet CA")
+        let caCert = try TLSCertificate(pem: Array(ca.certificateChainPEM.utf8))
+        let medium = SimulatedMedium()
+        var peers: [Peer] = []
+        for n in ["ca-a", "ca-b"] {
+            let id = try TLSIdentity.createSignedIdentity(commonName: n, caKey: Array(ca.privateKeyPEM.utf8), caCertificate: Array(ca.certificateChainPEM.utf8), label: n, in: dir)
+            #expect(id.certificate.issuer.contains("Fleet CA"))
+            let pdir = temporaryDirectory(n)
+            let db = try Database(directory: pdir, identity: id, fullDurability: false)
+            var config = MultipeerReplicatorConfiguration(peerGroupID: "com.example.ca", identity: id,
+                                                          authenticator: MultipeerCertificateAuthenticator(rootCertificates: [caCert]),
+                                                          collections: [MultipeerCollectionConfiguration(collection: "notes")], database: db)
+            config.mesh = fastMesh()
+            config.medium = .simulated(medium)
+            peers.append(Peer(identity: id, database: db, replicator: try MultipeerReplicator(config: config), directory: pdir))
+        }
+        defer { for p in peers { p.close() } }
+        for p in peers { try p.replicator.start() }
+        try peers[0].database.collection("notes").put("n1", json: #"{"text":"hello"}"#)
+        #expect(await eventually { try peers[1].database.collection("_default.notes").get("n1") != nil } != nil)
+    }
+
+    @Test("documents: put, get, delete, query, changes; bad input is a clear error")
+    func documents() async throws {
+        let dir = temporaryDirectory("docs")
+        defer { removeTree(dir) }
+        let id = try TLSIdentity.createIdentity(commonName: "docs")
+        let db = try Database(directory: dir, identity: id)
+        defer { db.close() }
+        let c = try db.collection("plant.sensors")
+        let changes = Recorder(c.changes())
+        for i in 0..<25 { try c.put("s\(i)", json: #"{"n":\#(i),"kind":"\#(i % 2 == 0 ? "even" : "odd")"}"#) }
+        #expect(try c.get("s3")?.int(forKey: "n") == 3)
+        #expect(try c.get("s3")?.string(forKey: "kind") == "odd")
+        #expect(try c.query { $0.string(forKey: "kind") == "even" }.count == 13)
+        #expect(try c.query(limit: 5).map(\.id) == ["s0", "s1", "s10", "s11", "s12"])
+        #expect(try c.delete("s3"))
+        #expect(try !c.delete("s3"))
+        #expect(try c.get("s3") == nil)
+        #expect(try c.count() == 24)
+        #expect(await eventually(10) { changes.all.count == 26 } != nil, "changes: \(changes.all.count)")
+        let last = try #require(changes.all.last)
+        #expect(last.collection == "plant.sensors" && last.id == "s3" && last.isDeleted)
+        #expect(try db.collectionNames().contains("plant.sensors"))
+
+        let notJSON = #expect(throws: ShoalError.self) { try c.put("bad", json: "{not json") }
+        #expect(notJSON?.message.contains("plant.sensors/bad") == true)
+        #expect(throws: ShoalError.self) { try c.put("arr", json: "[1,2]") }
+        #expect(throws: ShoalError.self) { try db.collection("a.b.c") }
+        #expect(throws: ShoalError.self) { try db.collection("") }
+        // The failed writes lost nothing.
+        #expect(try c.count() == 24)
+    }
+
+    @Test("a configuration the replicator cannot run is refused with a reason")
+    func badConfigurations() throws {
+        let dir = temporaryDirectory("cfg")
+        defer { removeTree(dir) }
+        let id = try TLSIdentity.createIdentity(commonName: "cfg")
+        let other = try TLSIdentity.createIdentity(commonName: "other")
+        let db = try Database(directory: dir, identity: id)
+        defer { db.close() }
+        let auth = MultipeerCertificateAuthenticator(allowedPeers: [])
+        func config(_ change: (inout MultipeerReplicatorConfiguration) -> Void) -> MultipeerReplicatorConfiguration {
+            var c = MultipeerReplicatorConfiguration(peerGroupID: "g", identity: id, authenticator: auth,
+                                                     collections: [MultipeerCollectionConfiguration(collection: "x")], database: db)
+            change(&c)
+            return c
+        }
+        let cases: [(String, MultipeerReplicatorConfiguration)] = [
+            ("peerGroupID is empty", config { $0.peerGroupID = "" }),
+            ("transports is empty", config { $0.transports = [] }),
+            ("configured twice", config { $0.collections = [.init(collection: "x"), .init(collection: "_default.x")] }),
+            ("no collections", config { $0.collections = [] }),
+            ("bad collection name", config { $0.collections = [.init(collection: "a..b")] }),
+            ("maxConnectionCount", config { $0.mesh.maxConnectionCount = 0 }),
+            ("listen address", config { $0.medium = .network(NetworkOptions(listen: "localhost")) }),
+            ("static peer", config { $0.medium = .network(NetworkOptions(staticPeers: ["10.0.0.1"])) }),
+            ("another identity", config { $0.identity = other }),
+        ]
+        for (expected, c) in cases {
+            let e = #expect(throws: ShoalError.self) { try MultipeerReplicator(config: c) }
+            #expect(e?.message.contains(expected) == true, "\(expected): got \(e?.message ?? "nothing")")
+        }
+    }
+}
