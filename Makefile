@@ -9,7 +9,7 @@ DEB_PACKAGES := libsqlite3-dev libmbedtls-dev libavahi-client-dev libbluetooth-d
 LAB_PACKAGES := avahi-daemon avahi-utils dbus iproute2 lintian dpkg-dev systemd qemu-system-x86 busybox-static cpio kmod gpiod
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps boards build release deb demo demo-gateways test sim-check soak fuzz bench size clean
+.PHONY: all deps boards build release deb demo demo-gateways example test sim-check soak fuzz bench size clean
 
 all: build
 
@@ -55,13 +55,21 @@ demo: build
 demo-gateways: build
 	@./scripts/demo.sh .build/debug/shoal
 
+## The example firmware built on `import Shoal` (Examples/Firmware), three gateways on the
+## library's simulated medium.
+example: deps boards
+	$(SWIFT) build --product shoal-example-firmware
+	.build/debug/shoal-example-firmware --simulate 3
+
 ## The test command (README.md). Unit, store, config, mesh, CLI, end-to-end, crash and network-lab
 ## tests, then on the release binary the mesh's simulation properties over 200 seeds each (~5 min)
 ## the deploy check (the .deb, lintian, install, systemd-analyze verify, doctor, purge) and the
 ## hardware lab under QEMU (the LED's libgpiod driver on gpio-sim), and 10 s of fuzzing per target.
+## The example firmware (built by `make release` with every product) runs on the simulated medium.
 test: deps boards
 	$(SWIFT) test
 	$(MAKE) release
+	.build/release/shoal-example-firmware --simulate 5
 	SHOAL_BIN=dist/shoal ./scripts/sim-check.sh 200
 	./scripts/deploy-check.sh
 	./Tests/HardwareLab/run.sh dist/shoal
