@@ -239,6 +239,37 @@ struct LibraryTests {
         #expect(a.replicator.counters.failedConnectionAttempts + stranger.replicator.counters.failedConnectionAttempts > 0)
     }
 
+    @Test("the network medium: two replicators over TCP + TLS on loopback, one naming the other as a static peer")
+    func network() async throws {
+        var peers: [Peer] = []
+        let ids = Mutex<Set<PeerID>>([])
+        defer { for p in peers { p.close() } }
+        var port: UInt16 = 0
+        for n in ["net-a", "net-b"] {
+            let dir = temporaryDirectory(n)
+            let identity = try TLSIdentity.createIdentity(commonName: n)
+            let db = try Database(directory: dir, identity: identity, fullDurability: false)
+            var config = MultipeerReplicatorConfiguration(
+                peerGroupID: "com.example.net", identity: identity,
+                authenticator: MultipeerCertificateAuthenticator { peer, _ in ids.withLock { $0.contains(peer) } },
+                collections: [MultipeerCollectionConfiguration(collection: "fleet.readings")], database: db)
+            config.mesh = fastMesh()
+            config.medium = .network(port == 0 ? NetworkOptions(listen: "127.0.0.1:0", dnssd: false)
+                                                : NetworkOptions(staticPeers: ["127.0.0.1:\(port)"], dnssd: false))
+            let p = Peer(identity: identity, database: db, replicator: try MultipeerReplicator(config: config), directory: dir)
+            peers.append(p)
+            ids.withLock { _ = $0.insert(identity.peerID) }
+            try p.replicator.start()
+            if port == 0 { port = try #require(p.replicator.listenPort) }
+        }
+        try peers[1].database.collection("fleet.readings").put("from-b", json: #"{"v":2}"#)
+        try peers[0].database.collection("fleet.readings").put("from-a", json: #"{"v":1}"#)
+        #expect(await eventually { try peers[0].database.collection("fleet.readings").get("from-b") != nil } != nil)
+        #expect(await eventually { try peers[1].database.collection("fleet.readings").get("from-a") != nil } != nil)
+        #expect(await eventually { peers[1].replicator.peerInfo(for: peers[0].id)?.replicatorTransport == .wifi } != nil)
+        #expect(peers[1].replicator.peerInfo(for: peers[0].id)?.outgoing == true)
+    }
+
     @Test("identities: self-signed and CA-signed, stored by label, found, deleted; a root-certificate authenticator")
     func identities() async throws {
         let dir = temporaryDirectory("ids")
