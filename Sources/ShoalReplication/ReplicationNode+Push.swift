@@ -18,7 +18,8 @@ extension ReplicationNode {
 
     func announceNext(_ l: Link, _ name: String, _ stream: PushStream) throws(StoreError) -> [ReplicationAction] {
         guard l.onTree, let policy = policies[name], let peerID = l.peer else { return [] }
-        let changes = try store.changes(in: policy.name, since: Int64(stream.announcedUpTo), limit: settings.batchMaxCount)
+        let maxCount = l.maxCount ?? settings.batchMaxCount
+        let changes = try store.changes(in: policy.name, since: Int64(stream.announcedUpTo), limit: maxCount)
         guard let last = changes.last else { return [] }
         var announced: [ReplicationMessage.AnnouncedChange] = []
         var ids: [String: Bool] = [:]
@@ -36,7 +37,7 @@ extension ReplicationNode {
         }
         // Echo records this batch passed are done with (a document changed again since has a new sequence).
         if !l.echoes.isEmpty { l.echoes = l.echoes.filter { $0 > last.sequence } }
-        if announced.isEmpty && !changes.isEmpty && changes.count < settings.batchMaxCount {
+        if announced.isEmpty && !changes.isEmpty && changes.count < maxCount {
             // Only echoes (or filtered changes) and nothing more to read: nothing to tell the peer.
             // The next batch's upTo covers these sequences; no announce, no acknowledgement.
             stream.announcedUpTo = UInt64(last.sequence)
@@ -91,7 +92,7 @@ extension ReplicationNode {
         for (id, doc) in zip(ids, docs) {
             // A document gone since the announcement goes out with an empty version: "not here".
             let body = Array((doc?.body ?? "").utf8)
-            if !frame.isEmpty && (frameBytes + body.count > settings.batchSizeBytes || frame.count >= settings.batchMaxCount) { flush(final: false) }
+            if !frame.isEmpty && (frameBytes + body.count > (l.frameBytes ?? settings.batchSizeBytes) || frame.count >= settings.batchMaxCount) { flush(final: false) }
             frame.append(.init(id: id, deleted: doc?.isDeleted ?? true, version: doc?.version ?? [], body: body))
             frameBytes += body.count + id.utf8.count + (doc?.version.count ?? 0)
         }

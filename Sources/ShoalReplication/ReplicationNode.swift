@@ -55,6 +55,10 @@ public final class ReplicationNode {
         /// This link carries our changes (it is on the mesh's spanning tree, or there is no mesh).
         /// Off the tree, push streams hold where they are and resume when the link joins it.
         var onTree = true
+        /// Smaller batches for a slow link (Bluetooth LE): documents frames of at most this many
+        /// bytes and announces of at most this many changes (nil: the settings').
+        var frameBytes: Int?
+        var maxCount: Int?
         init(id: LinkID) { self.id = id }
     }
 
@@ -121,8 +125,16 @@ public final class ReplicationNode {
 
     // MARK: - Driver events
 
-    public func linkOpened(_ link: LinkID, neighbours: [PeerID] = []) -> [ReplicationAction] {
-        links[link] = Link(id: link)
+    /// A link is up. `slow`: a low-throughput link (Bluetooth LE), replicated in small batches
+    /// (16 KB document frames, announces of 100 changes) so progress is steady and a drop costs
+    /// little.
+    public func linkOpened(_ link: LinkID, neighbours: [PeerID] = [], slow: Bool = false) -> [ReplicationAction] {
+        let l = Link(id: link)
+        if slow {
+            l.frameBytes = min(settings.batchSizeBytes, 16 * 1024)
+            l.maxCount = min(settings.batchMaxCount, 100)
+        }
+        links[link] = l
         let offers = policies.values.sorted { $0.name < $1.name }.map {
             ReplicationMessage.CollectionOffer(name: $0.name.description, push: $0.push, pull: $0.pull)
         }

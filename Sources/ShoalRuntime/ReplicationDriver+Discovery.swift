@@ -71,6 +71,14 @@ extension ReplicationDriver {
     /// mesh hears when it goes (its Wi-Fi links close, advertising stops) and when it comes back.
     /// Bluetooth waits for its transport (issue 7).
     func radiosChanged(_ s: RadioSnapshot, now: Int) {
+        if ble != nil, s.bluetoothAdapter != nil {
+            let (up, why) = s.bluetoothUsable
+            if up != bluetoothUp {
+                bluetoothUp = up
+                if !up { log.info(.mesh, "bluetooth: \(why ?? "not usable")") }
+                handleMesh(mesh.handle(.transport(.bluetooth, up: up), now: UInt64(now)), now: now)
+            }
+        }
         guard wifi?.interface != nil else { return }
         let (up, why) = s.wifiUsable
         wifiDownReason = why

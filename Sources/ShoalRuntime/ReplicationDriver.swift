@@ -47,6 +47,17 @@ package final class ReplicationDriver: @unchecked Sendable {
         case retryNetworks
         case dnssd(DNSSD.Event)
         case radios(RadioSnapshot)
+        case ble(BLEAgent.Event)
+    }
+
+    /// Bluetooth LE discovery: the adapter and the group's service UUID.
+    package struct BluetoothDiscovery {
+        var adapter: String
+        var serviceUUID: [UInt8]
+        package init(adapter: String, serviceUUID: [UInt8]) {
+            self.adapter = adapter
+            self.serviceUUID = serviceUUID
+        }
     }
 
     /// Wi-Fi discovery by DNS-SD: the service type (from the group), the name to publish under,
@@ -70,11 +81,15 @@ package final class ReplicationDriver: @unchecked Sendable {
     var listener: TCPListener?
     var staticPeers: [HostPort] = []
     var dnssd: DNSSD?
+    var ble: BLEAgent?
+    var l2capListener: L2CAPListener?
+    /// Where each peer heard over Bluetooth LE can be dialled (address, PSM).
+    var bleAddresses: [PeerID: (address: BluetoothAddress, psm: UInt16)] = [:]
     /// The in-process medium, when this driver runs on one instead of TCP and DNS-SD.
     var medium: LocalMedium?
     var wifi: WifiDiscovery?
-    /// Transports this build cannot run yet (advertising fails with this reason).
-    var unbuilt: [MeshTransport: String] = [.bluetooth: "the Bluetooth LE transport is not built yet (Shoal runs Wi-Fi only for now)"]
+    /// Transports this gateway cannot run (advertising fails with this reason).
+    var unbuilt: [MeshTransport: String] = [.bluetooth: "the board names no Bluetooth adapter (bluetooth.adapter in its board file)"]
     /// Scanning (the mesh's discovery phase) is on: the prober probes.
     let scanning = Atomic<Bool>(false)
     let probeWake = ConditionLock()
@@ -102,7 +117,12 @@ package final class ReplicationDriver: @unchecked Sendable {
         return ts.tv_sec * 1000 + ts.tv_nsec / 1_000_000
     }
 
-    package func start(listen: HostPort?, peers: [HostPort], wifi: WifiDiscovery? = nil) throws {
+    package func start(listen: HostPort?, peers: [HostPort], wifi: WifiDiscovery? = nil, bluetooth: BluetoothDiscovery? = nil) throws {
+        if let bluetooth {
+            unbuilt[.bluetooth] = nil
+            let agent = BLEAgent(adapter: bluetooth.adapter, serviceUUID: bluetooth.serviceUUID) { [weak self] e in self?.post(.ble(e)) }
+            if agent.start() { ble = agent } else { log.error(.mesh, "cannot start the Bluetooth LE thread") }
+        }
         // DNS-SD tells peers the port, so with discovery on and no address in the site file the
         // gateway listens on every address (IPv6 and IPv4) on a port the kernel picks.
         var address = listen
@@ -152,6 +172,8 @@ package final class ReplicationDriver: @unchecked Sendable {
     package func stop() {
         stopping.store(true, ordering: .relaxed)
         dnssd?.stop()
+        ble?.stop()
+        l2capListener?.close()
         medium?.leave(node.peer)
         lock.withLock { lock.broadcast() }
         probeWake.withLock { probeWake.broadcast() }
@@ -194,6 +216,7 @@ package final class ReplicationDriver: @unchecked Sendable {
     var publishedName: String?
     var avahiVersion: String?
     var wifiInterfaceUp: Bool?
+    var bluetoothUp: Bool?
     var wifiDownReason: String?
     /// Peers whose TXT said another protocol version (logged once each).
     var incompatible: Set<PeerID> = []
@@ -236,7 +259,7 @@ package final class ReplicationDriver: @unchecked Sendable {
                         links[id] = io
                         if let a = io.address { linkAddress[id] = a; linkedAddresses.withLock { _ = $0.insert(a) } }
                         // HELLO goes first; the mesh's gossip for this link after it.
-                        actions += node.linkOpened(id, neighbours: mesh.neighbours)
+                        actions += node.linkOpened(id, neighbours: mesh.neighbours, slow: io.transport == .bluetooth)
                         process(&actions)
                     } else {
                         io.close()
@@ -282,6 +305,8 @@ package final class ReplicationDriver: @unchecked Sendable {
                     handleDNSSD(event, now: now)
                 case .radios(let snapshot):
                     radiosChanged(snapshot, now: now)
+                case .ble(let event):
+                    handleBLE(event, now: now)
                 }
             }
             flush()
@@ -330,6 +355,9 @@ package final class ReplicationDriver: @unchecked Sendable {
                 if case .topology(let link, _, let origin, let sequence, let neighbours) = e {
                     handleMesh(mesh.handle(.topology(from: link, origin: origin, sequence: sequence, neighbours: neighbours), now: UInt64(now)), now: now)
                 } else {
+                    if case .peerConnected(let link, _) = e {
+                        handleMesh(mesh.handle(.replicating(link), now: UInt64(now)), now: now)
+                    }
                     if case .documents(let link, _, _, _) = e {
                         // Documents moving: the peer's replicator is busy until a second passes quietly.
                         if busySince[link] == nil { handleMesh(mesh.handle(.activity(link, busy: true), now: UInt64(now)), now: now) }
@@ -360,6 +388,20 @@ package final class ReplicationDriver: @unchecked Sendable {
                 medium!.setScanning(node.peer, t, false)
             case .connect(let peer, let t) where medium != nil:
                 spawn("repl-dial") { self.dial(peer, over: t, on: self.medium!) }
+            case .startAdvertising(.bluetooth) where ble != nil:
+                startBLEAdvertising(now: now, &queue)
+            case .stopAdvertising(.bluetooth) where ble != nil:
+                ble!.advertise(nil)
+            case .startScanning(.bluetooth) where ble != nil:
+                ble!.scan(true)
+            case .stopScanning(.bluetooth) where ble != nil:
+                ble!.scan(false)
+            case .connect(let peer, .bluetooth) where ble != nil:
+                guard let at = bleAddresses[peer] else {
+                    queue += mesh.handle(.outgoingFailed(peer, .bluetooth, reason: "no Bluetooth address known"), now: UInt64(now))
+                    continue
+                }
+                spawn("repl-bledial") { self.dialBLE(peer, at.address, psm: at.psm) }
             case .startAdvertising(let t):
                 if let why = unbuilt[t] {
                     queue += mesh.handle(.advertisingFailed(t, reason: why), now: UInt64(now))

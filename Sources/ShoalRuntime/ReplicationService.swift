@@ -39,7 +39,11 @@ struct ReplicationService: Service {
         let wifi: ReplicationDriver.WifiDiscovery? = site.transports.contains("wifi") && gateway.board.wifiInterface != nil
             ? .init(serviceType: GroupID(site.group).serviceType, serviceName: "shoal-\(identity.peerID.short)", interface: gateway.board.wifiInterface)
             : nil
-        if roots.isEmpty && config.allowedPeers.isEmpty && (site.listenAddress != nil || !site.staticPeers.isEmpty || wifi != nil) {
+        // Bluetooth LE where the site syncs over it and the board names an adapter.
+        let bluetooth: ReplicationDriver.BluetoothDiscovery? = site.transports.contains("bluetooth")
+            ? gateway.board.bluetoothAdapter.map { .init(adapter: $0, serviceUUID: GroupID(site.group).bleServiceUUID) }
+            : nil
+        if roots.isEmpty && config.allowedPeers.isEmpty && (site.listenAddress != nil || !site.staticPeers.isEmpty || wifi != nil || bluetooth != nil) {
             gateway.logger.warning(.tls, "no authenticator in \(site.source): every peer will be refused; add authenticator.allowedPeers or rootCertificates")
         }
         let authenticator = PeerAuthenticator.trust(roots: roots, allowedPeers: config.allowedPeers)
@@ -58,7 +62,7 @@ struct ReplicationService: Service {
                 node: node, mesh: manager, host: gw,
                 serverTLS: try TLSContext(role: .server, identity: identity, authenticator: authenticator),
                 clientTLS: try TLSContext(role: .client, identity: identity, authenticator: authenticator))
-            try driver.start(listen: site.listenAddress, peers: site.staticPeers, wifi: wifi)
+            try driver.start(listen: site.listenAddress, peers: site.staticPeers, wifi: wifi, bluetooth: bluetooth)
             return driver
         }
         gateway.retryRadiosHook.withLock { $0 = { driver.retryNetworks() } }
@@ -69,7 +73,8 @@ struct ReplicationService: Service {
             gateway.radioHook.withLock { $0 = nil }
         }
         let statics = site.staticPeers.map(\.description).joined(separator: ", ")
-        gateway.logger.info(.replication, "replicating \(collections.count) collections as \(identity.peerID.short); static peers: \(statics.isEmpty ? "none" : statics); discovery: \(wifi.map { "DNS-SD \($0.serviceType) on \($0.interface ?? "any interface")" } ?? "none")")
+        let discovery = [wifi.map { "DNS-SD \($0.serviceType) on \($0.interface ?? "any interface")" }, bluetooth.map { "BLE on \($0.adapter)" }].compactMap { $0 }
+        gateway.logger.info(.replication, "replicating \(collections.count) collections as \(identity.peerID.short); static peers: \(statics.isEmpty ? "none" : statics); discovery: \(discovery.isEmpty ? "none" : discovery.joined(separator: ", "))")
         context.markReady()
         while await context.pause(for: .seconds(1)) {
             // The node thread beats every 100 ms; one that stopped beating is hung.

@@ -1,0 +1,239 @@
+import Glibc
+import ShoalCore
+
+// This file must not import CBlueZ: under whole-module optimisation, a file importing it that uses
+// SOCK_* made those constants vanish from the module's other files (see LinkEvents.swift). The few
+// kernel ABI values L2CAP needs are spelled out here instead (linux/bluetooth headers).
+enum BluetoothABI {
+    static let family: Int32 = 31  // AF_BLUETOOTH
+    static let protoL2CAP: Int32 = 0
+    static let solBluetooth: Int32 = 274
+    static let sndMTU: Int32 = 12  // BT_SNDMTU (read: the peer's MTU, what one write may carry)
+    static let rcvMTU: Int32 = 13  // BT_RCVMTU
+    static let addressLEPublic: UInt8 = 1
+    static let addressLERandom: UInt8 = 2
+}
+
+/// `struct sockaddr_l2` (14 bytes).
+struct SockaddrL2 {
+    var family = UInt16(BluetoothABI.family)
+    var psm: UInt16 = 0  // little endian on the wire: this is a little-endian host (x86, ARM)
+    var address: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) = (0, 0, 0, 0, 0, 0)
+    var cid: UInt16 = 0
+    var addressType: UInt8 = BluetoothABI.addressLEPublic
+    static let length = socklen_t(14)
+}
+
+/// A Bluetooth device address, "AA:BB:CC:DD:EE:FF" (stored reversed on the wire).
+public struct BluetoothAddress: Sendable, Hashable, CustomStringConvertible {
+    public let bytes: [UInt8]  // wire order (least significant first)
+    public let isRandom: Bool
+
+    public init?(_ text: String, random: Bool = false) {
+        let parts = text.split(separator: ":")
+        guard parts.count == 6, let b = Optional(parts.compactMap { UInt8($0, radix: 16) }), b.count == 6 else { return nil }
+        bytes = b.reversed()
+        isRandom = random
+    }
+
+    public init(wire: [UInt8], random: Bool) {
+        bytes = Array(wire.prefix(6))
+        isRandom = random
+    }
+
+    public var description: String {
+        bytes.reversed().map { ($0 < 16 ? "0" : "") + String($0, radix: 16, uppercase: true) }.joined(separator: ":")
+    }
+
+    var tuple: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) { (bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5]) }
+}
+
+/// An L2CAP LE credit-based channel (SOCK_SEQPACKET) as a byte stream: each write goes out in
+/// SDUs of at most the peer's MTU (BT_SNDMTU), each read returns what one SDU carried (buffered,
+/// so a small read loses nothing). Non-blocking with poll and timeouts, and a wake-up pipe that
+/// interrupts a read, as TCPStream has. Data written just before close can be lost on these
+/// channels: the protocol above acknowledges what matters.
+public final class L2CAPStream: ByteStream, @unchecked Sendable {
+    private let fd: Int32
+    private let wakeFD: Int32
+    private let wakeWriteFD: Int32
+    private var closed = false
+    /// What one write may carry, and one read may bring.
+    public let sendMTU: Int
+    public let receiveMTU: Int
+    public let peer: BluetoothAddress
+    private var pending: [UInt8] = []
+    private var pendingHead = 0
+
+    init(fd: Int32, peer: BluetoothAddress) {
+        self.fd = fd
+        self.peer = peer
+        var pair: [Int32] = [-1, -1]
+        if pipe(&pair) == 0 {
+            for p in pair {
+                _ = fcntl(p, F_SETFL, fcntl(p, F_GETFL) | O_NONBLOCK)
+                _ = fcntl(p, F_SETFD, FD_CLOEXEC)
+            }
+        } else { pair = [-1, -1] }
+        wakeFD = pair[0]
+        wakeWriteFD = pair[1]
+        sendMTU = Int(L2CAPStream.option(fd, BluetoothABI.sndMTU) ?? 23)
+        receiveMTU = Int(L2CAPStream.option(fd, BluetoothABI.rcvMTU) ?? 23)
+    }
+
+    deinit {
+        close()
+        if wakeFD >= 0 { Glibc.close(wakeFD) }
+        if wakeWriteFD >= 0 { Glibc.close(wakeWriteFD) }
+    }
+
+    static func option(_ fd: Int32, _ name: Int32) -> UInt16? {
+        var v: UInt16 = 0
+        var len = socklen_t(2)
+        return getsockopt(fd, BluetoothABI.solBluetooth, name, &v, &len) == 0 ? v : nil
+    }
+
+    static func socket(receiveMTU: UInt16) throws(StreamError) -> Int32 {
+        let fd = Glibc.socket(BluetoothABI.family, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), BluetoothABI.protoL2CAP)
+        guard fd >= 0 else { throw .failed("cannot make an L2CAP socket: \(String(cString: strerror(errno))) (no Bluetooth in this kernel?)") }
+        var mtu = receiveMTU
+        _ = setsockopt(fd, BluetoothABI.solBluetooth, BluetoothABI.rcvMTU, &mtu, 2)
+        return fd
+    }
+
+    /// Connects to `psm` on `peer` (an LE address) within `timeoutMillis`.
+    public static func connect(to peer: BluetoothAddress, psm: UInt16, receiveMTU: UInt16 = 4096, timeoutMillis: Int) throws(StreamError) -> L2CAPStream {
+        let fd = try socket(receiveMTU: receiveMTU)
+        var local = SockaddrL2()
+        var rc = withUnsafePointer(to: &local) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, SockaddrL2.length) } }
+        guard rc == 0 else { let e = errno; Glibc.close(fd); throw .failed("cannot bind an L2CAP socket: \(String(cString: strerror(e)))") }
+        var remote = SockaddrL2()
+        remote.psm = psm
+        remote.address = peer.tuple
+        remote.addressType = peer.isRandom ? BluetoothABI.addressLERandom : BluetoothABI.addressLEPublic
+        rc = withUnsafePointer(to: &remote) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, SockaddrL2.length) } }
+        if rc != 0 && errno != EINPROGRESS && errno != EAGAIN {
+            let e = errno
+            Glibc.close(fd)
+            throw .failed("L2CAP connect to \(peer) psm \(psm): \(String(cString: strerror(e)))")
+        }
+        var p = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
+        let n = poll(&p, 1, Int32(timeoutMillis))
+        if n <= 0 { Glibc.close(fd); throw n == 0 ? .timeout : .failed("poll: \(String(cString: strerror(errno)))") }
+        var err: Int32 = 0
+        var len = socklen_t(4)
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len)
+        guard err == 0 else { Glibc.close(fd); throw .failed("L2CAP connect to \(peer) psm \(psm): \(String(cString: strerror(err)))") }
+        return L2CAPStream(fd: fd, peer: peer)
+    }
+
+    public func wake() {
+        var b: UInt8 = 1
+        _ = Glibc.write(wakeWriteFD, &b, 1)
+    }
+
+    public func read(into buffer: UnsafeMutableRawBufferPointer, timeoutMillis: Int) throws(StreamError) -> Int {
+        if pendingHead < pending.count { return take(buffer) }
+        guard !closed else { return 0 }
+        var fds = [pollfd(fd: fd, events: Int16(POLLIN), revents: 0), pollfd(fd: wakeFD, events: Int16(POLLIN), revents: 0)]
+        let n = poll(&fds, 2, Int32(timeoutMillis))
+        if n < 0 { if errno == EINTR { throw .timeout }; throw .failed("poll: \(String(cString: strerror(errno)))") }
+        if fds[1].revents != 0 {
+            var drain = [UInt8](repeating: 0, count: 64)
+            _ = Glibc.read(wakeFD, &drain, 64)
+            if fds[0].revents == 0 { throw .timeout }
+        }
+        if n == 0 { throw .timeout }
+        // One SDU per recv: the buffer must hold a whole one.
+        pending = [UInt8](repeating: 0, count: max(receiveMTU, 256))
+        pendingHead = 0
+        let got = pending.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+        if got < 0 {
+            pending = []
+            if errno == EAGAIN || errno == EINTR { throw .timeout }
+            if errno == ECONNRESET || errno == ENOTCONN || errno == EPIPE || errno == ETIMEDOUT || errno == EHOSTDOWN { return 0 }
+            throw .failed("L2CAP read: \(String(cString: strerror(errno)))")
+        }
+        if got == 0 { pending = []; return 0 }
+        pending.removeSubrange(got...)
+        return take(buffer)
+    }
+
+    private func take(_ buffer: UnsafeMutableRawBufferPointer) -> Int {
+        let n = min(buffer.count, pending.count - pendingHead)
+        pending.withUnsafeBytes { src in buffer.baseAddress!.copyMemory(from: src.baseAddress! + pendingHead, byteCount: n) }
+        pendingHead += n
+        if pendingHead == pending.count { pending = []; pendingHead = 0 }
+        return n
+    }
+
+    public func write(_ bytes: UnsafeRawBufferPointer, timeoutMillis: Int) throws(StreamError) -> Int {
+        guard !closed else { throw .closed }
+        let chunk = min(bytes.count, sendMTU)
+        while true {
+            let sent = send(fd, bytes.baseAddress, chunk, Int32(MSG_NOSIGNAL))
+            if sent >= 0 { return sent }
+            if errno == EAGAIN || errno == EINTR {
+                var p = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
+                let n = poll(&p, 1, Int32(timeoutMillis))
+                if n == 0 { throw .timeout }
+                if n < 0 && errno != EINTR { throw .failed("poll: \(String(cString: strerror(errno)))") }
+                continue
+            }
+            if errno == EPIPE || errno == ECONNRESET || errno == ENOTCONN { throw .closed }
+            throw .failed("L2CAP write: \(String(cString: strerror(errno)))")
+        }
+    }
+
+    public func close() {
+        guard !closed else { return }
+        closed = true
+        shutdown(fd, Int32(SHUT_RDWR))
+        Glibc.close(fd)
+    }
+}
+
+/// A listening L2CAP LE socket on a dynamic PSM (0x80–0xFF, chosen by the kernel).
+public final class L2CAPListener: @unchecked Sendable {
+    private let fd: Int32
+    public let psm: UInt16
+    private var closed = false
+
+    public init(receiveMTU: UInt16 = 4096) throws(StreamError) {
+        let fd = try L2CAPStream.socket(receiveMTU: receiveMTU)
+        var local = SockaddrL2()
+        let rc = withUnsafePointer(to: &local) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, SockaddrL2.length) } }
+        guard rc == 0, listen(fd, 8) == 0 else {
+            let e = errno
+            Glibc.close(fd)
+            throw .failed("cannot listen for L2CAP LE channels: \(String(cString: strerror(e)))")
+        }
+        var bound = SockaddrL2()
+        var len = SockaddrL2.length
+        _ = withUnsafeMutablePointer(to: &bound) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) } }
+        self.fd = fd
+        psm = bound.psm
+    }
+
+    /// The next channel, or nil after `timeoutMillis`.
+    public func accept(timeoutMillis: Int) throws(StreamError) -> L2CAPStream? {
+        guard !closed else { throw .closed }
+        var p = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        let n = poll(&p, 1, Int32(timeoutMillis))
+        if n <= 0 { return nil }
+        var remote = SockaddrL2()
+        var len = SockaddrL2.length
+        let c = withUnsafeMutablePointer(to: &remote) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.accept(fd, $0, &len) } }
+        guard c >= 0 else { return nil }
+        _ = fcntl(c, F_SETFL, fcntl(c, F_GETFL) | O_NONBLOCK)
+        _ = fcntl(c, F_SETFD, FD_CLOEXEC)
+        let t = remote.address
+        return L2CAPStream(fd: c, peer: BluetoothAddress(wire: [t.0, t.1, t.2, t.3, t.4, t.5], random: remote.addressType == BluetoothABI.addressLERandom))
+    }
+
+    public func close() {
+        guard !closed else { return }
+        closed = true
+        Glibc.close(fd)
+    }
+}
