@@ -131,6 +131,11 @@ public struct MeshOptions: Sendable, Equatable {
     public var requestTimeoutMillis = 5_000
     public var txLogBatchSizeKb = 100
     public var txLogBatchMaxCount = 1000
+    /// Transport switching (both transports on): Wi-Fi failures in a row with a peer before its
+    /// link moves to Bluetooth LE (Shoal's; the Couchbase seed says "a small number").
+    public var wifiAttemptsBeforeFallback = 3
+    /// How long after the last Wi-Fi failure Wi-Fi is tried again for a peer that fell back.
+    public var wifiRetryAfterFallbackMillis = 60_000
     public init() {}
 
     func settings(_ transports: Set<MultipeerTransport>) -> MeshSettings {
@@ -148,6 +153,8 @@ public struct MeshOptions: Sendable, Equatable {
         m.discoveryPauseMillis = UInt64(max(0, discoveryPauseSeconds)) * 1000
         m.discoveryPauseJitterMillis = UInt64(max(0, discoveryPauseJitterSeconds)) * 1000
         m.transports = Set(transports.map(\.mesh))
+        m.wifiAttemptsBeforeFallback = max(1, wifiAttemptsBeforeFallback)
+        m.wifiRetryAfterFallbackMillis = UInt64(max(0, wifiRetryAfterFallbackMillis))
         return m
     }
 
@@ -199,6 +206,10 @@ public final class SimulatedMedium: Sendable {
 
     /// Takes `transport` away from `peer` (false) or gives it back (true).
     public func setTransport(_ transport: MultipeerTransport, up: Bool, for peer: PeerID) { raw.setTransport(peer.raw, transport.mesh, up: up) }
+
+    /// Makes connections to and from `peer` over `transport` fail while it is still heard there
+    /// (discovery works, connections do not), or work again.
+    public func setConnectionsFail(_ transport: MultipeerTransport, _ failing: Bool, for peer: PeerID) { raw.setDialsFail(peer.raw, transport.mesh, failing) }
 }
 
 /// Everything a replicator needs (the seed's `MultipeerReplicatorConfiguration`).

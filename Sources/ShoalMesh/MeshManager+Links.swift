@@ -3,8 +3,25 @@ import ShoalCore
 /// Links: admitting, opening, dropping, evicting, and choosing whom to dial.
 extension MeshManager {
     func open(_ c: Connection, now: UInt64, _ out: inout [MeshAction]) {
+        let existing = connections.values.filter { $0.peer == c.peer }
+        // Transport switching: a Wi-Fi link joins a Bluetooth LE one to the same peer (handover: the
+        // LE link closes once Wi-Fi replicates); a LE link where Wi-Fi runs is not needed.
+        if c.transport == .bluetooth, existing.contains(where: { $0.transport == .wifi }) {
+            out.append(.close(c.id, reason: "a Wi-Fi link to this peer exists"))
+            return
+        }
+        if c.transport == .wifi, !existing.isEmpty, existing.allSatisfy({ $0.transport == .bluetooth }) {
+            connections[c.id] = c
+            componentCache = nil
+            out.append(.event(.peerReplicator(c.peer, c.transport, outgoing: c.outgoing, activity: .connecting, error: nil)))
+            for (origin, entry) in graph.sorted(by: { $0.key < $1.key }) where origin != me {
+                out.append(.sendTopology(c.id, origin: origin, sequence: entry.sequence, neighbours: entry.neighbours))
+            }
+            announceOwnLinks(&out)
+            return
+        }
         // One link per pair: keep the one dialled by the lower peer id (both sides decide alike).
-        if let other = connections.values.first(where: { $0.peer == c.peer }) {
+        if let other = existing.first(where: { $0.transport == c.transport }) ?? existing.first {
             let dialler: (Connection) -> PeerID = { $0.outgoing ? self.me : $0.peer }
             let preferred = min(me, c.peer)
             let keepNew = dialler(c) == preferred && dialler(other) != preferred || (dialler(c) == dialler(other) && c.id > other.id)
@@ -70,6 +87,7 @@ extension MeshManager {
         // dialling that peer again, so a full peer is not dialled every connectDelay.
         if c.outgoing, var r = peers[c.peer] {
             r.failedAt = now
+            r.failedOn = c.transport
             peers[c.peer] = r
         }
         out.append(.event(.peerReplicator(c.peer, c.transport, outgoing: c.outgoing, activity: .offline, error: nil)))
@@ -78,8 +96,15 @@ extension MeshManager {
 
     /// Decides whether to dial someone now.
     func plan(now: UInt64, _ out: inout [MeshAction]) {
-        guard connections.count + pending.count < settings.maxConnectionCount else { return }
         if let last = lastDial, now < last + settings.connectDelayMillis { return }
+        // A handover to Wi-Fi replaces a link: it does not wait for a free slot.
+        guard connections.count + pending.count < settings.maxConnectionCount || upgradeCandidate(now: now) != nil else { return }
+        if let (peer, t) = upgradeCandidate(now: now) {
+            lastDial = now
+            pending[peer] = (t, now)
+            out.append(.connect(peer, t))
+            return
+        }
         guard let (peer, t) = choosePeer(now: now, planning: true) else { return }
         lastDial = now
         pending[peer] = (t, now)
@@ -88,8 +113,17 @@ extension MeshManager {
     }
 
     func nextDialWake(now: UInt64) -> UInt64? {
-        guard connections.count + pending.count < settings.maxConnectionCount else { return nil }
         var times: [UInt64] = []
+        // Handovers to Wi-Fi: one due now (after connectDelay), or when a Wi-Fi backoff ends.
+        if usable.contains(.wifi) {
+            if upgradeCandidate(now: now) != nil { times.append(max(now + 1, (lastDial ?? 0) + settings.connectDelayMillis)) }
+            for c in connections.values where c.transport == .bluetooth {
+                guard let r = peers[c.peer], r.heardOn.contains(.wifi) else { continue }
+                if let f = r.failedAt, r.failedOn == .wifi, now < f + backoff(r) { times.append(f + backoff(r)) }
+                if !wifiWorth(r, now: now), let w = r.wifiFailedAt { times.append(w + settings.wifiRetryAfterFallbackMillis) }
+            }
+        }
+        guard connections.count + pending.count < settings.maxConnectionCount else { return times.min() }
         if let last = lastDial, now < last + settings.connectDelayMillis, hasCandidates {
             times.append(last + settings.connectDelayMillis)
         }
@@ -106,6 +140,24 @@ extension MeshManager {
         return peers.contains { !$0.value.heardOn.isEmpty && !linked.contains($0.key) && pending[$0.key] == nil }
     }
 
+    /// Whether Wi-Fi may be tried with this peer (transport switching): fewer failures in a row
+    /// than the fallback limit, or long enough since the last.
+    func wifiWorth(_ r: PeerRecord, now: UInt64) -> Bool {
+        r.wifiFailures < settings.wifiAttemptsBeforeFallback || (r.wifiFailedAt.map { now >= $0 + settings.wifiRetryAfterFallbackMillis } ?? true)
+    }
+
+    /// A peer linked over Bluetooth LE that Wi-Fi can reach now: dial it over Wi-Fi in parallel.
+    func upgradeCandidate(now: UInt64) -> (PeerID, MeshTransport)? {
+        guard usable.contains(.wifi) else { return nil }
+        for c in connections.values.sorted(by: { $0.id < $1.id }) where c.transport == .bluetooth && pending[c.peer] == nil {
+            guard let r = peers[c.peer], r.heardOn.contains(.wifi), wifiWorth(r, now: now),
+                  !connections.values.contains(where: { $0.peer == c.peer && $0.transport == .wifi }) else { continue }
+            if let f = r.failedAt, r.failedOn == .wifi, now < f + backoff(r) { continue }
+            return (c.peer, .wifi)
+        }
+        return nil
+    }
+
     /// backoffMillis, as the seed says: a fixed delay before retrying a peer that failed.
     func backoff(_ r: PeerRecord) -> UInt64 { settings.backoffMillis }
 
@@ -116,11 +168,15 @@ extension MeshManager {
         let linked = Set(connections.values.map(\.peer))
         var candidates: [Candidate] = []
         for (peer, r) in peers where !r.heardOn.isEmpty && pending[peer] == nil && !linked.contains(peer) {
-            if let f = r.failedAt, now < f + backoff(r) { continue }
+            // Wi-Fi preferred; Bluetooth LE where Wi-Fi cannot reach the peer or failed too often.
+            let wifiOK = r.heardOn.contains(.wifi) && usable.contains(.wifi)
+            let bleOK = r.heardOn.contains(.bluetooth) && usable.contains(.bluetooth)
             let t: MeshTransport
-            if r.heardOn.contains(.wifi) && usable.contains(.wifi) { t = .wifi }
-            else if r.heardOn.contains(.bluetooth) && usable.contains(.bluetooth) { t = .bluetooth }
+            if wifiOK && (wifiWorth(r, now: now) || !bleOK) { t = .wifi }
+            else if bleOK { t = .bluetooth }
             else { continue }
+            // A failure's backoff holds up the transport it happened on.
+            if let f = r.failedAt, now < f + backoff(r), r.failedOn == nil || r.failedOn == t { continue }
             candidates.append((peer, t, graph[peer]?.neighbours.count ?? r.load ?? 0))
         }
         guard !candidates.isEmpty else { return nil }

@@ -38,13 +38,20 @@ public final class MeshManager {
         let transport: MeshTransport
         let outgoing: Bool
         var busy = false
+        /// Replication runs on it (the driver said so).
+        var replicating = false
     }
 
     struct PeerRecord {
         var heardOn: Set<MeshTransport> = []
         var load: Int?
         var failedAt: UInt64?
+        /// The transport the failure at `failedAt` was on (its backoff does not hold up the other).
+        var failedOn: MeshTransport?
         var failures = 0
+        /// Wi-Fi failures in a row (transport switching), and the last one's time.
+        var wifiFailures = 0
+        var wifiFailedAt: UInt64?
         var lastActivity = PeerActivity.offline
     }
 
@@ -105,8 +112,16 @@ public final class MeshManager {
     /// hash of the pair), so live changes pushed along it reach each node once; the other links
     /// only announce them.
     public func isTreeLink(_ id: ConnectionID) -> Bool {
-        guard let c = connections[id] else { return false }
+        guard let c = connections[id], primary(c.peer)?.id == id else { return false }
         return treeNeighbours().contains(c.peer)
+    }
+
+    /// The connection replication uses with `peer`: during a handover, the Bluetooth LE link until
+    /// the Wi-Fi link replicates; otherwise the only one (the oldest, should there be two).
+    func primary(_ peer: PeerID) -> Connection? {
+        let all = connections.values.filter { $0.peer == peer }.sorted { $0.id < $1.id }
+        if let wifi = all.first(where: { $0.transport == .wifi && $0.replicating }) { return wifi }
+        return all.first { $0.transport == .bluetooth } ?? all.first
     }
 
     func treeNeighbours() -> Set<PeerID> {
@@ -156,7 +171,7 @@ public final class MeshManager {
 
     public func info(_ peer: PeerID) -> PeerInfo? {
         let record = peers[peer]
-        let conn = connections.values.filter { $0.peer == peer }.min { $0.id < $1.id }
+        let conn = primary(peer)
         guard record != nil || conn != nil || graph[peer] != nil else { return nil }
         return PeerInfo(peer: peer, online: conn != nil || !(record?.heardOn.isEmpty ?? true),
                         discoveredOn: (record?.heardOn ?? []).sorted(), connectedOn: conn?.transport, outgoing: conn?.outgoing,
@@ -246,6 +261,7 @@ public final class MeshManager {
                 out.append(.event(.peerDiscovery(peer, t, online: true)))
                 // Heard again after being lost: fresh evidence it is there, dial without waiting.
                 r.failedAt = nil
+                if t == .wifi { r.wifiFailures = 0 }
             }
             peers[peer] = r
         case .lost(let peer, let t):
@@ -268,10 +284,31 @@ public final class MeshManager {
             var r = peers[peer] ?? PeerRecord()
             r.failures += 1
             r.failedAt = now
+            r.failedOn = t
+            if t == .wifi { r.wifiFailures += 1; r.wifiFailedAt = now }
             peers[peer] = r
             out.append(.event(.peerReplicator(peer, t, outgoing: true, activity: .offline, error: reason)))
         case .closed(let id):
+            if let c = connections[id], c.transport == .wifi, !c.replicating, var r = peers[c.peer] {
+                // A Wi-Fi link that ended before replicating counts as a Wi-Fi failure.
+                r.wifiFailures += 1
+                r.wifiFailedAt = now
+                peers[c.peer] = r
+            }
             dropConnection(id, now: now, &out)
+        case .replicating(let id):
+            guard var c = connections[id], !c.replicating else { return [] }
+            c.replicating = true
+            connections[id] = c
+            guard c.transport == .wifi else { return finish(out, now: now) }
+            peers[c.peer]?.wifiFailures = 0
+            // Handover: the Bluetooth LE link to this peer closes once Wi-Fi replicates.
+            for old in connections.values.sorted(by: { $0.id < $1.id }) where old.peer == c.peer && old.transport == .bluetooth {
+                connections[old.id] = nil
+                componentCache = nil
+                out.append(.close(old.id, reason: "replication moved to wifi"))
+                out.append(.event(.peerReplicator(c.peer, .wifi, outgoing: c.outgoing, activity: c.busy ? .busy : .idle, error: nil)))
+            }
         case .topology(let from, let origin, let seq, let neighbours):
             guard connections[from] != nil else { return [] }
             absorb(origin: origin, sequence: seq, neighbours: neighbours, from: from, &out)

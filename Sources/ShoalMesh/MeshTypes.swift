@@ -42,6 +42,12 @@ public struct MeshSettings: Sendable, Equatable {
     public var discoveryPauseJitterMillis: UInt64 = 15_000
     /// The transports this gateway uses (the Couchbase seed's default: Wi-Fi only).
     public var transports: Set<MeshTransport> = [.wifi]
+    /// Transport switching (both transports on): after this many Wi-Fi failures in a row with a
+    /// peer (dials that fail, links that close before replicating), use Bluetooth LE for it.
+    public var wifiAttemptsBeforeFallback = 3
+    /// After falling back, Wi-Fi is tried again for that peer this long after its last failure
+    /// (at once if the peer is heard anew on Wi-Fi).
+    public var wifiRetryAfterFallbackMillis: UInt64 = 60_000
 
     public init() {}
 
@@ -86,6 +92,9 @@ public enum MeshInput: Sendable {
     case topology(from: ConnectionID, origin: PeerID, sequence: UInt64, neighbours: [PeerID])
     /// Replication on a connection started or stopped moving documents.
     case activity(ConnectionID, busy: Bool)
+    /// Replication runs on this connection (both HELLOs done): a Bluetooth LE link to the same
+    /// peer that this Wi-Fi link replaces is closed now.
+    case replicating(ConnectionID)
     /// Something the mesh cannot run without failed for good (the store, every radio).
     case fatal(String)
 }

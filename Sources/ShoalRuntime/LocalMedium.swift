@@ -29,6 +29,9 @@ package final class LocalMedium: Sendable {
     struct State {
         var members: [PeerID: Member] = [:]
         var cut: Set<[PeerID]> = []
+        /// Dials to or from these peers over these transports fail (heard, but not reachable);
+        /// kept across joins, so a test can set it before a replicator starts.
+        var failDials: [PeerID: Set<MeshTransport>] = [:]
         /// Open pipes per pair (sorted), so a cut closes them.
         var pipes: [[PeerID]: [MemoryPipeEnd]] = [:]
     }
@@ -100,6 +103,14 @@ package final class LocalMedium: Sendable {
         for c in calls { c() }
     }
 
+    /// Makes dials to and from `peer` over `t` fail while it stays heard there (a network that
+    /// passes discovery but not connections), or work again.
+    package func setDialsFail(_ peer: PeerID, _ t: MeshTransport, _ failing: Bool) {
+        state.withLock { s in
+            if failing { s.failDials[peer, default: []].insert(t) } else { s.failDials[peer]?.remove(t) }
+        }
+    }
+
     /// A connection from `from` to `to` over `t`: the dialler's end; the other end goes to the
     /// callee's accept handler (on the caller's thread).
     package func dial(from: PeerID, to: PeerID, over t: MeshTransport) throws(StreamError) -> MemoryPipeEnd {
@@ -107,6 +118,7 @@ package final class LocalMedium: Sendable {
         let (mine, theirs, accept) = try state.withLock { s throws(StreamError) -> (MemoryPipeEnd, MemoryPipeEnd, Accept) in
             guard let callee = s.members[to], let caller = s.members[from],
                   callee.advertising.contains(t), !callee.down.contains(t), !caller.down.contains(t),
+                  !(s.failDials[to]?.contains(t) ?? false), !(s.failDials[from]?.contains(t) ?? false),
                   !s.cut.contains(key) else { throw .closed }
             let (a, b) = MemoryPipe.pair(capacity: pipeCapacity)
             s.pipes[key, default: []].append(a)
