@@ -5,8 +5,9 @@ SWIFT ?= swift
 DEB_PACKAGES := libsqlite3-dev libmbedtls-dev libavahi-client-dev libbluetooth-dev libgpiod-dev libyaml-dev pkg-config openssl
 # Tests only: the network lab's (avahi-daemon runs only inside namespaces the tests make), and the
 # deploy check's (lintian; dpkg-dev for dpkg-shlibdeps; systemd for systemd-analyze).
-# And the hardware lab's (QEMU with Debian's kernel; scripts/qemu-lab.sh adds the kernel headers).
-LAB_PACKAGES := avahi-daemon avahi-utils dbus iproute2 lintian dpkg-dev systemd qemu-system-x86 busybox-static cpio kmod gpiod
+# And the hardware lab's (QEMU with Debian's kernel; scripts/qemu-lab.sh adds the kernel headers; bluez and
+# bluez-test-tools for btvirt, hciconfig, btmgmt and hcitool in the guest).
+LAB_PACKAGES := avahi-daemon avahi-utils dbus iproute2 lintian dpkg-dev systemd qemu-system-x86 busybox-static cpio kmod gpiod bluez bluez-test-tools
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: all deps boards build release deb demo demo-gateways example test sim-check soak fuzz bench size clean

@@ -32,7 +32,9 @@ prepare() {
   local ver; ver=$(kernel_version)
   [ -n "$ver" ] || { echo "qemu-lab: no linux-image-6.1 in the apt lists (apt-get update?)" >&2; exit 1; }
   local dir="$cache/$ver"
-  if [ -f "$dir/initrd.cpio.gz" ] && [ -f "$dir/vmlinuz" ]; then echo "qemu-lab: cached guest for $ver in $dir"; return; fi
+  # The layout number changes whenever the initramfs changes (so a cached guest is rebuilt).
+  local layout=2
+  if [ -f "$dir/initrd.cpio.gz" ] && [ -f "$dir/vmlinuz" ] && [ "$(cat "$dir/layout" 2>/dev/null)" = $layout ]; then echo "qemu-lab: cached guest for $ver in $dir"; return; fi
   echo "qemu-lab: preparing a guest with Debian's kernel $ver"
   local missing=""
   for p in qemu-system-x86 busybox-static cpio kmod "linux-headers-$ver"; do
@@ -74,7 +76,9 @@ prepare() {
 #!/bin/busybox sh
 /bin/busybox --install -s /bin
 mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
-for m in virtio_pci 9pnet_virtio 9p configfs gpio-sim; do modprobe $m || echo "qemu-lab: modprobe $m failed"; done
+# Modules load here, before the chroot (its /lib/modules is this machine's, not the guest kernel's;
+# the kernel's own module requests use this initramfs's modprobe). hci_vhci gives /dev/vhci for btvirt.
+for m in virtio_pci 9pnet_virtio 9p configfs gpio-sim hci_vhci; do modprobe $m || echo "qemu-lab: modprobe $m failed"; done
 mount -t configfs none /sys/kernel/config
 mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=262144 hostroot /host || echo "qemu-lab: cannot mount the host's /"
 for d in dev proc sys; do mount --bind /$d /host/$d; done
@@ -91,6 +95,7 @@ INIT
   chmod +x "$root/init"
   (cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) > initrd.cpio.gz
   echo "$ver" > "$cache/version"
+  echo $layout > "$dir/layout"
   rm -rf image
   echo "qemu-lab: guest ready: $dir ($(du -sh initrd.cpio.gz | cut -f1) initramfs)"
 }

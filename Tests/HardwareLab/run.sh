@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The hardware lab's checks (run by `make test` after `make release`): boots Debian's kernel under
-# QEMU with gpio-sim (scripts/qemu-lab.sh) and runs each guest script here against SHOAL (default
-# dist/shoal). Skipped, saying why, where the lab cannot run (not root: it installs packages and
+# QEMU with gpio-sim and hci_vhci (scripts/qemu-lab.sh) and runs each guest script here against
+# SHOAL (default dist/shoal): the LED on gpio-sim, the Bluetooth LE transport on btvirt's
+# controllers, and transport switching (TCP on the guest's loopback + BLE). SHOAL_LAB_CHECKS
+# picks scripts. Skipped, saying why, where the lab cannot run (not root: it installs packages and
 # needs /dev/port in the guest only, but apt needs root here).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -9,6 +11,10 @@ shoal=$(realpath "${1:-dist/shoal}")
 [ -x "$shoal" ] || { echo "hardware lab: no shoal binary at $shoal" >&2; exit 1; }
 if [ "$(id -u)" != 0 ]; then echo "hardware lab: skipped (needs root to install QEMU and build gpio-sim)"; exit 0; fi
 ./scripts/qemu-lab.sh prepare
+# The Bluetooth checks run BlueZ's tools from this machine in the guest (make deps installs them).
+if ! command -v btvirt >/dev/null || ! command -v hciconfig >/dev/null; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bluez bluez-test-tools >/dev/null
+fi
 cache=${SHOAL_QEMU_CACHE:-/var/cache/shoal-qemu}
 failed=0
 # The guest's /tmp and /run are its own (tmpfs): the binary (which may live in a clone under /tmp)
@@ -16,12 +22,13 @@ failed=0
 guest_shoal="$cache/shoal-$$"
 cp "$shoal" "$guest_shoal"
 trap 'rm -f "$guest_shoal"' EXIT
-for check in Tests/HardwareLab/gpio-led.sh; do
+checks=${SHOAL_LAB_CHECKS:-Tests/HardwareLab/gpio-led.sh Tests/HardwareLab/ble-link.sh Tests/HardwareLab/ble-switch.sh}
+for check in $checks; do
   guest="$cache/run-$$-$(basename "$check")"
   { echo "SHOAL=$guest_shoal"; cat "$check"; } > "$guest"
   start=$(date +%s)
   set +e
-  ./scripts/qemu-lab.sh run "$guest" 2>&1 | tr -d '\r' | grep -E '^(ok|FAIL|guest checks|qemu-lab)'
+  ./scripts/qemu-lab.sh run "$guest" 2>&1 | tr -d '\r' | grep -E '^(ok|FAIL|figure|guest checks|qemu-lab|      )'
   rc=${PIPESTATUS[0]}
   set -e
   rm -f "$guest"

@@ -1,0 +1,151 @@
+#!/bin/sh
+# Runs inside the QEMU guest (scripts/qemu-lab.sh), chrooted into this machine's /, as root. SHOAL
+# is set by the line the test prepends. The Bluetooth LE transport against the real kernel
+# Bluetooth stack: hci_vhci + btvirt make three LE controllers that hear each other (no
+# bluetoothd). Gateways a (hci0) and b (hci1) sync over BLE only; x (hci2) is a stranger they do
+# not trust. Prints `ok …` / `FAIL …` lines and `figure …` lines.
+set -u
+fails=0
+ok() { echo "ok   $*"; }
+fail() { echo "FAIL $*"; fails=$((fails + 1)); }
+figure() { echo "figure $*"; }
+now() { cut -d' ' -f1 /proc/uptime; }
+lab=/tmp/lab
+mkdir -p $lab
+
+[ -e /dev/vhci ] || { echo "FAIL no /dev/vhci (hci_vhci not loaded by the initramfs)"; exit 1; }
+btvirt -l3 -L > $lab/btvirt.log 2>&1 &
+btvirt=$!
+i=0; while [ ! -e /sys/class/bluetooth/hci2 ] && [ $i -lt 50 ]; do sleep 0.2; i=$((i + 1)); done
+for h in hci0 hci1 hci2; do hciconfig $h up || fail "hciconfig $h up"; done
+ok "three LE controllers: $(for h in hci0 hci1 hci2; do printf '%s=%s ' $h "$(hciconfig $h | sed -n 's/.*BD Address: \([0-9A-F:]*\).*/\1/p')"; done)"
+addr() { hciconfig $1 | sed -n 's/.*BD Address: \([0-9A-F:]*\).*/\1/p'; }
+
+for g in a b x; do
+  $SHOAL identity create --data-dir $lab/$g --cn lab-$g > /dev/null || fail "identity $g"
+  eval "id_$g=$($SHOAL identity show --data-dir $lab/$g --json | sed -n 's/.*"peerID" *: *"\([0-9a-f]*\)".*/\1/p')"
+done
+board() {
+  cat > $lab/board-$1.yaml <<B
+extends: generic-linux
+board:
+  name: QEMU lab BLE gateway $1
+  support: community
+wifi:
+  interface: none
+bluetooth:
+  adapter: $2
+B
+}
+site() {
+  cat > $lab/site-$1.yaml <<S
+group: lab.ble
+transports: [bluetooth]
+collections:
+  - name: sensors.readings
+authenticator:
+  allowedPeers: [$2]
+mesh:
+  advertisingDelayMillis: 100
+  connectDelayMillis: 200
+  backoffMillis: 2000
+  initialDiscoveryDurationSeconds: 0
+S
+}
+board a hci0; board b hci1; board x hci2
+site a "$id_a, $id_b"; site b "$id_a, $id_b"; site x "$id_a, $id_b, $id_x"
+run() {
+  $SHOAL run --board $lab/board-$1.yaml --config $lab/site-$1.yaml --data-dir $lab/$1 --log-level verbose > $lab/$1.log 2>&1 &
+  i=0; while [ ! -S $lab/$1/control.sock ] && [ $i -lt 100 ]; do sleep 0.2; i=$((i + 1)); done
+}
+# What a gateway's log says about Bluetooth and links (for failures).
+story() { grep -E 'bluetooth|refused|link [0-9]+|replicating with|closed' $lab/$1.log | tail -${2:-8} | sed "s/^/      $1: /"; }
+docs() { $SHOAL status --socket $lab/$1/control.sock --json 2>/dev/null | sed -n 's/^ *"documents" *: *\([0-9]*\).*/\1/p'; }
+# Waits up to $2 s until gateway $1 holds $3 documents; prints the seconds it took (or nothing).
+wait_docs() {
+  t0=$(now); n=0
+  while :; do
+    n=$(docs $1); [ "${n:-0}" -ge $3 ] && { awk -v a=$t0 -v b=$(now) 'BEGIN { printf "%.1f", b - a }'; return 0; }
+    awk -v a=$t0 -v b=$(now) -v l=$2 'BEGIN { exit !(b - a > l) }' && return 1
+    sleep 0.5
+  done
+}
+makefile() {  # prefix, count: ~230-byte documents
+  i=0; while [ $i -lt $2 ]; do
+    printf '%s-%05d\t{"sensor":"%s","seq":%d,"celsius":21.5,"note":"%s"}\n' $1 $i $1 $i "abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyz"
+    i=$((i + 1))
+  done > $lab/import-$1.tsv
+}
+import() {  # gateway, prefix, count
+  makefile $2 $3
+  $SHOAL doc import sensors.readings $lab/import-$2.tsv --socket $lab/$1/control.sock > /dev/null || fail "import on $1"
+}
+
+# a advertises; BlueZ's own tools on hci1 see it before b starts.
+t_start=$(now)
+run a; pa=$(pgrep -f "board-a.yaml" | head -1)
+sleep 3
+# (each tool leaves the controller's scan state to the other's surprise: reset it between them)
+scan=$(timeout 8 btmgmt --index 1 find -l 2>&1)
+case "$scan" in *"$(addr hci0)"*) ok "btmgmt find on hci1 sees a's advertisement at $(addr hci0): $(echo "$scan" | grep -A3 "$(addr hci0)" | tr -s ' \n' ' ' | cut -c1-300)" ;; *) fail "btmgmt find did not see $(addr hci0): $(echo "$scan" | tail -5 | tr '\n' ' ')" ;; esac
+timeout 5 btmgmt --index 1 stop-find > /dev/null 2>&1
+hciconfig hci1 down; hciconfig hci1 up
+lescan=$(timeout -s INT 4 stdbuf -oL hcitool -i hci1 lescan --duplicates 2>&1)
+case "$lescan" in *"$(addr hci0)"*) ok "hcitool lescan on hci1 sees $(addr hci0): $(echo "$lescan" | grep -m1 "$(addr hci0)")" ;; *) fail "hcitool lescan: $(echo "$lescan" | tail -3 | tr '\n' ' ')" ;; esac
+hciconfig hci1 down; hciconfig hci1 up
+
+import a a 1000
+run b; pb=$(pgrep -f "board-b.yaml" | head -1)
+if s=$(wait_docs b 60 1); then figure "b holds its first document from a ${s} s after its control socket answered"; else fail "b got nothing from a in 60 s"; story a; story b; fi
+if s=$(wait_docs b 90 1000); then ok "b pulled a's 1000 documents over BLE only (${s} s more)"; else fail "b has $(docs b) of a's 1000"; story a; story b; fi
+import b b 1000
+if s=$(wait_docs b 90 2000); then
+  ok "b holds all 2000 documents"
+else
+  fail "b has $(docs b) of 2000"; story a; story b
+fi
+if s2=$(wait_docs a 60 2000); then ok "a holds all 2000 documents (b's 1000 came back over the same link)"; else fail "a has $(docs a) of 2000"; fi
+
+# Goodput, then a link dropped mid-transfer: 3000 documents a → b, hci1 down for 3 s once b has
+# some of them and not all.
+t_adv=$(sed -n 's/^\[\([0-9.]*\)\].*bluetooth: advertising on.*/\1/p' $lab/b.log | head -1)
+t_first=$(sed -n 's/^\[\([0-9.]*\)\].*link [0-9]*: pull [0-9]* documents.*/\1/p' $lab/b.log | head -1)
+t_link=$(sed -n 's/^\[\([0-9.]*\)\].*replicating with peer.*/\1/p' $lab/b.log | head -1)
+figure "b's log: advertising at ${t_adv} s, replicating with a at ${t_link} s, first pulled batch logged at ${t_first} s after start"
+makefile c 3000
+bytes_c=$(wc -c < $lab/import-c.tsv)
+$SHOAL doc import sensors.readings $lab/import-c.tsv --socket $lab/a/control.sock > /dev/null || fail "import c on a"
+t0=$(now)
+before=$(docs b)
+while [ "${before:-0}" -le 2000 ] && awk -v a=$t0 -v b=$(now) 'BEGIN { exit !(b - a < 30) }'; do sleep 0.2; before=$(docs b); done
+hciconfig hci1 down; t_down=$(now); sleep 3; hciconfig hci1 up
+if [ "${before:-0}" -gt 2000 ] && [ "${before:-0}" -lt 5000 ]; then ok "hci1 went down mid-transfer: b had $before of 5000"; else fail "not mid-transfer: b had ${before:-?} of 5000 when hci1 went down"; fi
+if s=$(wait_docs b 120 5000); then
+  ok "b holds all 5000 ${s} s after hci1 came back (the link resumed; nothing lost)"
+  total=$(awk -v a=$t0 -v b=$(now) 'BEGIN { printf "%.1f", b - a - 3 }')
+else
+  fail "after the drop b has $(docs b) of 5000"; story a; story b
+fi
+[ "$(docs a)" = 5000 ] && [ "$(docs b)" = 5000 ] && ok "a and b hold 5000 each: nothing lost or doubled" || fail "a has $(docs a), b has $(docs b)"
+# Goodput without the drop: 1000 more documents a → b on the settled link.
+makefile d 1000
+bytes_d=$(wc -c < $lab/import-d.tsv)
+$SHOAL doc import sensors.readings $lab/import-d.tsv --socket $lab/a/control.sock > /dev/null || fail "import d on a"
+if s=$(wait_docs b 120 6000); then
+  figure "goodput over BLE (btvirt, TCG guest): 1000 documents ($bytes_d bytes of JSON) in $s s = $(awk -v s=$s -v b=$bytes_d 'BEGIN { printf "%.0f documents/s, %.0f bytes/s", 1000 / s, b / s }') (measured by polling status every 0.5 s)"
+else
+  fail "b has $(docs b) of 6000"
+fi
+grep -h "bluetooth: channel to" $lab/a.log $lab/b.log | tail -2 | sed 's/^/figure /'
+
+# A stranger the authenticator rejects.
+run x; px=$(pgrep -f "board-x.yaml" | head -1)
+sleep 20
+n=$(docs x)
+[ "${n:-0}" = 0 ] && ok "the stranger x got 0 documents" || fail "the stranger x got $n documents"
+grep -q "refused an incoming Bluetooth LE link\|fatal alert\|refused" $lab/a.log $lab/b.log $lab/x.log && ok "refused: $(grep -h 'refused' $lab/a.log $lab/b.log $lab/x.log | head -1 | cut -c1-200)" || fail "no refusal logged"
+
+kill $pa $pb $px 2>/dev/null; wait $pa $pb $px 2>/dev/null
+kill $btvirt 2>/dev/null
+echo "guest checks failed: $fails"
+exit $fails
