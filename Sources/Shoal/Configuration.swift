@@ -185,11 +185,15 @@ public struct NetworkOptions: Sendable {
     public var dnssd = true
     /// The Wi-Fi interface whose state is watched (nil: not watched).
     public var wifiInterface: String?
-    public init(listen: String? = nil, staticPeers: [String] = [], dnssd: Bool = true, wifiInterface: String? = nil) {
+    /// The Bluetooth adapter (`hci0`) for the `.bluetooth` transport: raw-HCI advertising and
+    /// scanning, L2CAP LE channels (needs CAP_NET_ADMIN and CAP_NET_RAW, or root).
+    public var bluetoothAdapter: String?
+    public init(listen: String? = nil, staticPeers: [String] = [], dnssd: Bool = true, wifiInterface: String? = nil, bluetoothAdapter: String? = nil) {
         self.listen = listen
         self.staticPeers = staticPeers
         self.dnssd = dnssd
         self.wifiInterface = wifiInterface
+        self.bluetoothAdapter = bluetoothAdapter
     }
 }
 

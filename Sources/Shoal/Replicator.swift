@@ -143,8 +143,8 @@ public final class MultipeerReplicator: Sendable {
                 peers.append(hp)
             }
             staticPeers = peers
-            if config.transports.contains(.bluetooth) && !config.transports.contains(.wifi) {
-                throw ShoalError("Bluetooth LE on the network medium is not built yet (issue 7); use [.wifi] or the simulated medium")
+            if config.transports.contains(.bluetooth) && n.bluetoothAdapter == nil {
+                throw ShoalError("the .bluetooth transport on the network needs NetworkOptions.bluetoothAdapter (hci0)")
             }
         case .simulated:
             listen = nil
@@ -185,13 +185,16 @@ public final class MultipeerReplicator: Sendable {
                 let wifi: ReplicationDriver.WifiDiscovery? = n.dnssd && config.transports.contains(.wifi)
                     ? .init(serviceType: GroupID(config.peerGroupID).serviceType, serviceName: "shoal-\(id.peerID.short)", interface: n.wifiInterface)
                     : nil
-                do { try made.start(listen: listen, peers: staticPeers, wifi: wifi) } catch { throw ShoalError("cannot listen on \(listen?.description ?? "any address"): \(error)") }
+                let bluetooth: ReplicationDriver.BluetoothDiscovery? = config.transports.contains(.bluetooth)
+                    ? n.bluetoothAdapter.map { .init(adapter: $0, serviceUUID: GroupID(config.peerGroupID).bleServiceUUID) }
+                    : nil
+                do { try made.start(listen: listen, peers: staticPeers, wifi: wifi, bluetooth: bluetooth) } catch { throw ShoalError("cannot listen on \(listen?.description ?? "any address"): \(error)") }
             }
             d = made
             return made
         }
-        guard let made, case .network(let n) = config.medium, let interface = n.wifiInterface else { return }
-        let w = RadioWatcher(wifiInterface: interface, bluetoothAdapter: nil) { made.radiosChanged($0) }
+        guard let made, case .network(let n) = config.medium, n.wifiInterface != nil || n.bluetoothAdapter != nil else { return }
+        let w = RadioWatcher(wifiInterface: n.wifiInterface, bluetoothAdapter: n.bluetoothAdapter) { made.radiosChanged($0) }
         w.start()
         watcher.withLock { $0 = w }
     }
