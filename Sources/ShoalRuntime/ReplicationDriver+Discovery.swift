@@ -69,7 +69,7 @@ extension ReplicationDriver {
 
     /// The radio manager's report: Wi-Fi usable or not (interface down, no carrier, rfkill). The
     /// mesh hears when it goes (its Wi-Fi links close, advertising stops) and when it comes back.
-    /// Bluetooth waits for its transport (issue 7).
+    /// The same for Bluetooth LE (adapter present, up, not blocked) where the BLE transport runs.
     func radiosChanged(_ s: RadioSnapshot, now: Int) {
         if ble != nil, s.bluetoothAdapter != nil {
             let (up, why) = s.bluetoothUsable

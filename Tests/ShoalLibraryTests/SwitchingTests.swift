@@ -48,6 +48,7 @@ struct SwitchingTests {
         medium.setTransport(.wifi, up: false, for: a.id)
         let fallback = await eventually { b.replicator.peerInfo(for: a.id)?.replicatorTransport == .bluetooth }
         #expect(fallback != nil, "no fallback to Bluetooth LE: \(String(describing: b.replicator.peerInfo(for: a.id)?.replicatorTransport))")
+        print("FIGURE switching: Wi-Fi down → replicating over Bluetooth LE after \(fallback.map { "\(($0 * 100).rounded() / 100)" } ?? "-") s (simulated medium)")
         try write(50)
         #expect(await eventually { (try? rb.count()) == written } != nil, "writes over Bluetooth LE did not arrive")
 
@@ -55,9 +56,17 @@ struct SwitchingTests {
         // replicates. Writes keep coming during the handover.
         let beforeBack = events.all.count
         medium.setTransport(.wifi, up: true, for: a.id)
-        for _ in 0..<10 { try write(10); try? await Task.sleep(for: .milliseconds(50)) }
+        let upAt = ContinuousClock.now
+        var handedOver: Duration?
+        for _ in 0..<10 {
+            try write(10)
+            try? await Task.sleep(for: .milliseconds(50))
+            if handedOver == nil, b.replicator.peerInfo(for: a.id)?.replicatorTransport == .wifi { handedOver = ContinuousClock.now - upAt }
+        }
         let back = await eventually { b.replicator.peerInfo(for: a.id)?.replicatorTransport == .wifi && b.replicator.neighborPeers == [a.id] }
         #expect(back != nil, "did not return to Wi-Fi")
+        if handedOver == nil, back != nil { handedOver = ContinuousClock.now - upAt }
+        print("FIGURE switching: Wi-Fi back → replicating over Wi-Fi (LE link closed) after \(handedOver.map { "\($0)" } ?? "-"), 10 writes of 10 going on (simulated medium; polled every 50 ms)")
         #expect(await eventually { (try? rb.count()) == written } != nil, "lost writes in the handover: \((try? rb.count()) ?? -1) of \(written)")
         let after = Array(events.all.dropFirst(beforeBack))
         // The Wi-Fi link came up (connecting/idle over wifi) before the LE one went offline — or the
@@ -71,6 +80,7 @@ struct SwitchingTests {
         try? await Task.sleep(for: .seconds(1))
         let received = docsB.all.filter { !$0.isPush }.flatMap(\.documents).count
         #expect(received >= written && received <= written + 20, "b received \(received) documents for \(written) written")
+        print("FIGURE switching: b received \(received) documents for \(written) written across fallback and handover")
     }
 
     @Test("Wi-Fi heard but failing: after wifiAttemptsBeforeFallback failures the peers link over Bluetooth LE; Wi-Fi working again brings them back")
