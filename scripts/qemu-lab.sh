@@ -33,7 +33,7 @@ prepare() {
   [ -n "$ver" ] || { echo "qemu-lab: no linux-image-6.1 in the apt lists (apt-get update?)" >&2; exit 1; }
   local dir="$cache/$ver"
   # The layout number changes whenever the initramfs changes (so a cached guest is rebuilt).
-  local layout=2
+  local layout=3
   if [ -f "$dir/initrd.cpio.gz" ] && [ -f "$dir/vmlinuz" ] && [ "$(cat "$dir/layout" 2>/dev/null)" = $layout ]; then echo "qemu-lab: cached guest for $ver in $dir"; return; fi
   echo "qemu-lab: preparing a guest with Debian's kernel $ver"
   local missing=""
@@ -86,7 +86,7 @@ mount --bind /sys/kernel/config /host/sys/kernel/config
 mount -t tmpfs tmpfs /host/tmp; mount -t tmpfs tmpfs /host/run
 script=$(sed -n 's/.*shoal.script=\([^ ]*\).*/\1/p' /proc/cmdline)
 echo "qemu-lab: guest up; running $script"
-timeout -s KILL 300 chroot /host /bin/sh "$script"
+timeout -s KILL 420 chroot /host /bin/sh "$script"
 rc=$?
 echo "qemu-lab: exit $rc"
 printf "\\$(printf '%03o' $rc)" | dd of=/dev/port bs=1 seek=244 count=1 2>/dev/null

@@ -11,13 +11,7 @@ extension MeshManager {
             return
         }
         if c.transport == .wifi, !existing.isEmpty, existing.allSatisfy({ $0.transport == .bluetooth }) {
-            connections[c.id] = c
-            componentCache = nil
-            out.append(.event(.peerReplicator(c.peer, c.transport, outgoing: c.outgoing, activity: .connecting, error: nil)))
-            for (origin, entry) in graph.sorted(by: { $0.key < $1.key }) where origin != me {
-                out.append(.sendTopology(c.id, origin: origin, sequence: entry.sequence, neighbours: entry.neighbours))
-            }
-            announceOwnLinks(&out)
+            add(c, activity: .connecting, &out)
             return
         }
         // One link per pair: keep the one dialled by the lower peer id (both sides decide alike).
@@ -33,10 +27,14 @@ extension MeshManager {
             connections[other.id] = nil
             componentCache = nil
         }
+        add(c, activity: .idle, &out)
+    }
+
+    /// Keeps a connection: tells the new neighbour everything we know, then everyone our new list.
+    func add(_ c: Connection, activity: PeerActivity, _ out: inout [MeshAction]) {
         connections[c.id] = c
         componentCache = nil
-        out.append(.event(.peerReplicator(c.peer, c.transport, outgoing: c.outgoing, activity: .idle, error: nil)))
-        // Tell the new neighbour everything we know, then everyone about our new list.
+        out.append(.event(.peerReplicator(c.peer, c.transport, outgoing: c.outgoing, activity: activity, error: nil)))
         for (origin, entry) in graph.sorted(by: { $0.key < $1.key }) where origin != me {
             out.append(.sendTopology(c.id, origin: origin, sequence: entry.sequence, neighbours: entry.neighbours))
         }

@@ -72,17 +72,7 @@ extension ReplicationDriver {
             post(.dialFailed(peer, .bluetooth, "\(address): \(error)"))
             return
         }
-        let session: TLSSession
-        do { session = try TLSSession.connect(over: stream, context: clientTLS) } catch {
-            stream.close()
-            post(.dialFailed(peer, .bluetooth, "\(address): \(error)"))
-            return
-        }
-        guard session.peerID == peer else {
-            session.close()
-            post(.dialFailed(peer, .bluetooth, "another gateway (\(session.peerID.short)) answers at \(address) now"))
-            return
-        }
+        guard let session = handshake(stream, expecting: peer, over: .bluetooth, at: address.description, context: bleClientTLS) else { return }
         log.verbose(.mesh, "bluetooth: channel to \(peer.short) up (MTU send \(stream.sendMTU), receive \(stream.receiveMTU))")
         run(LinkIO(id: nextLink.add(1, ordering: .relaxed).oldValue, session: session, stream: stream, address: nil, transport: .bluetooth), outgoing: true)
     }
@@ -95,7 +85,7 @@ extension ReplicationDriver {
             }
             spawn("repl-blelink") {
                 do {
-                    let session = try TLSSession.accept(over: stream, context: self.serverTLS)
+                    let session = try TLSSession.accept(over: stream, context: self.bleServerTLS ?? self.serverTLS)
                     self.run(LinkIO(id: self.nextLink.add(1, ordering: .relaxed).oldValue, session: session, stream: stream, address: nil, transport: .bluetooth), outgoing: false)
                 } catch {
                     self.host.updateCounters { $0.failedConnections += 1 }

@@ -46,20 +46,25 @@ extension ReplicationDriver {
             post(.dialFailed(peer, .wifi, problems.joined(separator: "; ")))
             return
         }
+        guard let session = handshake(stream, expecting: peer, over: .wifi, at: address.description) else { return }
+        run(LinkIO(id: nextLink.add(1, ordering: .relaxed).oldValue, session: session, stream: stream, address: address.description), outgoing: true)
+    }
+
+    /// The client side of a dialled link's TLS handshake; the session if it is the peer we wanted
+    /// (otherwise the stream is closed and the mesh told).
+    func handshake(_ stream: any LinkStream, expecting peer: PeerID, over t: MeshTransport, at address: String, context: TLSContext? = nil) -> TLSSession? {
         let session: TLSSession
-        do {
-            session = try TLSSession.connect(over: stream, context: clientTLS)
-        } catch {
+        do { session = try TLSSession.connect(over: stream, context: context ?? clientTLS) } catch {
             stream.close()
-            post(.dialFailed(peer, .wifi, "\(address): \(error)"))
-            return
+            post(.dialFailed(peer, t, "\(address): \(error)"))
+            return nil
         }
         guard session.peerID == peer else {
             session.close()
-            post(.dialFailed(peer, .wifi, "another gateway (\(session.peerID.short)) answers at \(address) now"))
-            return
+            post(.dialFailed(peer, t, "another gateway (\(session.peerID.short)) answers at \(address) now"))
+            return nil
         }
-        run(LinkIO(id: nextLink.add(1, ordering: .relaxed).oldValue, session: session, stream: stream, address: address.description), outgoing: true)
+        return session
     }
 
     /// A connection the mesh asked for over the in-process medium; runs the link on this thread.
@@ -69,17 +74,7 @@ extension ReplicationDriver {
             post(.dialFailed(peer, t, "\(peer.short) cannot be reached over \(t.rawValue)"))
             return
         }
-        let session: TLSSession
-        do { session = try TLSSession.connect(over: stream, context: clientTLS) } catch {
-            stream.close()
-            post(.dialFailed(peer, t, "\(error)"))
-            return
-        }
-        guard session.peerID == peer else {
-            session.close()
-            post(.dialFailed(peer, t, "another gateway (\(session.peerID.short)) answered"))
-            return
-        }
+        guard let session = handshake(stream, expecting: peer, over: t, at: "the simulated medium") else { return }
         run(LinkIO(id: nextLink.add(1, ordering: .relaxed).oldValue, session: session, stream: stream, address: nil, transport: t), outgoing: true)
     }
 

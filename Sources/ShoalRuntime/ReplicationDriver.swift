@@ -83,6 +83,10 @@ package final class ReplicationDriver: @unchecked Sendable {
     var dnssd: DNSSD?
     var ble: BLEAgent?
     var l2capListener: L2CAPListener?
+    /// TLS over Bluetooth LE: the same identity and authenticator, a longer handshake timeout
+    /// (a handshake's round trips ride on connection intervals; 30 s).
+    var bleServerTLS: TLSContext?
+    var bleClientTLS: TLSContext?
     /// Where each peer heard over Bluetooth LE can be dialled (address, PSM).
     var bleAddresses: [PeerID: (address: BluetoothAddress, psm: UInt16)] = [:]
     /// The in-process medium, when this driver runs on one instead of TCP and DNS-SD.
@@ -120,6 +124,8 @@ package final class ReplicationDriver: @unchecked Sendable {
     package func start(listen: HostPort?, peers: [HostPort], wifi: WifiDiscovery? = nil, bluetooth: BluetoothDiscovery? = nil) throws {
         if let bluetooth {
             unbuilt[.bluetooth] = nil
+            bleServerTLS = try TLSContext(role: .server, identity: serverTLS.identity, authenticator: serverTLS.authenticator, handshakeTimeoutMillis: 30_000)
+            bleClientTLS = try TLSContext(role: .client, identity: clientTLS.identity, authenticator: clientTLS.authenticator, handshakeTimeoutMillis: 30_000)
             let agent = BLEAgent(adapter: bluetooth.adapter, serviceUUID: bluetooth.serviceUUID) { [weak self] e in self?.post(.ble(e)) }
             if agent.start() { ble = agent } else { log.error(.mesh, "cannot start the Bluetooth LE thread") }
         }

@@ -6,25 +6,10 @@
 # the loopback goes down: the TCP link dies and they move to BLE; it comes back: a TCP link opens
 # beside the BLE one and the BLE link closes after. Writes flow throughout; nothing is lost.
 set -u
-fails=0
-ok() { echo "ok   $*"; }
-fail() { echo "FAIL $*"; fails=$((fails + 1)); }
-figure() { echo "figure $*"; }
-now() { cut -d' ' -f1 /proc/uptime; }
-since() { awk -v a=$1 -v b=$(now) 'BEGIN { printf "%.1f", b - a }'; }
-lab=/tmp/lab
-mkdir -p $lab
-[ -e /dev/vhci ] || { echo "FAIL no /dev/vhci (hci_vhci not loaded by the initramfs)"; exit 1; }
 ip link set lo up
-btvirt -l2 -L > $lab/btvirt.log 2>&1 &
-btvirt=$!
-i=0; while [ ! -e /sys/class/bluetooth/hci1 ] && [ $i -lt 50 ]; do sleep 0.2; i=$((i + 1)); done
-for h in hci0 hci1; do hciconfig $h up || fail "hciconfig $h up"; done
+controllers 2
 
-for g in a b; do
-  $SHOAL identity create --data-dir $lab/$g --cn lab-$g > /dev/null || fail "identity $g"
-  eval "id_$g=$($SHOAL identity show --data-dir $lab/$g --json | sed -n 's/.*"peerID" *: *"\([0-9a-f]*\)".*/\1/p')"
-done
+for g in a b; do identity $g; done
 setup() {  # name adapter port peer-port
   cat > $lab/board-$1.yaml <<B
 extends: generic-linux
@@ -55,11 +40,6 @@ S
 }
 setup a hci0 7701 7702
 setup b hci1 7702 7701
-run() {
-  $SHOAL run --board $lab/board-$1.yaml --config $lab/site-$1.yaml --data-dir $lab/$1 --log-level verbose > $lab/$1.log 2>&1 &
-  i=0; while [ ! -S $lab/$1/control.sock ] && [ $i -lt 100 ]; do sleep 0.2; i=$((i + 1)); done
-}
-docs() { $SHOAL status --socket $lab/$1/control.sock --json 2>/dev/null | sed -n 's/^ *"documents" *: *\([0-9]*\).*/\1/p'; }
 # The transport b replicates with a over now (wifi, bluetooth or -).
 link() { $SHOAL peer $id_a --socket $lab/b/control.sock 2>/dev/null | sed -n 's/^link *\([a-z]*\).*/\1/p'; }
 wait_link() {  # transport, seconds
@@ -72,7 +52,6 @@ wait_docs() {
   while [ "$(docs $1)" != "$3" ]; do awk -v a=$t0 -v b=$(now) -v l=$2 'BEGIN { exit !(b - a > l) }' && return 1; sleep 0.5; done
   since $t0
 }
-story() { grep -E 'bluetooth|wifi|refused|link [0-9]+|replicating with|closed|closing' $lab/$1.log | tail -${2:-10} | sed "s/^/      $1: /"; }
 n=0
 write() {  # count: documents written on a, one CLI call each
   k=0; while [ $k -lt $1 ]; do

@@ -5,9 +5,6 @@
 # consumer name shoal-status (the doctor sees it), releases it on exit, honours activeLow, and
 # a line another program holds is a warning, not a crash. Prints `ok …` / `FAIL …` lines.
 set -u
-fails=0
-ok() { echo "ok   $*"; }
-fail() { echo "FAIL $*"; fails=$((fails + 1)); }
 cfg=/sys/kernel/config/gpio-sim
 mkdir -p $cfg/lab/bank0 && echo 8 > $cfg/lab/bank0/num_lines && echo 1 > $cfg/lab/live || { echo "FAIL gpio-sim chip"; exit 1; }
 chip=$(cat $cfg/lab/bank0/chip_name)

@@ -25,7 +25,7 @@ trap 'rm -f "$guest_shoal"' EXIT
 checks=${SHOAL_LAB_CHECKS:-Tests/HardwareLab/gpio-led.sh Tests/HardwareLab/ble-link.sh Tests/HardwareLab/ble-switch.sh}
 for check in $checks; do
   guest="$cache/run-$$-$(basename "$check")"
-  { echo "SHOAL=$guest_shoal"; cat "$check"; } > "$guest"
+  { echo "SHOAL=$guest_shoal"; cat Tests/HardwareLab/lib.sh "$check"; } > "$guest"
   start=$(date +%s)
   set +e
   ./scripts/qemu-lab.sh run "$guest" 2>&1 | tr -d '\r' | grep -E '^(ok|FAIL|figure|guest checks|qemu-lab|      )'

@@ -1,0 +1,34 @@
+# Helpers every guest script gets (run.sh puts this file between the SHOAL= line and the script).
+fails=0
+ok() { echo "ok   $*"; }
+fail() { echo "FAIL $*"; fails=$((fails + 1)); }
+figure() { echo "figure $*"; }
+now() { cut -d' ' -f1 /proc/uptime; }
+since() { awk -v a=$1 -v b=$(now) 'BEGIN { printf "%.1f", b - a }'; }
+lab=/tmp/lab
+mkdir -p $lab
+
+# Bluetooth: N LE controllers from btvirt (hci0 … hciN-1), up. Sets $btvirt (its pid).
+controllers() {
+  [ -e /dev/vhci ] || { echo "FAIL no /dev/vhci (hci_vhci not loaded by the initramfs)"; exit 1; }
+  btvirt -l$1 -L > $lab/btvirt.log 2>&1 &
+  btvirt=$!
+  last=hci$(($1 - 1))
+  i=0; while [ ! -e /sys/class/bluetooth/$last ] && [ $i -lt 50 ]; do sleep 0.2; i=$((i + 1)); done
+  j=0; while [ $j -lt $1 ]; do hciconfig hci$j up || fail "hciconfig hci$j up"; j=$((j + 1)); done
+}
+addr() { hciconfig $1 | sed -n 's/.*BD Address: \([0-9A-F:]*\).*/\1/p'; }
+
+# Gateways: identity NAME sets $id_NAME; run NAME starts shoal with $lab/board-NAME.yaml and
+# $lab/site-NAME.yaml and waits for its control socket; docs NAME prints its document count;
+# story NAME [LINES] prints what its log says about links (for failures).
+identity() {
+  $SHOAL identity create --data-dir $lab/$1 --cn lab-$1 > /dev/null || fail "identity $1"
+  eval "id_$1=$($SHOAL identity show --data-dir $lab/$1 --json | sed -n 's/.*"peerID" *: *"\([0-9a-f]*\)".*/\1/p')"
+}
+run() {
+  $SHOAL run --board $lab/board-$1.yaml --config $lab/site-$1.yaml --data-dir $lab/$1 --log-level verbose > $lab/$1.log 2>&1 &
+  i=0; while [ ! -S $lab/$1/control.sock ] && [ $i -lt 100 ]; do sleep 0.2; i=$((i + 1)); done
+}
+docs() { $SHOAL status --socket $lab/$1/control.sock --json 2>/dev/null | sed -n 's/^ *"documents" *: *\([0-9]*\).*/\1/p'; }
+story() { grep -E 'bluetooth|wifi|refused|link [0-9]+|replicating with|closed|closing' $lab/$1.log | tail -${2:-10} | sed "s/^/      $1: /"; }
