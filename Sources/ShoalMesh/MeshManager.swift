@@ -98,6 +98,9 @@ public final class MeshManager {
 
     /// Peers we hold a link to.
     public var neighbours: [PeerID] { Set(connections.values.map(\.peer)).sorted() }
+    /// Our last gossip of our own links (sequence, neighbours): a driver may send it again on a
+    /// quiet link as a keepalive (receivers ignore a sequence they have).
+    public var ownAnnouncement: (sequence: UInt64, neighbours: [PeerID]) { graph[me] ?? (sequence, neighbours) }
     public var connectionCount: Int { connections.count }
     public var isScanning: Bool { scanning }
     public func isAdvertising(_ t: MeshTransport) -> Bool { advertising[t]?.active == true }

@@ -227,6 +227,13 @@ package final class ReplicationDriver: @unchecked Sendable {
     /// Peers whose TXT said another protocol version (logged once each).
     var incompatible: Set<PeerID> = []
     var linkAddress: [LinkID: String] = [:]
+    /// Bluetooth LE links: when a frame last came, and when we last sent one. L2CAP has no
+    /// keepalive of its own and a controller may never report a vanished peer, so a quiet link
+    /// gets our gossip again every 10 s and one that heard nothing for 30 s is closed.
+    var heardAt: [LinkID: Int] = [:]
+    var keptAliveAt: [LinkID: Int] = [:]
+    static let keepaliveMillis = 10_000
+    static let silenceMillis = 30_000
     /// Links whose replication moved documents lately (for busy/idle activity).
     var busySince: [LinkID: Int] = [:]
     /// The last problem each transport reported (logged once, not at every retry).
@@ -263,6 +270,7 @@ package final class ReplicationDriver: @unchecked Sendable {
                     let decided = mesh.handle(outgoing ? .outgoingOpened(id, peer, io.transport) : .incoming(id, peer, io.transport), now: UInt64(now))
                     if mesh.keeps(id) {
                         links[id] = io
+                        if io.transport == .bluetooth { heardAt[id] = now; keptAliveAt[id] = now }
                         if let a = io.address { linkAddress[id] = a; linkedAddresses.withLock { _ = $0.insert(a) } }
                         // HELLO goes first; the mesh's gossip for this link after it.
                         actions += node.linkOpened(id, neighbours: mesh.neighbours, slow: io.transport == .bluetooth)
@@ -275,6 +283,7 @@ package final class ReplicationDriver: @unchecked Sendable {
                     host.updateCounters { $0.failedConnections += 1 }
                     handleMesh(mesh.handle(.outgoingFailed(peer, t, reason: why), now: UInt64(now)), now: now)
                 case .frame(let id, let frame, let bytes):
+                    if heardAt[id] != nil { heardAt[id] = now }
                     host.updateCounters { $0.messagesReceived += 1; $0.bytesReceived += bytes + 4 }
                     if run?.link == id { run!.frames.append(frame) } else { flush(); run = (id, [frame]) }
                 case .closed(let id):
@@ -282,6 +291,8 @@ package final class ReplicationDriver: @unchecked Sendable {
                     if links.removeValue(forKey: id) != nil {
                         actions += node.linkClosed(id, now: UInt64(now))
                     }
+                    heardAt[id] = nil
+                    keptAliveAt[id] = nil
                     if let a = linkAddress.removeValue(forKey: id) { linkedAddresses.withLock { _ = $0.remove(a) } }
                     handleMesh(mesh.handle(.closed(id), now: UInt64(now)), now: now)
                 case .discovered(let peer, let address, let probe):
@@ -327,6 +338,7 @@ package final class ReplicationDriver: @unchecked Sendable {
                 actions += node.localChangesCommitted()
             }
             process(&actions)
+            keepBluetoothLinksAlive(now: now)
             for (link, at) in busySince where now - at >= 1000 {
                 busySince[link] = nil
                 handleMesh(mesh.handle(.activity(link, busy: false), now: UInt64(now)), now: now)
@@ -342,6 +354,23 @@ package final class ReplicationDriver: @unchecked Sendable {
         for io in links.values { io.close() }
         handleMesh(mesh.handle(.stop, now: UInt64(ReplicationDriver.nowMillis())), now: ReplicationDriver.nowMillis())
         publish()
+    }
+
+    func keepBluetoothLinksAlive(now: Int) {
+        for (id, heard) in heardAt {
+            guard let io = links[id] else { continue }
+            if now - heard >= ReplicationDriver.silenceMillis {
+                log.warning(.replication, "link \(id) (bluetooth): nothing heard for \(ReplicationDriver.silenceMillis / 1000) s; closing it")
+                heardAt[id] = now  // once
+                io.close()
+            } else if now - (keptAliveAt[id] ?? 0) >= ReplicationDriver.keepaliveMillis {
+                keptAliveAt[id] = now
+                let own = mesh.ownAnnouncement
+                let payload = ReplicationMessage.topology(origin: node.peer, sequence: own.sequence, neighbours: own.neighbours).encoded()
+                host.updateCounters { $0.messagesSent += 1; $0.bytesSent += payload.count + 4 }
+                io.send(payload)
+            }
+        }
     }
 
     /// Carries out the replicator's actions (which may feed the mesh, which may add more).
