@@ -43,6 +43,8 @@ public struct SimMedium: Sendable {
     public var partition: Set<Int>?
     /// Pairs that cannot hear each other for now (a link cut by hand), as [low, high].
     public var blocked: Set<[Int]> = []
+    /// Radios that are down, per node.
+    public var radioDown: [Int: Set<MeshTransport>] = [:]
 
     public init(count: Int, topology: SimTopology, kind: SimLinkKind, loss: Double, rng: inout SeededRandom) {
         self.count = count
@@ -85,6 +87,13 @@ public struct SimMedium: Sendable {
         if let p = partition, p.contains(a) != p.contains(b) { return false }
         if !blocked.isEmpty && blocked.contains([min(a, b), max(a, b)]) { return false }
         return true
+    }
+
+    /// Whether a and b hear each other on transport `t` (both radios up).
+    public func hears(_ a: Int, _ b: Int, on t: MeshTransport) -> Bool {
+        guard hears(a, b) else { return false }
+        if radioDown.isEmpty { return true }
+        return !(radioDown[a]?.contains(t) ?? false) && !(radioDown[b]?.contains(t) ?? false)
     }
 
     /// Connected components of the radio graph among `up` nodes (what the mesh can at best join).

@@ -135,7 +135,7 @@ extension SimScenario {
             for l in sim.log { print(l) }
             for n in sim.nodes {
                 let m = n.mesh
-                print("node \(n.index) up \(n.up) state \(m?.state.rawValue ?? "-") links \(m?.connectionCount ?? -1) heard \(n.heard.sorted()) adv \(n.advertising) scanning \(m?.isScanning ?? false) reach \(m?.reachable.count ?? -1) docs \((try? n.store?.stats().documents) ?? nil ?? -1)")
+                print("node \(n.index) up \(n.up) state \(m?.state.rawValue ?? "-") links \(m?.connectionCount ?? -1) heard \(Set(n.heard.values.joined()).sorted()) adv \(n.advertising) scanning \(m?.isScanning ?? false) reach \(m?.reachable.count ?? -1) docs \((try? n.store?.stats().documents) ?? nil ?? -1)")
             }
         }
         report.wallSeconds = (ContinuousClock.now - started).secondsDouble

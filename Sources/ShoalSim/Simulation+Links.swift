@@ -11,7 +11,7 @@ extension Simulation {
     func connect(_ from: Int, _ to: Int, _ t: MeshTransport) {
         let a = nodes[from], b = nodes[to]
         guard a.up, let meshA = a.mesh else { return }
-        guard b.up, let meshB = b.mesh, medium.hears(from, to) else {
+        guard b.up, let meshB = b.mesh, medium.hears(from, to, on: t) else {
             meshInput(a, .outgoingFailed(b.peer, t, reason: "no answer"))
             return
         }
@@ -73,7 +73,7 @@ extension Simulation {
         }
         if (isA ? c.openB : c.openA) {
             // Without a goodbye (crash, partition) the peer notices after a keepalive timeout.
-            let delay = notifyPeer ? config.kind.latencyMillis : 3_000
+            let delay = notifyPeer ? kind(c.transport).latencyMillis : 3_000
             schedule(at: now + delay, .remoteClosed(conn: id, to: other))
         } else {
             conns[id] = nil
@@ -84,7 +84,7 @@ extension Simulation {
         guard var c = conns[id] else { return }
         let toB = from == c.a
         guard toB ? c.openA : c.openB else { return }
-        guard medium.hears(c.a, c.b) else { return }  // partitioned: lost; the link breaks by timeout
+        guard medium.hears(c.a, c.b, on: c.transport) else { return }  // partitioned: lost; the link breaks by timeout
         let side = toB ? 0 : 1
         var bytes = UInt64(frame.count + 4 + 21)  // frame length + TLS record (ChaCha20-Poly1305: header 5 + tag 16)
         if let tls = c.tls {
@@ -100,7 +100,7 @@ extension Simulation {
             pushedBodies += docs.count
             pushedChanges += changes.count
         }
-        let k = config.kind
+        let k = kind(c.transport)
         let transmit = (bytes * 1000 + k.bytesPerSecond - 1) / k.bytesPerSecond  // whole ms, rounded up
         var start = max(now, c.busyUntil[side])
         if medium.loss > 0, Double.random(in: 0..<1, using: &rng) < medium.loss { start += k.retransmitMillis }

@@ -11,6 +11,9 @@ public struct SimConfig: Sendable {
     public var nodes = 5
     public var topology = SimTopology.full
     public var kind = SimLinkKind.wifi
+    /// A second radio (transport switching): nodes advertise, scan and link on both; `mesh.transports`
+    /// gets both. nil: one radio, `kind`.
+    public var secondKind: SimLinkKind?
     public var seed: UInt64 = 1
     /// Per-frame loss (frames are retransmitted late, as TCP and L2CAP do).
     public var loss = 0.0
@@ -43,7 +46,8 @@ public final class SimNode {
     public internal(set) var mesh: MeshManager?
     public internal(set) var up = false
     var advertising: Set<MeshTransport> = []
-    var heard: Set<Int> = []
+    /// Whom it hears, per transport.
+    var heard: [MeshTransport: Set<Int>] = [:]
     var wakeAt: UInt64?
     var advertisingFailuresLeft = 0
     let skew: Int64
@@ -284,12 +288,14 @@ public final class Simulation {
         let clock = try NodeClock(store: store, wallMillis: { UInt64(Int64(epoch + clockNow.read()) + skew) })
         let replicator = ReplicationNode(peer: n.peer, group: "sim", store: store, clock: clock,
                                          collections: [CollectionPolicy(name: collection)], settings: config.replication)
-        let mesh = MeshManager(me: n.peer, settings: config.mesh, sequenceBase: epoch + now, fallbackSeed: config.seed &+ UInt64(n.index))
+        var meshSettings = config.mesh
+        meshSettings.transports = Set(kinds.map(\.transport))
+        let mesh = MeshManager(me: n.peer, settings: meshSettings, sequenceBase: epoch + now, fallbackSeed: config.seed &+ UInt64(n.index))
         n.store = store
         n.replicator = replicator
         n.mesh = mesh
         n.up = true
-        n.heard = []
+        n.heard = [:]
         n.advertising = []
         n.advertisingFailuresLeft = config.advertisingFailures
         meshInput(n, .start)
@@ -309,7 +315,7 @@ public final class Simulation {
         n.replicator = nil
         n.mesh = nil
         n.wakeAt = nil
-        n.heard = []
+        n.heard = [:]
         n.advertising = []
     }
 
@@ -319,23 +325,26 @@ public final class Simulation {
     func sweep() {
         for n in nodes where n.up {
             guard let mesh = n.mesh, mesh.isScanning else { continue }
-            var heardNow = Set<Int>()
-            for o in nodes where o.up && o.index != n.index && medium.hears(n.index, o.index) && o.advertising.contains(config.kind.transport) {
-                heardNow.insert(o.index)
+            for t in kinds.map(\.transport) {
+                var heardNow = Set<Int>()
+                for o in nodes where o.up && o.index != n.index && medium.hears(n.index, o.index, on: t) && o.advertising.contains(t) {
+                    heardNow.insert(o.index)
+                }
+                let before = n.heard[t] ?? []
+                for o in heardNow.subtracting(before).sorted() {
+                    meshInput(n, .discovered(nodes[o].peer, t, load: nodes[o].mesh?.connectionCount))
+                }
+                for o in before.subtracting(heardNow).sorted() {
+                    meshInput(n, .lost(nodes[o].peer, t))
+                }
+                n.heard[t] = heardNow
             }
-            for o in heardNow.subtracting(n.heard).sorted() {
-                meshInput(n, .discovered(nodes[o].peer, config.kind.transport, load: nodes[o].mesh?.connectionCount))
-            }
-            for o in n.heard.subtracting(heardNow).sorted() {
-                meshInput(n, .lost(nodes[o].peer, config.kind.transport))
-            }
-            n.heard = heardNow
         }
     }
 
     /// After a partition: links that cross it break (each side notices after a timeout).
     func cutUnheard() {
-        for (id, c) in conns.sorted(by: { $0.key < $1.key }) where !medium.hears(c.a, c.b) {
+        for (id, c) in conns.sorted(by: { $0.key < $1.key }) where !medium.hears(c.a, c.b, on: c.transport) {
             if c.openA { closeSide(id, at: c.a, tellNode: true, notifyPeer: false) }
             if let c2 = conns[id], c2.openB { closeSide(id, at: c.b, tellNode: true, notifyPeer: false) }
         }
@@ -366,7 +375,8 @@ public final class Simulation {
                 break  // the sweep asks the manager whether it scans
             case .connect(let peer, let t):
                 guard let to = nodes.firstIndex(where: { $0.peer == peer }) else { continue }
-                schedule(at: now + config.kind.connectMillis + 2 * config.kind.latencyMillis, .connect(from: n.index, to: to, t))
+                let k = kind(t)
+                schedule(at: now + k.connectMillis + 2 * k.latencyMillis, .connect(from: n.index, to: to, t))
             case .close(let id, _):
                 closeSide(id, at: n.index, tellNode: false)
                 if let r = n.replicator { replicationActions(n, r.linkClosed(id, now: now)) }
@@ -397,6 +407,8 @@ public final class Simulation {
                     meshInput(n, .topology(from: link, origin: origin, sequence: seq, neighbours: neighbours))
                 case .documents(_, _, .pull, let items):
                     n.documentsApplied += items.count
+                case .peerConnected(let link, _):
+                    meshInput(n, .replicating(link))
                 default:
                     break
                 }
@@ -444,6 +456,35 @@ public final class Simulation {
     public func setBlocked(_ a: Int, _ b: Int, _ blocked: Bool) {
         if blocked { medium.blocked.insert([min(a, b), max(a, b)]); cutUnheard() } else { medium.blocked.remove([min(a, b), max(a, b)]) }
     }
+
+    /// The link kinds in use: `kind`, and `secondKind` if set.
+    var kinds: [SimLinkKind] { [config.kind] + (config.secondKind.map { [$0] } ?? []) }
+
+    func kind(_ t: MeshTransport) -> SimLinkKind { kinds.first { $0.transport == t } ?? config.kind }
+
+    /// Takes a node's radio for `t` down (its links over it break; it stops being heard there) or
+    /// brings it back; the node's mesh hears of it, as from the radio manager.
+    public func setRadio(_ i: Int, _ t: MeshTransport, up: Bool) {
+        if up { medium.radioDown[i]?.remove(t) } else { medium.radioDown[i, default: []].insert(t) }
+        meshInput(nodes[i], .transport(t, up: up))
+        if !up { cutUnheard() }
+    }
+
+    /// The transport of the open link between two nodes (nil: none).
+    public func linkTransport(_ a: Int, _ b: Int) -> MeshTransport? {
+        conns.values.filter { $0.openA && $0.openB && Set([$0.a, $0.b]) == Set([a, b]) }.map(\.transport).sorted().first
+    }
+
+    /// Pairs linked over two transports at once (a handover in progress).
+    public var parallelLinks: Int {
+        var kinds: [[Int]: Set<MeshTransport>] = [:]
+        for c in conns.values where c.openA && c.openB { kinds[[min(c.a, c.b), max(c.a, c.b)], default: []].insert(c.transport) }
+        return kinds.values.filter { $0.count > 1 }.count
+    }
+
+    /// Documents applied by pulls at each node (to compare with what was written: a resend loop
+    /// shows as many more).
+    public var documentsAppliedTotal: Int { nodes.map(\.documentsApplied).reduce(0, +) }
 
     public func setPartition(_ side: Set<Int>?) {
         medium.partition = side
