@@ -68,15 +68,7 @@ public final class L2CAPStream: ByteStream, @unchecked Sendable {
     init(fd: Int32, peer: BluetoothAddress) {
         self.fd = fd
         self.peer = peer
-        var pair: [Int32] = [-1, -1]
-        if pipe(&pair) == 0 {
-            for p in pair {
-                _ = fcntl(p, F_SETFL, fcntl(p, F_GETFL) | O_NONBLOCK)
-                _ = fcntl(p, F_SETFD, FD_CLOEXEC)
-            }
-        } else { pair = [-1, -1] }
-        wakeFD = pair[0]
-        wakeWriteFD = pair[1]
+        (wakeFD, wakeWriteFD) = TCPStream.wakePipe()
         sendMTU = Int(L2CAPStream.option(fd, BluetoothABI.sndMTU) ?? 23)
         receiveMTU = Int(L2CAPStream.option(fd, BluetoothABI.rcvMTU) ?? 23)
     }

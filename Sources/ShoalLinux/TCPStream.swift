@@ -13,17 +13,21 @@ public final class TCPStream: ByteStream, @unchecked Sendable {
     private let wakeFD: Int32
     private let wakeWriteFD: Int32
 
+    /// A non-blocking, close-on-exec pipe (read end, write end) for `wake()`; (-1, -1) if the
+    /// system has no descriptors left (then a wake-up waits for the read timeout).
+    static func wakePipe() -> (Int32, Int32) {
+        var pair: [Int32] = [-1, -1]
+        guard pipe(&pair) == 0 else { return (-1, -1) }
+        for p in pair {
+            _ = fcntl(p, F_SETFL, fcntl(p, F_GETFL) | O_NONBLOCK)
+            _ = fcntl(p, F_SETFD, FD_CLOEXEC)
+        }
+        return (pair[0], pair[1])
+    }
+
     public init(fd: Int32) {
         self.fd = fd
-        var pair: [Int32] = [-1, -1]
-        if pipe(&pair) == 0 {
-            for p in pair {
-                _ = fcntl(p, F_SETFL, fcntl(p, F_GETFL) | O_NONBLOCK)
-                _ = fcntl(p, F_SETFD, FD_CLOEXEC)
-            }
-        }
-        wakeFD = pair[0]
-        wakeWriteFD = pair[1]
+        (wakeFD, wakeWriteFD) = TCPStream.wakePipe()
         _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
         var one: Int32 = 1
         setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))

@@ -61,7 +61,8 @@ struct Peer {
 
     static func make(_ name: String, medium: SimulatedMedium, allowed: @escaping @Sendable () -> Set<PeerID>,
                      transports: Set<MultipeerTransport> = [.wifi], identity: TLSIdentity? = nil,
-                     collections: (Database) throws -> [MultipeerCollectionConfiguration] = { _ in [MultipeerCollectionConfiguration(collection: "fleet.readings")] }) throws -> Peer {
+                     collections: (Database) throws -> [MultipeerCollectionConfiguration] = { _ in [MultipeerCollectionConfiguration(collection: "fleet.readings")] },
+                     mesh change: (inout MeshOptions) -> Void = { _ in }) throws -> Peer {
         let dir = temporaryDirectory(name)
         let identity = try identity ?? TLSIdentity.createIdentity(commonName: name)
         let db = try Database(directory: dir, identity: identity, fullDurability: false)
@@ -71,6 +72,7 @@ struct Peer {
             collections: try collections(db), database: db)
         config.transports = transports
         config.mesh = fastMesh()
+        change(&config.mesh)
         config.medium = .simulated(medium)
         return Peer(identity: identity, database: db, replicator: try MultipeerReplicator(config: config), directory: dir)
     }

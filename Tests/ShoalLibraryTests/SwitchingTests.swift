@@ -6,25 +6,13 @@ import Testing
 
 @Suite("Transport switching (Wi-Fi preferred, Bluetooth LE fallback, handover back)", .serialized)
 struct SwitchingTests {
+    /// Two replicators with both transports that trust each other.
     static func pair(_ name: String, medium: SimulatedMedium, change: (inout MeshOptions) -> Void = { _ in }) throws -> (Peer, Peer) {
         let ids = Mutex<Set<PeerID>>([])
-        var made: [Peer] = []
-        for n in ["\(name)-a", "\(name)-b"] {
-            let dir = temporaryDirectory(n)
-            let identity = try TLSIdentity.createIdentity(commonName: n)
-            let db = try Database(directory: dir, identity: identity, fullDurability: false)
-            var config = MultipeerReplicatorConfiguration(
-                peerGroupID: "com.example.switch", identity: identity,
-                authenticator: MultipeerCertificateAuthenticator { peer, _ in ids.withLock { $0.contains(peer) } },
-                collections: [MultipeerCollectionConfiguration(collection: "fleet.readings")], database: db)
-            config.transports = [.wifi, .bluetooth]
-            config.mesh = fastMesh()
-            change(&config.mesh)
-            config.medium = .simulated(medium)
-            made.append(Peer(identity: identity, database: db, replicator: try MultipeerReplicator(config: config), directory: dir))
-            ids.withLock { _ = $0.insert(identity.peerID) }
-        }
-        return (made[0], made[1])
+        let a = try Peer.make("\(name)-a", medium: medium, allowed: { ids.withLock { $0 } }, transports: [.wifi, .bluetooth], mesh: change)
+        let b = try Peer.make("\(name)-b", medium: medium, allowed: { ids.withLock { $0 } }, transports: [.wifi, .bluetooth], mesh: change)
+        ids.withLock { $0 = [a.id, b.id] }
+        return (a, b)
     }
 
     @Test("Wi-Fi down: the peers move to Bluetooth LE; Wi-Fi back: a Wi-Fi link opens beside it and the LE link closes after; nothing lost or sent twice in a loop")
