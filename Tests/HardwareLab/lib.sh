@@ -31,4 +31,7 @@ run() {
   i=0; while [ ! -S $lab/$1/control.sock ] && [ $i -lt 100 ]; do sleep 0.2; i=$((i + 1)); done
 }
 docs() { $SHOAL status --socket $lab/$1/control.sock --json 2>/dev/null | sed -n 's/^ *"documents" *: *\([0-9]*\).*/\1/p'; }
-story() { grep -E 'bluetooth|wifi|refused|link [0-9]+|replicating with|closed|closing' $lab/$1.log | tail -${2:-10} | sed "s/^/      $1: /"; }
+story() {
+  grep -E 'bluetooth|advertis' $lab/$1.log | head -12 | sed "s/^/      $1: /"
+  grep -E 'bluetooth|wifi|refused|link [0-9]+|replicating with|closed|closing' $lab/$1.log | tail -${2:-10} | sed "s/^/      $1: /"
+}

@@ -23,16 +23,23 @@ guest_shoal="$cache/shoal-$$"
 cp "$shoal" "$guest_shoal"
 trap 'rm -f "$guest_shoal"' EXIT
 checks=${SHOAL_LAB_CHECKS:-Tests/HardwareLab/gpio-led.sh Tests/HardwareLab/ble-link.sh Tests/HardwareLab/ble-switch.sh}
+# A check that fails runs once more (both runs are printed): the guest is emulated on a shared
+# 2-core machine and timing-dependent BLE checks have failed once in several runs (see README,
+# "The hardware lab"); a second failure fails the lab.
 for check in $checks; do
-  guest="$cache/run-$$-$(basename "$check")"
-  { echo "SHOAL=$guest_shoal"; cat Tests/HardwareLab/lib.sh "$check"; } > "$guest"
-  start=$(date +%s)
-  set +e
-  ./scripts/qemu-lab.sh run "$guest" 2>&1 | tr -d '\r' | grep -E '^(ok|FAIL|figure|guest checks|qemu-lab|      )'
-  rc=${PIPESTATUS[0]}
-  set -e
-  rm -f "$guest"
-  echo "hardware lab: $(basename "$check"): exit $rc in $(( $(date +%s) - start )) s"
+  for attempt in 1 2; do
+    guest="$cache/run-$$-$(basename "$check")"
+    { echo "SHOAL=$guest_shoal"; cat Tests/HardwareLab/lib.sh "$check"; } > "$guest"
+    start=$(date +%s)
+    set +e
+    ./scripts/qemu-lab.sh run "$guest" 2>&1 | tr -d '\r' | grep -E '^(ok|FAIL|figure|guest checks|qemu-lab|      )'
+    rc=${PIPESTATUS[0]}
+    set -e
+    rm -f "$guest"
+    echo "hardware lab: $(basename "$check"): exit $rc in $(( $(date +%s) - start )) s (attempt $attempt)"
+    [ "$rc" = 0 ] && break
+    [ $attempt = 1 ] && echo "hardware lab: $(basename "$check") failed; running it once more"
+  done
   [ "$rc" = 0 ] || failed=$((failed + 1))
 done
 [ $failed = 0 ] || { echo "hardware lab: $failed check script(s) failed" >&2; exit 1; }
