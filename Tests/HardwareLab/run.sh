@@ -32,7 +32,7 @@ for check in $checks; do
     { echo "SHOAL=$guest_shoal"; cat Tests/HardwareLab/lib.sh "$check"; } > "$guest"
     start=$(date +%s)
     set +e
-    ./scripts/qemu-lab.sh run "$guest" 2>&1 | tr -d '\r' | grep -E '^(ok|FAIL|figure|guest checks|qemu-lab|      )'
+    ./scripts/qemu-lab.sh run "$guest" 2>&1 | tr -d '\r' | grep -E '^(ok|FAIL|WARN|figure|guest checks|qemu-lab|      )'
     rc=${PIPESTATUS[0]}
     set -e
     rm -f "$guest"
