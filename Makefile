@@ -10,7 +10,7 @@ DEB_PACKAGES := libsqlite3-dev libmbedtls-dev libavahi-client-dev libbluetooth-d
 LAB_PACKAGES := avahi-daemon avahi-utils dbus iproute2 lintian dpkg-dev systemd qemu-system-x86 busybox-static cpio kmod gpiod bluez bluez-test-tools
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps boards build release deb demo demo-gateways example test sim-check soak fuzz bench size clean
+.PHONY: all deps boards build release deb demo demo-gateways example test sim-check soak crash fuzz bench size clean
 
 all: build
 
@@ -91,6 +91,16 @@ sim-check: deps boards
 soak: deps boards
 	$(SWIFT) build -c release --product shoal
 	./scripts/sim-check.sh 2000
+
+## The crash campaign at full size (make test runs it smaller): 700 SIGKILLs of a local writer,
+## 300 of three gateways replicating in a line (one store damaged and refilled), and 500
+## power losses below SQLite (WAL cut/torn/flipped, main file cut/zeroed): 1,000 kill points.
+CRASH_KILLS ?= 700
+CRASH_REPLICATION_KILLS ?= 300
+POWERLOSS_ROUNDS ?= 500
+crash: deps boards
+	SHOAL_CRASH_KILLS=$(CRASH_KILLS) SHOAL_CRASH_REPLICATION_KILLS=$(CRASH_REPLICATION_KILLS) SHOAL_POWERLOSS_ROUNDS=$(POWERLOSS_ROUNDS) \
+	  $(SWIFT) test --filter "CrashTests|ReplicationCrashTests"
 
 ## Figures, not pass/fail: store writes vs a bare SQLite loop (disk and tmpfs), TLS handshakes and
 ## throughput vs bare mbedTLS, and an initial pull between two processes over TLS.

@@ -123,7 +123,7 @@ extension ReplicationNode {
                 guard b.waiting.isEmpty else { break }
                 upTo = b.upTo
             }
-            if let upTo { try tx.setCheckpoint(peer: peerID.description, collection: policy.name, direction: .pull, sequence: Int64(upTo)) }
+            if let upTo { try tx.setCheckpoint(peer: l.checkpointKey, collection: policy.name, direction: .pull, sequence: Int64(upTo)) }
         }
         var actions: [ReplicationAction] = []
         if !items.isEmpty { actions.append(.event(.documents(link: l.id, peer: peerID, direction: .pull, items: items))) }
@@ -231,9 +231,9 @@ extension ReplicationNode {
         guard let last = completed.last else { return [] }
         // One checkpoint write for all of them (a no-op if the documents' commit already wrote it),
         // durable before any acknowledgement leaves.
-        let stored = try store.checkpoint(peer: peerID.description, collection: policy.name, direction: .pull)
+        let stored = try store.checkpoint(peer: l.checkpointKey, collection: policy.name, direction: .pull)
         if stored < Int64(last.upTo) {
-            try store.setCheckpoint(peer: peerID.description, collection: policy.name, direction: .pull, sequence: Int64(last.upTo))
+            try store.setCheckpoint(peer: l.checkpointKey, collection: policy.name, direction: .pull, sequence: Int64(last.upTo))
         }
         // One cumulative acknowledgement for all of them. Live batches (pushes) may wait for the
         // next tick, so a trickle of single changes does not cost one acknowledgement each; the

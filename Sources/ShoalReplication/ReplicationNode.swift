@@ -52,6 +52,9 @@ public final class ReplicationNode {
         var echoes: Set<Int64> = []
         /// The peer's purge horizon (from its HELLO): it may no longer hold tombstones older than this.
         var remotePurgeHorizon: UInt64 = 0
+        /// Where our pull checkpoints from this peer are kept: its id and its store's epoch (from its
+        /// HELLO), so a peer whose store was recreated, or lost commits, is read again from 0.
+        var checkpointKey = ""
         /// This link carries our changes (it is on the mesh's spanning tree, or there is no mesh).
         /// Off the tree, push streams hold where they are and resume when the link joins it.
         var onTree = true
@@ -139,7 +142,8 @@ public final class ReplicationNode {
             ReplicationMessage.CollectionOffer(name: $0.name.description, push: $0.push, pull: $0.pull)
         }
         let hello = ReplicationMessage.hello(version: ReplicationMessage.protocolVersion, peer: peer, group: group, capabilities: 0,
-                                             purgeHorizonMillis: UInt64(max(0, store.purgeHorizonMillis)), neighbours: neighbours, collections: offers)
+                                             purgeHorizonMillis: UInt64(max(0, store.purgeHorizonMillis)), neighbours: neighbours, collections: offers,
+                                             storeEpoch: store.epoch)
         return [.send(link, hello.encoded())]
     }
 
@@ -266,7 +270,7 @@ public final class ReplicationNode {
             return fail(l, .remote(code: code, message: text), now: now, tellPeer: false)
         }
         guard let peerID = l.peer else {
-            guard case .hello(let version, let remote, let remoteGroup, _, let remoteHorizon, _, let offers) = message else {
+            guard case .hello(let version, let remote, let remoteGroup, _, let remoteHorizon, _, let offers, let remoteEpoch) = message else {
                 throw ReplicationError.protocolViolation("\(message.kind) before hello")
             }
             guard version == ReplicationMessage.protocolVersion else { throw ReplicationError.protocolVersion(version) }
@@ -274,10 +278,11 @@ public final class ReplicationNode {
             guard remote != peer else { throw ReplicationError.selfConnection }
             l.peer = remote
             l.remotePurgeHorizon = remoteHorizon
+            l.checkpointKey = remoteEpoch == 0 ? remote.description : "\(remote)@\(String(remoteEpoch, radix: 16))"
             var actions: [ReplicationAction] = [.event(.peerConnected(link: l.id, peer: remote))]
             for offer in offers.sorted(by: { $0.name < $1.name }) {
                 guard let policy = policies[offer.name], policy.pull, offer.push else { continue }
-                let since = try store.checkpoint(peer: remote.description, collection: policy.name, direction: .pull)
+                let since = try store.checkpoint(peer: l.checkpointKey, collection: policy.name, direction: .pull)
                 actions.append(.send(l.id, ReplicationMessage.subscribe(collection: offer.name, since: UInt64(max(0, since))).encoded()))
             }
             return actions

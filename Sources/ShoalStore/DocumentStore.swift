@@ -21,13 +21,41 @@ public final class DocumentStore: @unchecked Sendable {
     /// `<path>.corrupt-<unix time>` (with its -wal and -shm) and the store starts empty: the mesh
     /// refills it. It is never silently reused. A store from a newer shoal is refused.
     public static func open(_ options: StoreOptions, logger: Logger) throws(StoreError) -> DocumentStore {
+        let store: DocumentStore
         do {
-            return try DocumentStore(options: options, logger: logger, report: nil)
+            store = try DocumentStore(options: options, logger: logger, report: nil)
         } catch let error where error.isCorruption {
             let moved = try moveAside(options.path, logger: logger, reason: error.description)
             let report = OpenReport(schemaVersionFound: 0, schemaVersion: Schema.latestVersion, movedAsideTo: moved, reason: error.description)
-            return try DocumentStore(options: options, logger: logger, report: report)
+            store = try DocumentStore(options: options, logger: logger, report: report)
         }
+        try store.beginEpoch()
+        return store
+    }
+
+    /// Which life of this store's sequence numbers peers' checkpoints refer to (never 0). A new
+    /// store gets a new epoch, and so does a store with durability normal that was not closed
+    /// cleanly: its last commits may be gone, so sequences peers already saw may be reused.
+    public private(set) var epoch: UInt64 = 0
+    static let epochKey = "storeEpoch", openKey = "openUncleanly"
+
+    private func beginEpoch() throws(StoreError) {
+        let found = try metadata(Self.epochKey).flatMap { UInt64($0, radix: 16) }
+        let unclean = try metadata(Self.openKey) == "1"
+        var e = found ?? 0
+        if e == 0 || (unclean && options.durability == .normal) {
+            repeat { e = UInt64.random(in: 1...UInt64.max) } while e == found
+            if found != nil {
+                logger.warning(.store, "store \(options.path) was not closed cleanly with durability normal: its last commits may be lost, so peers will compare everything it holds again (new store epoch)")
+            }
+            try setMetadata(Self.epochKey, String(e, radix: 16))
+        }
+        epoch = e
+        // Durable at once (synchronous FULL for this commit): if it were lost with a power cut, an
+        // unclean stop would look clean.
+        try locked { db throws(StoreError) in try db.exec("PRAGMA synchronous=FULL") }
+        try setMetadata(Self.openKey, "1")
+        if options.durability == .normal { try locked { db throws(StoreError) in try db.exec("PRAGMA synchronous=NORMAL") } }
     }
 
     private init(options: StoreOptions, logger: Logger, report: OpenReport?) throws(StoreError) {
@@ -91,6 +119,7 @@ public final class DocumentStore: @unchecked Sendable {
     }
 
     public func close() {
+        try? setMetadata(Self.openKey, "0")
         lock.withLock {
             db?.close()
             db = nil

@@ -49,8 +49,12 @@ public enum ReplicationMessage: Sendable, Equatable {
         }
     }
 
+    /// `storeEpoch` names the sender's store: it changes when the store was recreated (moved aside
+    /// as corrupt) or may have lost commits (an unclean stop with durability normal), so its
+    /// sequences restarted or went back. A checkpoint taken against another epoch is not used.
+    /// Sent last and optional on the wire (0 when absent).
     case hello(version: UInt16, peer: PeerID, group: String, capabilities: UInt32, purgeHorizonMillis: UInt64,
-               neighbours: [PeerID], collections: [CollectionOffer])
+               neighbours: [PeerID], collections: [CollectionOffer], storeEpoch: UInt64 = 0)
     /// The receiver asks the pusher for changes of a collection after `since` (its checkpoint).
     case subscribe(collection: String, since: UInt64)
     /// A batch of changes: ids, versions, flags; `upTo` is the pusher's sequence the batch covers.
@@ -112,11 +116,12 @@ extension ReplicationMessage {
     public func encoded() -> [UInt8] {
         var w = WireWriter()
         switch self {
-        case .hello(let version, let peer, let group, let caps, let horizon, let neighbours, let collections):
+        case .hello(let version, let peer, let group, let caps, let horizon, let neighbours, let collections, let epoch):
             w.u8(Tag.hello.rawValue); w.u16(version); w.raw(peer.bytes); w.string(group); w.u32(caps); w.u64(horizon)
             w.u16(UInt16(neighbours.count)); for n in neighbours { w.raw(n.bytes) }
             w.u16(UInt16(collections.count))
             for c in collections { w.string(c.name); w.u8((c.push ? 1 : 0) | (c.pull ? 2 : 0)) }
+            if epoch != 0 { w.u64(epoch) }
         case .subscribe(let c, let since):
             w.u8(Tag.subscribe.rawValue); w.string(c); w.varint(since)
         case .announce(let c, let batch, let upTo, let changes):
@@ -168,8 +173,9 @@ extension ReplicationMessage {
                 let flags = try r.u8()
                 collections.append(CollectionOffer(name: name, push: flags & 1 != 0, pull: flags & 2 != 0))
             }
+            let epoch = r.remaining >= 8 ? try r.u64() : 0
             self = .hello(version: version, peer: peer, group: group, capabilities: caps, purgeHorizonMillis: horizon,
-                          neighbours: neighbours, collections: collections)
+                          neighbours: neighbours, collections: collections, storeEpoch: epoch)
         case .subscribe:
             self = .subscribe(collection: try r.string(), since: try r.varint())
         case .announce:

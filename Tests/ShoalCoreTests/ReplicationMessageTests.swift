@@ -13,6 +13,8 @@ struct ReplicationMessageTests {
         let messages: [ReplicationMessage] = [
             .hello(version: 1, peer: peer, group: "g", capabilities: 3, purgeHorizonMillis: 99, neighbours: [peer],
                    collections: [.init(name: "a.b", push: true, pull: false)]),
+            .hello(version: 1, peer: peer, group: "g", capabilities: 0, purgeHorizonMillis: 0, neighbours: [],
+                   collections: [], storeEpoch: .max),
             .subscribe(collection: "a.b", since: 127),
             .subscribe(collection: "a.b", since: 128),
             .announce(collection: "a.b", batch: 1 << 40, upTo: .max, changes: [change, gone]),

@@ -168,7 +168,7 @@ struct ReplicationTests {
         net.cut(link)
         let before = try nodes[1].snapshot().count
         #expect(before > 0 && before < 3000)
-        let checkpoint = try nodes[1].store.checkpoint(peer: nodes[0].peer.description, collection: readings, direction: .pull)
+        let checkpoint = try nodes[1].store.checkpoint(peer: "\(nodes[0].peer)@\(String(nodes[0].store.epoch, radix: 16))", collection: readings, direction: .pull)
         #expect(checkpoint > 0)
         net.connect(0, 1)
         net.settle()

@@ -192,6 +192,37 @@ struct DocumentStoreTests {
         #expect(access(path, F_OK) == 0)
     }
 
+    @Test("the store's epoch: kept across clean stops, and across crashes with durability full; new for a new file and after a crash with durability normal")
+    func epoch() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        for durability in [Durability.full, .normal] {
+            let path = dir.file("epoch-\(durability.rawValue).db")
+            let first = try DocumentStore.open(StoreOptions(path: path, durability: durability), logger: quietLogger)
+            let e = first.epoch
+            #expect(e != 0)
+            first.close()
+            let clean = try DocumentStore.open(StoreOptions(path: path, durability: durability), logger: quietLogger)
+            #expect(clean.epoch == e, "a clean stop keeps the epoch")
+            // Not closed: a second open sees the store as it would after a crash.
+            let log = MemoryLogSink()
+            let crashed = try DocumentStore.open(StoreOptions(path: path, durability: durability), logger: Logger(sink: log))
+            if durability == .full {
+                #expect(crashed.epoch == e, "with durability full no commit is lost: same epoch")
+            } else {
+                #expect(crashed.epoch != e && crashed.epoch != 0, "with durability normal commits may be lost: a new epoch")
+                #expect(log.contains("was not closed cleanly"))
+            }
+            crashed.close()
+            clean.close()
+        }
+        let other = try DocumentStore.open(StoreOptions(path: dir.file("other.db")), logger: quietLogger)
+        defer { other.close() }
+        let again = try DocumentStore.open(StoreOptions(path: dir.file("epoch-full.db")), logger: quietLogger)
+        defer { again.close() }
+        #expect(other.epoch != again.epoch)
+    }
+
     @Test("a corrupt file is moved aside with a clear log line and the store starts empty", arguments: ["garbage", "damaged pages"])
     func corruptMovedAside(_ kind: String) throws {
         let dir = TemporaryDirectory()
