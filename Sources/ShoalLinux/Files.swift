@@ -23,6 +23,12 @@ public enum Files {
 
     public static func exists(_ path: String) -> Bool { access(path, F_OK) == 0 }
 
+    /// A file's size in bytes (nil if it cannot be stat'ed).
+    public static func size(_ path: String) -> Int? {
+        var st = stat()
+        return stat(path, &st) == 0 ? Int(st.st_size) : nil
+    }
+
     /// Writes `text` to `path` (created or truncated, mode 0644).
     public static func write(_ path: String, _ text: String) throws(SystemError) {
         let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)

@@ -120,6 +120,23 @@ public final class TCPStream: ByteStream, @unchecked Sendable {
         }
     }
 
+    /// The numeric address of the other end ("127.0.0.2", "fe80::1%eth0"), or "?" if unknown.
+    public var remoteHost: String {
+        var storage = sockaddr_storage()
+        var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        let ok = withUnsafeMutablePointer(to: &storage) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getpeername(fd, $0, &length) == 0 }
+        }
+        guard ok else { return "?" }
+        var host = [CChar](repeating: 0, count: Int(NI_MAXHOST))
+        let rc = withUnsafePointer(to: &storage) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                getnameinfo($0, length, &host, socklen_t(host.count), nil, 0, NI_NUMERICHOST)
+            }
+        }
+        return rc == 0 ? String(cString: host) : "?"
+    }
+
     public func close() {
         if fd >= 0 { Glibc.close(fd) }
         fd = -1

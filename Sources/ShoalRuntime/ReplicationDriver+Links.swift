@@ -14,17 +14,34 @@ extension ReplicationDriver {
     func acceptLoop(_ listener: TCPListener) {
         while !isStopping {
             guard let stream = try? listener.accept(timeoutMillis: 250) else { continue }
+            let from = stream.remoteHost
+            if case .refused(let say) = admission.withLock({ $0.admit(from, nowMillis: Self.monotonicMillis()) }) {
+                host.updateCounters { $0.failedConnections += 1 }
+                if let say { log.warning(.tls, say) }
+                stream.close()
+                continue
+            }
             spawn("repl-link") {
+                let session: TLSSession
                 do {
-                    let session = try TLSSession.accept(over: stream, context: self.serverTLS)
-                    self.run(LinkIO(id: self.nextLink.add(1, ordering: .relaxed).oldValue, session: session, stream: stream, address: nil), outgoing: false)
+                    session = try TLSSession.accept(over: stream, context: self.serverTLS)
                 } catch {
+                    self.admission.withLock { $0.release(from) }
                     self.host.updateCounters { $0.failedConnections += 1 }
-                    self.log.warning(.tls, "refused an incoming replication link: \(error)")
+                    self.log.warning(.tls, "refused an incoming replication link from \(from): \(error)")
                     stream.close()
+                    return
                 }
+                self.admission.withLock { $0.release(from) }
+                self.run(LinkIO(id: self.nextLink.add(1, ordering: .relaxed).oldValue, session: session, stream: stream, address: nil), outgoing: false)
             }
         }
+    }
+
+    static func monotonicMillis() -> Int {
+        var t = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &t)
+        return t.tv_sec * 1000 + t.tv_nsec / 1_000_000
     }
 
     /// One connection the mesh asked for, to the first of the peer's addresses that answers; runs
@@ -164,5 +181,43 @@ extension ReplicationDriver {
         }
         io.session.close()
         if announced { post(.closed(io.id)) } else { log.debug(.mesh, "a peer probed us (\(io.session.peerID.short))") }
+    }
+}
+
+/// Admission for incoming TCP connections before their TLS handshake ends: at most
+/// `perAddress` handshakes from one remote address and `total` from all at once. A refused
+/// connection is closed at once; the warning is said at most once per address every 10 s.
+struct HandshakeAdmission: Sendable {
+    static let perAddress = 4
+    static let total = 32
+    enum Decision: Equatable { case admitted, refused(String?) }
+    private(set) var pending: [String: Int] = [:]
+    private(set) var inFlight = 0
+    private var refused: [String: (count: Int, lastSaidMillis: Int)] = [:]
+
+    mutating func admit(_ address: String, nowMillis: Int) -> Decision {
+        let mine = pending[address, default: 0]
+        guard mine < Self.perAddress, inFlight < Self.total else {
+            var r = refused[address] ?? (0, Int.min / 2)
+            r.count += 1
+            defer { refused[address] = r }
+            guard nowMillis - r.lastSaidMillis >= 10_000 else { return .refused(nil) }
+            r.lastSaidMillis = nowMillis
+            let why = mine >= Self.perAddress ? "\(mine) handshakes from it in progress (at most \(Self.perAddress))"
+                                               : "\(inFlight) handshakes in progress (at most \(Self.total))"
+            let n = r.count
+            r.count = 0
+            return .refused("refusing connections from \(address): \(why); \(n) refused since the last warning")
+        }
+        pending[address] = mine + 1
+        inFlight += 1
+        return .admitted
+    }
+
+    mutating func release(_ address: String) {
+        guard let n = pending[address] else { return }
+        pending[address] = n > 1 ? n - 1 : nil
+        inFlight -= 1
+        if refused.count > 1024 { refused = [:] }
     }
 }

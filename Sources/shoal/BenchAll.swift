@@ -1,0 +1,157 @@
+import Glibc
+import ShoalCore
+import ShoalLinux
+import ShoalRuntime
+import ShoalSim
+import ShoalStore
+import ShoalTLS
+
+/// `shoal bench` (or `shoal bench all`): every figure the proof asks for, each beside a baseline
+/// measured in the same run, then one table. Figures, not pass/fail: the ratios are what compare
+/// across machines.
+extension CLI {
+    struct BenchRow {
+        var figure: String
+        var shoal: String
+        var baseline: String
+        var ratio: Double?
+        var goal: String
+    }
+
+    static func benchAll(_ a: Arguments) throws -> Int32 {
+        var rows: [BenchRow] = []
+        let quiet = Logger(sink: MemoryLogSink(), level: .none)
+        var template = Array("\(a.values["--dir"] ?? "/tmp")/shoal-bench-XXXXXX".utf8CString)
+        guard let made = mkdtemp(&template) else { throw UsageError(command: "bench", message: "cannot create a directory") }
+        let dir = String(cString: made)
+        defer { _ = system("rm -rf '\(dir)'") }
+        let started = ContinuousClock.now
+
+        out("1/6 store writes: 20,000 × ~1 KB documents in batches of 100, durability full, 3 rounds, against a bare SQLite C-API loop")
+        let store = try StoreBenchmark.run(directory: dir, documents: 20_000, batch: 100, durability: .full, rounds: 3, logger: quiet)
+        rows.append(BenchRow(figure: "store writes (docs/s)", shoal: fmt(store.storeMedian), baseline: "\(fmt(store.baselineMedian)) bare SQLite",
+                             ratio: store.ratio, goal: ">= 0.70"))
+
+        out("2/6 TLS bulk: 32 MiB × 3 rounds through Shoal's TLS session against bare mbedtls_ssl_write/read on the same sessions")
+        let tls = try TLSBenchmark.run(handshakes: 50, megabytes: 32, rounds: 3)
+        rows.append(BenchRow(figure: "TLS bulk (MB/s)", shoal: fmt(TLSBenchmark.median(tls.sessionMBps)),
+                             baseline: "\(fmt(TLSBenchmark.median(tls.baselineMBps))) bare mbedTLS", ratio: tls.ratio, goal: ">= 0.80"))
+        rows.append(BenchRow(figure: "TLS full handshake (ms CPU, both sides)", shoal: fmt2(tls.fullHandshakeCPUMillis),
+                             baseline: "\(fmt2(tls.resumedHandshakeCPUMillis)) resumed", ratio: nil, goal: "<= 10 per side"))
+
+        let port = UInt16(try a.int("--port", command: "bench", default: 47_911, range: 1024...65_535))
+        out("3/6 replication: initial pull of 10,000 × ~1 KB documents from a second process over TLS on 127.0.0.1:\(port), 3 rounds")
+        let pull = try ReplicationBenchmark.run(documents: 10_000, rounds: 3, directory: dir + "/pull", port: port, durability: .full)
+        rows.append(BenchRow(figure: "2-process pull, 10,000 × 1 KB (docs/s)", shoal: fmt(pull.median),
+                             baseline: "\(fmt(store.baselineMedian)) bare SQLite writes", ratio: pull.median / store.baselineMedian, goal: ">= 0.50"))
+        rows.append(BenchRow(figure: "  frame bytes per pulled document", shoal: fmt(pull.wireBytesPerDocument),
+                             baseline: "\(pull.bodyBytes) body", ratio: pull.wireBytesPerDocument / Double(pull.bodyBytes), goal: "<= 1.30"))
+
+        out("4/6 simulator: 100 writes of 1 KB on a 10-node full mesh (bytes sent against one body per node), and one write across a 20-node line")
+        var traffic = SimScenario()
+        traffic.config.nodes = 10
+        traffic.writes = 100
+        traffic.editTenths = 0
+        traffic.deleteTenths = 0
+        traffic.seconds = 120
+        traffic.config.directory = dir
+        let t = try traffic.run()
+        let perDoc = Double(t.bytesDuringWrites) / Double(max(1, traffic.writes * (traffic.config.nodes - 1)))
+        rows.append(BenchRow(figure: "bytes per replicated doc, 10-node sim", shoal: fmt(perDoc),
+                             baseline: "\(fmt(Double(t.idealBytes) / Double(max(1, traffic.writes * (traffic.config.nodes - 1))))) ideal",
+                             ratio: t.bytesRatio, goal: "<= 1.50"))
+        var line = SimScenario()
+        line.config.nodes = 20
+        line.config.topology = .line
+        line.probeLatency = true
+        line.writes = 0
+        line.seconds = 60
+        line.config.directory = dir
+        let l = try line.run()
+        if let probe = l.probeMillis, let bound = l.probePathLatencyMillis, bound > 0 {
+            rows.append(BenchRow(figure: "a write across a 20-node line (ms, virtual)", shoal: "\(probe)",
+                                 baseline: "\(bound) hop bound (\(l.probeHops ?? 0) hops)", ratio: Double(probe) / Double(bound), goal: "<= 2.00"))
+        } else {
+            rows.append(BenchRow(figure: "a write across a 20-node line", shoal: "did not arrive", baseline: "-", ratio: nil, goal: "<= 2.00"))
+        }
+
+        out("5/6 memory: a gateway (sim board) idle, then holding 100,000 documents")
+        let (idle, loaded) = try benchRSS(dir: dir + "/rss")
+        rows.append(BenchRow(figure: "RSS with 100,000 documents (MB)", shoal: fmt2(Double(loaded) / 1024),
+                             baseline: "\(fmt2(Double(idle) / 1024)) idle", ratio: Double(loaded) / Double(max(1, idle)), goal: "<= 3.00"))
+
+        out("6/6 binary size")
+        let size = Files.size(ChildProcess.currentExecutable) ?? 0
+        var baselineSize: Int?
+        if let path = a.values["--baseline-binary"] { baselineSize = Files.size(path) }
+        rows.append(BenchRow(figure: "binary size (MB)", shoal: fmt2(Double(size) / 1_048_576),
+                             baseline: baselineSize.map { "\(fmt2(Double($0) / 1_048_576)) trivial program" } ?? "(no --baseline-binary)",
+                             ratio: baselineSize.map { Double(size) / Double(max(1, $0)) }, goal: "<= 1.00 + 0.5 MB/feature"))
+
+        out("")
+        out("shoal bench, \(benchDate()), \(benchMachine()), \(Int((ContinuousClock.now - started).secondsDouble)) s")
+        let w0 = max(8, rows.map(\.figure.count).max() ?? 0), w1 = max(6, rows.map(\.shoal.count).max() ?? 0)
+        let w2 = max(8, rows.map(\.baseline.count).max() ?? 0)
+        func pad(_ s: String, _ w: Int) -> String { s + String(repeating: " ", count: max(0, w - s.count)) }
+        out("  \(pad("figure", w0))  \(pad("shoal", w1))  \(pad("baseline", w2))  ratio  goal")
+        for r in rows {
+            out("  \(pad(r.figure, w0))  \(pad(r.shoal, w1))  \(pad(r.baseline, w2))  \(pad(r.ratio.map(fmt2) ?? "-", 5))  \(r.goal)")
+        }
+        return ExitCode.ok
+    }
+
+    /// Starts `shoal run` on the sim board, reads its RSS idle (after 3 s), writes 100,000 small
+    /// documents through its control socket, and reads it again (after 3 s more).
+    static func benchRSS(dir: String) throws -> (idleKB: Int, loadedKB: Int) {
+        try Files.makeDirectories(dir)
+        let child = try ChildProcess(path: ChildProcess.currentExecutable,
+                                     arguments: ["run", "--board", "sim", "--data-dir", dir, "--log-level", "warning"])
+        defer { _ = child.stop() }
+        let socket = dir + "/control.sock"
+        var client: ControlClient?
+        for _ in 0..<200 where client == nil {
+            client = try? ControlClient(path: socket)
+            if client == nil { usleep(50_000) }
+        }
+        guard let client else { throw ConfigurationFailure(message: "the gateway for the memory figure did not start") }
+        sleep(3)
+        let idle = rssKB(child.pid)
+        var n = 0
+        while n < 100_000 {
+            var batch: [JSONValue] = []
+            for _ in 0..<1000 {
+                batch.append(["id": .string("rss-\(n)"), "body": ["sensor": .string("t\(n % 97)"), "seq": .int(Int64(n)), "celsius": .double(21.5)]])
+                n += 1
+            }
+            _ = try client.call(["op": "doc.putMany", "collection": "sensors.readings", "documents": .array(batch)])
+        }
+        sleep(3)
+        return (idle, rssKB(child.pid))
+    }
+
+    static func rssKB(_ pid: pid_t) -> Int {
+        guard let status = try? Files.read("/proc/\(pid)/status") else { return 0 }
+        for line in status.split(separator: "\n") where line.hasPrefix("VmRSS:") {
+            return Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0
+        }
+        return 0
+    }
+
+    static func benchDate() -> String {
+        var now = time(nil)
+        var tm = tm()
+        gmtime_r(&now, &tm)
+        var buffer = [CChar](repeating: 0, count: 64)
+        strftime(&buffer, buffer.count, "%Y-%m-%d %H:%M UTC", &tm)
+        return String(cString: buffer)
+    }
+
+    static func benchMachine() -> String {
+        let model = (try? Files.read("/proc/cpuinfo"))?.split(separator: "\n").first { $0.hasPrefix("model name") }
+            .map { String($0.split(separator: ":", maxSplits: 1).last?.drop { $0 == " " } ?? "") } ?? "unknown CPU"
+        var u = utsname()
+        uname(&u)
+        let arch = withUnsafeBytes(of: &u.machine) { String(cString: $0.bindMemory(to: CChar.self).baseAddress!) }
+        return "\(sysconf(Int32(_SC_NPROCESSORS_ONLN))) × \(model), \(arch)"
+    }
+}
