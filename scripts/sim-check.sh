@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The mesh's simulation properties, each over many seeds (default 200), on the release build:
 # connected link graph within the budget, one link per pair, every write on every node, in full,
-# line, grid and random topologies, and convergence with no lost write after loss, partitions,
-# crashes and clock skew stop. Part of `make test`; `make soak` runs more seeds.
+# line, grid and random topologies, and convergence with no lost write and no resurrected delete
+# after loss, partitions every 5–30 s, crashes, clock skew, duplicated and reordered frames stop,
+# with frames in flight and bytes sent bounded. Part of `make test`; `make soak` runs more seeds.
 # Usage: scripts/sim-check.sh [SEEDS]   (SHOAL_BIN overrides the binary)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -17,7 +18,7 @@ scenarios=(
   "line-20      --nodes 20 --topology line --seconds 60"
   "grid-25      --nodes 25 --topology grid --seconds 60"
   "random-20    --nodes 20 --topology random --seconds 60"
-  "faults-10    --nodes 10 --partitions --crashes --loss 0.05 --skew 90000 --seconds 200"
+  "faults-10    --nodes 10 --partitions --crashes --loss 0.05 --skew 90000 --duplicate 0.002 --reorder 0.005 --seconds 200"
   "ble-8        --nodes 8 --kind ble --partitions --crashes --seconds 240"
 )
 
@@ -51,5 +52,7 @@ for s in "${scenarios[@]}"; do
     grep -E "FAILED|error" "$logs/$name.txt" | head -5
   fi
 done
-echo "simulation check: ${#scenarios[@]} scenarios × $seeds seeds in $(( $(date +%s) - started )) s"
+echo "simulation check: ${#scenarios[@]} scenarios × $seeds seeds = $(( ${#scenarios[@]} * seeds )) seeds run in $(( $(date +%s) - started )) s"
+grep -h "faults (all seeds)" "$logs"/*.txt | sed 's/^ */sim faults: /'
+
 exit $status

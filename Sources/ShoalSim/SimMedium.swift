@@ -38,6 +38,9 @@ public struct SimMedium: Sendable {
     public var kind: SimLinkKind
     /// Per-frame loss probability (a lost frame is retransmitted: it and those behind it are late).
     public var loss: Double
+    /// Per-frame duplication and reordering (see SimConfig).
+    public var duplicate = 0.0
+    public var reorder = 0.0
     var inRange: [[Bool]]
     /// Nodes on side A of the current partition (nil: no partition).
     public var partition: Set<Int>?

@@ -39,6 +39,8 @@ public struct SimReport: Sendable {
     public var crashes = 0
     public var partitions = 0
     public var maxFramesInFlight = 0
+    /// Frames the fault injector duplicated or held back.
+    public var faultyFrames = 0
     public var virtualMillis: UInt64 = 0
     public var wallSeconds: Double = 0
     /// Invariants that did not hold, in words (empty: all held).
@@ -57,7 +59,7 @@ extension SimScenario {
         var report = SimReport(seed: config.seed, nodes: config.nodes)
         var rng = SeededRandom(seed: config.seed ^ 0x5EED)
         let limit = seconds * 1000
-        let faults = config.partitions || config.crashes || config.maxSkewMillis > 0
+        let faults = config.partitions || config.crashes || config.maxSkewMillis > 0 || config.duplicate > 0 || config.reorder > 0
 
         // 1. The mesh forms.
         report.formedAtMillis = sim.run(until: min(limit, 120_000)) { !sim.meshConnected || sim.upNodes.count < config.nodes }
@@ -118,6 +120,7 @@ extension SimScenario {
         report.crashes = sim.crashCount
         report.partitions = sim.partitionCount
         report.maxFramesInFlight = sim.maxFramesInFlight
+        report.faultyFrames = sim.faultyFrames
         report.virtualMillis = sim.now
 
         // 5. Invariants.
@@ -130,6 +133,15 @@ extension SimScenario {
         if !lost.isEmpty { report.failures.append("acknowledged writes lost: \(lost.prefix(3).joined(separator: "; "))") }
         if let v = sim.budgetViolations.first { report.failures.append("over the connection budget: \(v)") }
         if let d = sim.duplicateLinks.first { report.failures.append("two links for one pair: \(d)") }
+        if let r = sim.resurrectedDeletes().first { report.failures.append("a delete came back: \(r)") }
+        // Bounded: frames queued on one side of a link, and bytes sent against one body per node.
+        if sim.maxFramesInFlight > SimScenario.maxFramesInFlightBound {
+            report.failures.append("\(sim.maxFramesInFlight) frames in flight on one link side (bound \(SimScenario.maxFramesInFlightBound))")
+        }
+        if report.idealBytes > 0, report.bytesRatio > SimScenario.trafficBound(faults: faults) {
+            let ratio = Int(report.bytesRatio * 10)
+            report.failures.append("\(ratio / 10).\(ratio % 10)× the ideal bytes sent (bound \(Int(SimScenario.trafficBound(faults: faults)))×)")
+        }
         report.dot = sim.dot()
         if sim.keepLog {
             for l in sim.log { print(l) }
@@ -141,6 +153,10 @@ extension SimScenario {
         report.wallSeconds = (ContinuousClock.now - started).secondsDouble
         return report
     }
+
+    /// Invariant bounds, from the figures of many seeds with headroom (see README, "Proof").
+    public static let maxFramesInFlightBound = 256
+    public static func trafficBound(faults: Bool) -> Double { faults ? 16 : 3 }
 
     /// A JSON body of about `bytes` bytes.
     public static func body(_ k: Int, bytes: Int) -> String {

@@ -54,6 +54,25 @@ extension Simulation {
         return lost
     }
 
+    /// Deletes that had seen every earlier write of their document (their version covers all of
+    /// them) and that no write followed: every up node must hold the tombstone. A live document
+    /// there is a resurrected delete.
+    public func resurrectedDeletes() -> [String] {
+        var byID: [String: [(node: Int, version: VersionVector, deleted: Bool)]] = [:]
+        for w in writes { byID[w.id, default: []].append((w.node, w.version, w.deleted)) }
+        var found: [String] = []
+        let snaps = upNodes.map { ($0, snapshot($0)) }
+        for (id, ws) in byID {
+            guard let last = ws.last, last.deleted else { continue }
+            // A delete concurrent with some write leaves the choice to the resolver: not checked.
+            guard ws.dropLast().allSatisfy({ let c = last.version.compare($0.version); return c == .dominates || c == .equal }) else { continue }
+            for (i, snap) in snaps where snap[id]?.0 != nil {
+                found.append("\(id), deleted on node \(last.node) after every write of it, is live on node \(i)")
+            }
+        }
+        return found.sorted()
+    }
+
     /// Pairs linked by more than one open connection.
     public var duplicateLinks: [String] {
         var seen: [[Int]: Int] = [:]

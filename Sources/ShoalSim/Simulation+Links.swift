@@ -108,6 +108,18 @@ extension Simulation {
         c.inFlight[side] += 1
         maxFramesInFlight = max(maxFramesInFlight, c.inFlight[side])
         conns[id] = c
-        schedule(at: start + transmit + k.latencyMillis, .deliver(conn: id, to: toB ? c.b : c.a, frame: frame))
+        var at = start + transmit + k.latencyMillis
+        let faulty = config.faultsUntilMillis == 0 || now < config.faultsUntilMillis
+        if faulty, medium.reorder > 0, Double.random(in: 0..<1, using: &rng) < medium.reorder {
+            at += UInt64.random(in: 1...max(2, 4 * k.latencyMillis), using: &rng)  // later frames overtake it
+            faultyFrames += 1
+        }
+        schedule(at: at, .deliver(conn: id, to: toB ? c.b : c.a, frame: frame))
+        if faulty, medium.duplicate > 0, Double.random(in: 0..<1, using: &rng) < medium.duplicate {
+            c.inFlight[side] += 1
+            conns[id] = c
+            faultyFrames += 1
+            schedule(at: at + UInt64.random(in: 0...max(1, k.latencyMillis), using: &rng), .deliver(conn: id, to: toB ? c.b : c.a, frame: frame))
+        }
     }
 }

@@ -1,4 +1,5 @@
 import Glibc
+import Synchronization
 import ShoalCore
 import ShoalMesh
 import ShoalReplication
@@ -7,6 +8,8 @@ import ShoalTLS
 import ShoalWire
 
 /// What to simulate.
+private let simulationRuns = Atomic<Int>(0)
+
 public struct SimConfig: Sendable {
     public var nodes = 5
     public var topology = SimTopology.full
@@ -23,6 +26,13 @@ public struct SimConfig: Sendable {
     public var crashes = false
     /// Clock skew per node, up to this many ms either way.
     public var maxSkewMillis: UInt64 = 0
+    /// Per-frame chance that a frame is delivered twice (the copy a little later), and that a frame
+    /// is held back behind later ones. The links stand for TCP and L2CAP, which never do either,
+    /// so these test the replicator against a buggy or hostile transport: it must close the link
+    /// (a protocol error) or tolerate it, and the invariants must still hold. Frame layer only:
+    /// under --tls the record layer rejects such frames before the replicator sees them.
+    public var duplicate = 0.0
+    public var reorder = 0.0
     public var faultsUntilMillis: UInt64 = 0
     public var mesh = MeshSettings()
     public var replication = ReplicationSettings()
@@ -104,8 +114,10 @@ public final class Simulation {
     public internal(set) var pushedBodies = 0
     public internal(set) var pushedChanges = 0
     public internal(set) var maxFramesInFlight = 0
+    /// Frames duplicated or held back by the fault injector.
+    public internal(set) var faultyFrames = 0
     public internal(set) var budgetViolations: [String] = []
-    public internal(set) var writes: [(node: Int, id: String, version: VersionVector)] = []
+    public internal(set) var writes: [(node: Int, id: String, version: VersionVector, deleted: Bool)] = []
     public internal(set) var crashCount = 0
     public internal(set) var partitionCount = 0
     public internal(set) var log: [String] = []
@@ -128,7 +140,10 @@ public final class Simulation {
         self.config = config
         rng = SeededRandom(seed: config.seed)
         medium = SimMedium(count: config.nodes, topology: config.topology, kind: config.kind, loss: config.loss, rng: &rng)
-        let base = "\(config.directory)/shoal-sim-\(getpid())-\(config.seed)-\(UInt32.random(in: 0...UInt32.max, using: &rng))"
+        medium.duplicate = config.duplicate
+        medium.reorder = config.reorder
+        // Unique per run in this process (two runs of one seed at once must not share stores).
+        let base = "\(config.directory)/shoal-sim-\(getpid())-\(config.seed)-\(UInt32.random(in: 0...UInt32.max, using: &rng))-\(simulationRuns.add(1, ordering: .relaxed).oldValue)"
         baseDirectory = base
         var identities: [Identity] = []
         if config.tls {
@@ -429,7 +444,7 @@ public final class Simulation {
 
     /// A local write committed: remember it for the lost-write check and let the node announce it.
     func acknowledged(_ n: SimNode, _ id: String, _ change: Change) throws {
-        writes.append((n.index, id, try DocumentVersion(decoding: change.version).vector))
+        writes.append((n.index, id, try DocumentVersion(decoding: change.version).vector, change.deleted))
         committed(n)
     }
 

@@ -7,7 +7,7 @@ extension CLI {
     /// `shoal sim`: runs the mesh in the simulator and prints the figures a site planner wants.
     static func sim(_ args: [String]) throws -> Int32 {
         let a = try Arguments.parse(args, command: "sim",
-                                    valueOptions: ["--nodes", "--topology", "--seconds", "--seed", "--seeds", "--loss", "--kind",
+                                    valueOptions: ["--nodes", "--topology", "--seconds", "--seed", "--seeds", "--loss", "--duplicate", "--reorder", "--kind",
                                                    "--writes", "--body", "--max-connections", "--dir", "--skew", "--burst", "--edits"],
                                     flagOptions: ["--partitions", "--crashes", "--dot", "--quiet", "--tls"])
         if helpIfAsked(a, "sim") { return ExitCode.ok }
@@ -30,6 +30,11 @@ extension CLI {
             guard let p = Double(text), p >= 0, p < 1 else { throw UsageError(command: "sim", message: "--loss is a probability in [0, 1)") }
             s.config.loss = p
         }
+        for (option, path) in [("--duplicate", \SimConfig.duplicate), ("--reorder", \SimConfig.reorder)] {
+            guard let text = a.values[option] else { continue }
+            guard let p = Double(text), p >= 0, p < 1 else { throw UsageError(command: "sim", message: "\(option) is a probability in [0, 1)") }
+            s.config[keyPath: path] = p
+        }
         s.writes = try a.int("--writes", command: "sim", default: 20, range: 0...100_000)
         s.bodyBytes = try a.int("--body", command: "sim", default: 1024, range: 16...1_000_000)
         s.burst = try a.int("--burst", command: "sim", default: 1, range: 1...100_000)
@@ -42,7 +47,7 @@ extension CLI {
         s.config.partitions = a.flags.contains("--partitions")
         s.config.tls = a.flags.contains("--tls")
         s.config.crashes = a.flags.contains("--crashes")
-        let faults = s.config.partitions || s.config.crashes || s.config.maxSkewMillis > 0
+        let faults = s.config.partitions || s.config.crashes || s.config.maxSkewMillis > 0 || s.config.duplicate > 0 || s.config.reorder > 0
         // Faults come and go for the first half of the run; the second half shows the healing.
         s.config.faultsUntilMillis = faults ? s.seconds * 1000 / 2 : 0
         s.config.transportsFromKind()
@@ -54,7 +59,7 @@ extension CLI {
         out("simulation: \(s.config.nodes) nodes, \(topology.rawValue) topology, \(s.config.kind.transport.rawValue)-like links "
             + "(\(s.config.kind.latencyMillis) ms, \(s.config.kind.bytesPerSecond / 1000) kB/s), loss \(s.config.loss), "
             + "maxConnectionCount \(s.config.mesh.maxConnectionCount), \(s.writes) writes of \(s.bodyBytes) bytes\(s.burst > 1 ? " in bursts of \(s.burst)" : ""), "
-            + (faults ? "faults (\([s.config.partitions ? "partitions" : nil, s.config.crashes ? "crashes" : nil, s.config.maxSkewMillis > 0 ? "clock skew" : nil].compactMap { $0 }.joined(separator: ", "))) for \(s.seconds / 2) s, " : "no faults, ")
+            + (faults ? "faults (\([s.config.partitions ? "partitions" : nil, s.config.crashes ? "crashes" : nil, s.config.maxSkewMillis > 0 ? "clock skew" : nil, s.config.duplicate > 0 ? "duplicated frames" : nil, s.config.reorder > 0 ? "reordered frames" : nil].compactMap { $0 }.joined(separator: ", "))) for \(s.seconds / 2) s, " : "no faults, ")
             + "up to \(s.seconds) s virtual, seed\(seeds > 1 ? "s \(firstSeed)…\(firstSeed + UInt64(seeds) - 1)" : " \(firstSeed)")")
         var failed = 0
         var reports: [SimReport] = []
@@ -93,10 +98,10 @@ extension CLI {
         out("  converged                 \(ms(r.convergedAfterMillis)) after the last write\(s.config.faultsUntilMillis > 0 ? " and the end of faults" : "")")
         out("  bytes sent                \(r.bytesDuringWrites) during the writes; ideal (one body per node) \(r.idealBytes): ratio \(fmt2(r.bytesRatio))\(s.config.faultsUntilMillis > 0 ? " (includes re-syncs after faults)" : " (goal <= 1.2)")")
         out("  links per node            min \(links.min() ?? 0), max \(links.max() ?? 0), mean \(fmt2(Double(links.reduce(0, +)) / Double(max(1, links.count)))); total \(links.reduce(0, +) / 2)")
-        if r.crashes + r.partitions > 0 { out("  faults                    \(r.crashes) crashes, \(r.partitions) partitions") }
+        if r.crashes + r.partitions + r.faultyFrames > 0 { out("  faults                    \(r.crashes) crashes, \(r.partitions) partitions, \(r.faultyFrames) frames duplicated or reordered") }
         out("  most frames in flight     \(r.maxFramesInFlight) on one link direction")
         out("  speed                     \(fmt2(Double(r.virtualMillis) / 1000)) virtual s in \(fmt2(r.wallSeconds)) s: \(fmt(r.speed)) virtual s per wall s")
-        out("  invariants                \(r.failures.isEmpty ? "all held (connected mesh, budget, one link per pair, convergence, no lost write)" : "FAILED: " + r.failures.joined(separator: "; "))")
+        out("  invariants                \(r.failures.isEmpty ? "all held (connected mesh, budget, one link per pair, convergence, no lost write, no resurrected delete, bounded frames in flight and bytes)" : "FAILED: " + r.failures.joined(separator: "; "))")
     }
 
     static func printSummary(_ reports: [SimReport], failed: Int) {
@@ -104,7 +109,10 @@ extension CLI {
         let conv = reports.compactMap { $0.convergedAfterMillis.map { Double($0) } }
         out("  seeds                     \(reports.count) run, \(failed) failed")
         out("  converged (median, max)   \(fmt(median(conv))) ms, \(fmt(conv.max() ?? 0)) ms")
-        out("  bytes ratio (median)      \(fmt2(median(reports.map(\.bytesRatio))))")
+        out("  bytes ratio (median, max) \(fmt2(median(reports.map(\.bytesRatio)))), \(fmt2(reports.map(\.bytesRatio).max() ?? 0))")
+        out("  frames in flight (max)    \(reports.map(\.maxFramesInFlight).max() ?? 0)")
+        let faulty = reports.map(\.faultyFrames).reduce(0, +), crashes = reports.map(\.crashes).reduce(0, +), partitions = reports.map(\.partitions).reduce(0, +)
+        if faulty + crashes + partitions > 0 { out("  faults (all seeds)        \(crashes) crashes, \(partitions) partitions, \(faulty) frames duplicated or reordered") }
         out("  speed (median)            \(fmt(median(reports.map(\.speed)))) virtual s per wall s")
     }
 }

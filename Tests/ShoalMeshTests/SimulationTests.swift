@@ -52,18 +52,21 @@ struct SimulationTests {
         #expect(grid.failures.isEmpty, "\(grid.failures)")
     }
 
-    @Test("loss, partitions, crashes and clock skew: converge once faults stop, nothing acknowledged lost")
-    func faults() async throws {
-        let r = try await offPool(scenario(nodes: 8, seed: 5, seconds: 200) {
+    @Test("loss, partitions, crashes, clock skew, duplicated and reordered frames: converge once faults stop, nothing acknowledged lost, no delete back", arguments: [UInt64(5), 6])
+    func faults(seed: UInt64) async throws {
+        let r = try await offPool(scenario(nodes: 8, seed: seed, seconds: 200) {
             $0.config.loss = 0.05
             $0.config.partitions = true
             $0.config.crashes = true
             $0.config.maxSkewMillis = 90_000
+            $0.config.duplicate = 0.01
+            $0.config.reorder = 0.01
             $0.config.faultsUntilMillis = 100_000
-            $0.writes = 20
+            $0.writes = 40
         })
         #expect(r.failures.isEmpty, "\(r.failures)")
-        #expect(r.crashes > 0 && r.partitions > 0)
+        #expect(r.crashes > 0 && r.partitions > 0 && r.faultyFrames > 0)
+        #expect(r.bytesRatio <= SimScenario.trafficBound(faults: true) && r.maxFramesInFlight <= SimScenario.maxFramesInFlightBound)
     }
 
     @Test("a seed replays exactly")
