@@ -262,6 +262,11 @@ final class LabGateway: @unchecked Sendable {
         process?.stop(signal: SIGKILL)
     }
 
+    /// SIGTERM: a clean stop (the store is closed).
+    func stop() {
+        _ = process?.stop(signal: SIGTERM)
+    }
+
     func cli(_ args: [String], stdin: String? = nil) throws -> Shoal.Result {
         try Shoal.run(args + ["--socket", socket], stdin: stdin)
     }
