@@ -108,8 +108,8 @@ public final class MultipeerReplicator: Sendable {
     public let configuration: MultipeerReplicatorConfiguration
     let host: LibraryHost
     let policies: [CollectionPolicy]
-    let driver = Mutex<ReplicationDriver?>(nil)
-    let watcher = Mutex<RadioWatcher?>(nil)
+    let driver = Locked<ReplicationDriver?>(nil)
+    let watcher = Locked<RadioWatcher?>(nil)
     let listen: HostPort?
     let staticPeers: [HostPort]
 
@@ -281,7 +281,7 @@ public final class MultipeerReplicator: Sendable {
 /// Many subscribers, each with its own stream (bounded: a subscriber that never reads keeps the
 /// newest 10,000 events).
 final class Broadcaster<Element: Sendable>: Sendable {
-    let subscribers = Mutex<[Int: AsyncStream<Element>.Continuation]>([:])
+    let subscribers = Locked<[Int: AsyncStream<Element>.Continuation]>([:])
     let next = Atomic<Int>(0)
 
     func subscribe() -> (AsyncStream<Element>, AsyncStream<Element>.Continuation) {
@@ -300,12 +300,12 @@ final class Broadcaster<Element: Sendable>: Sendable {
 /// The driver's reports, turned into the library's listeners and figures.
 final class LibraryHost: ReplicationHost {
     let logger: Logger
-    let counters = Mutex(ReplicationCounters())
-    let view = Mutex(MeshView())
-    let transportState = Mutex<[MeshTransport: (active: Bool, error: String?)]>([:])
+    let counters = Locked(ReplicationCounters())
+    let view = Locked(MeshView())
+    let transportState = Locked<[MeshTransport: (active: Bool, error: String?)]>([:])
     /// The transport each peer replicates over now (from the mesh's peer replicator events).
-    let peerTransport = Mutex<[ShoalCore.PeerID: MeshTransport]>([:])
-    let peerErrors = Mutex<[ShoalCore.PeerID: String]>([:])
+    let peerTransport = Locked<[ShoalCore.PeerID: MeshTransport]>([:])
+    let peerErrors = Locked<[ShoalCore.PeerID: String]>([:])
     let status = Broadcaster<ReplicatorStatus>()
     let discovery = Broadcaster<PeerDiscoveryStatus>()
     let replicator = Broadcaster<PeerReplicatorStatus>()

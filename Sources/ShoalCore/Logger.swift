@@ -44,7 +44,7 @@ public protocol LogSink: Sendable {
 
 /// A logger is passed in, never global. It filters by per-domain level before formatting anything.
 public final class Logger: Sendable {
-    private let levels: Mutex<[LogDomain: LogLevel]>
+    private let levels: Locked<[LogDomain: LogLevel]>
     private let sink: any LogSink
     private let start = ContinuousClock.now
 
@@ -52,7 +52,7 @@ public final class Logger: Sendable {
         self.sink = sink
         var all: [LogDomain: LogLevel] = [:]
         for d in LogDomain.allCases { all[d] = level }
-        self.levels = Mutex(all)
+        self.levels = Locked(all)
     }
 
     public func setLevel(_ level: LogLevel, for domain: LogDomain? = nil) {
@@ -83,7 +83,7 @@ public final class Logger: Sendable {
 
 /// Keeps records in memory; tests read them back.
 public final class MemoryLogSink: LogSink {
-    private let records = Mutex<[LogRecord]>([])
+    private let records = Locked<[LogRecord]>([])
     public init() {}
     public func write(_ record: LogRecord) { records.withLock { $0.append(record) } }
     public var all: [LogRecord] { records.withLock { $0 } }

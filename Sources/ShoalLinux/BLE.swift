@@ -109,7 +109,7 @@ public final class BLEAgent: @unchecked Sendable {
         /// Dials in progress: scanning pauses (the kernel scans to make its own connections).
         var pauses = 0
     }
-    let wanted = Mutex(Wanted())
+    let wanted = Locked(Wanted())
     let stopping = Atomic<Bool>(false)
     let running = Atomic<Bool>(false)
     /// Scanning is off in the controller (for `pauseScanning`).

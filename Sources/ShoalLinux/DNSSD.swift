@@ -50,7 +50,7 @@ public final class DNSSD: @unchecked Sendable {
         var reportPublish = false
         var reportDaemon = false
     }
-    let wanted = Mutex(Wanted())
+    let wanted = Locked(Wanted())
     let running = Atomic<Bool>(false)
 
     // Loop-thread state.

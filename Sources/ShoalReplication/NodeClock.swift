@@ -12,13 +12,13 @@ import Synchronization
 /// backwards across restarts).
 public final class NodeClock: Sendable {
     public static let metadataKey = "hlc"
-    private let clock: Mutex<HybridLogicalClock>
+    private let clock: Locked<HybridLogicalClock>
     private let wall: @Sendable () -> UInt64
 
     /// Restores the clock from the store (or starts at zero).
     public init(store: DocumentStore, maxDriftMillis: UInt64 = 60_000, wallMillis: @escaping @Sendable () -> UInt64 = NodeClock.systemWallMillis) throws(StoreError) {
         let saved = try store.metadata(NodeClock.metadataKey).flatMap(UInt64.init) ?? 0
-        clock = Mutex(HybridLogicalClock(restoring: HLCTimestamp(rawValue: saved), maxDriftMillis: maxDriftMillis))
+        clock = Locked(HybridLogicalClock(restoring: HLCTimestamp(rawValue: saved), maxDriftMillis: maxDriftMillis))
         wall = wallMillis
     }
 

@@ -21,7 +21,7 @@ struct ControlService: Service {
         let listener = try UnixSocketListener(path: path)
         gateway.logger.info(.control, "control socket listening on \(path)")
         let ended = Latch()
-        let failure = Mutex<String?>(nil)
+        let failure = Locked<String?>(nil)
         let active = Atomic<Int>(0)
         let gw = gateway
         let started = DetachedThread.start(name: "control-accept") {

@@ -25,22 +25,22 @@ public final class Gateway: Sendable {
     public let socketPath: String
     /// SQLite runs here, never on Swift's cooperative pool.
     public let storeThread = BlockingThread(name: "shoal-store")
-    private let storeSlot = Mutex<DocumentStore?>(nil)
-    private let identitySlot = Mutex<(Identity?, String?)>((nil, nil))
-    private let clockSlot = Mutex<NodeClock?>(nil)
+    private let storeSlot = Locked<DocumentStore?>(nil)
+    private let identitySlot = Locked<(Identity?, String?)>((nil, nil))
+    private let clockSlot = Locked<NodeClock?>(nil)
     /// Replication figures for status (the ObjectBox seed's counters).
-    public let counters = Mutex(ReplicationCounters())
+    public let counters = Locked(ReplicationCounters())
     /// The mesh as this gateway sees it, and its recent events (published by the replication driver).
-    public let meshView = Mutex(MeshView())
+    public let meshView = Locked(MeshView())
     public let meshEvents = MeshEventLog()
     /// The status LED's current pattern (its name), for `shoal status` and the console.
-    public let ledPattern = Mutex("booting: fast blink")
+    public let ledPattern = Locked("booting: fast blink")
     /// What the radio manager sees now (nil until it has looked once).
-    public let radios = Mutex<RadioSnapshot?>(nil)
+    public let radios = Locked<RadioSnapshot?>(nil)
     /// The replication driver's ear for radio changes: set by the replication service while it runs.
-    let radioHook = Mutex<(@Sendable (RadioSnapshot) -> Void)?>(nil)
+    let radioHook = Locked<(@Sendable (RadioSnapshot) -> Void)?>(nil)
     /// `retryNetworks()`: set by the replication service while it runs.
-    let retryRadiosHook = Mutex<(@Sendable () -> Void)?>(nil)
+    let retryRadiosHook = Locked<(@Sendable () -> Void)?>(nil)
 
     /// Asks the mesh to retry its radios at once (advertising and discovery, forgetting backoffs).
     /// False when replication is not running.
@@ -49,7 +49,7 @@ public final class Gateway: Sendable {
         hook()
         return true
     }
-    private let stateSlot = Mutex<GatewayState>(.booting)
+    private let stateSlot = Locked<GatewayState>(.booting)
     private let started = ContinuousClock.now
 
     public init(board: BoardConfig, site: SiteConfig, logger: Logger, report: SupervisionReport, storePath: String, socketPath: String) {

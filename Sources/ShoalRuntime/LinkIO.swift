@@ -18,7 +18,7 @@ final class LinkIO: @unchecked Sendable {
     let address: String?
     /// The radio it runs over.
     let transport: MeshTransport
-    let outbox = Mutex<(frames: [[UInt8]], bytes: Int)>(([], 0))
+    let outbox = Locked<(frames: [[UInt8]], bytes: Int)>(([], 0))
     let closedFlag = Atomic<Bool>(false)
     /// What may wait to be written. Replication's window keeps a healthy link far below this (8
     /// batches of txLogBatchSizeKb in flight); a link whose peer stopped reading reaches it, and is

@@ -36,7 +36,7 @@ package final class LocalMedium: Sendable {
         var pipes: [[PeerID]: [MemoryPipeEnd]] = [:]
     }
 
-    let state = Mutex(State())
+    let state = Locked(State())
     /// Each direction of a pipe holds this much before a writer waits.
     package let pipeCapacity: Int
 

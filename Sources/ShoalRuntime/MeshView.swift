@@ -61,7 +61,7 @@ public final class MeshEventLog: Sendable {
         public let atMillis: Int64
         public let event: JSONValue
     }
-    private let entries = Mutex<(next: Int64, items: [Entry])>((1, []))
+    private let entries = Locked<(next: Int64, items: [Entry])>((1, []))
     public static let capacity = 1000
 
     public init() {}

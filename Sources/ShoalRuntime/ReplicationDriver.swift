@@ -100,11 +100,11 @@ package final class ReplicationDriver: @unchecked Sendable {
     /// A probe round was asked for (under `probeWake`).
     var probeRequested = false
     /// Static addresses whose gateway we are linked to (the prober skips them).
-    let linkedAddresses = Mutex<Set<String>>([])
+    let linkedAddresses = Locked<Set<String>>([])
     /// Incoming TCP connections still in their TLS handshake, per remote address: a flood or
     /// slow-loris handshakes from one address cannot use up threads, and honest peers (other
     /// addresses) still get in.
-    let admission = Mutex(HandshakeAdmission())
+    let admission = Locked(HandshakeAdmission())
     /// Heartbeat of the node thread (monotonic ms), for the service's hang check.
     let nodeBeat = Atomic<Int>(0)
 

@@ -76,11 +76,11 @@ struct StatusService: Service {
 /// block on the tty).
 final class StatusThreads: @unchecked Sendable {
     let gateway: Gateway
-    let signal = Mutex<LEDSignal>(.booting)
+    let signal = Locked<LEDSignal>(.booting)
     let stopping = Atomic<Bool>(false)
     let running = Atomic<Int>(0)
     /// One writer at a time on the console (status lines and command answers).
-    let consoleLock = Mutex<Void>(())
+    let consoleLock = Locked<Void>(())
 
     init(gateway: Gateway) { self.gateway = gateway }
 

@@ -7,7 +7,7 @@ import Synchronization
 /// name and the time since start, for a person at a terminal.
 public final class StderrLogSink: LogSink {
     private let journal: Bool
-    private let lock = Mutex(())
+    private let lock = Locked(())
 
     public init(journal: Bool) { self.journal = journal }
 

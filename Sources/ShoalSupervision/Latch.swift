@@ -12,7 +12,7 @@ public final class Latch: Sendable {
         /// Waiters whose timeout or cancellation came before they were registered.
         var expired: Set<Int> = []
     }
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     public init() {}
 

@@ -14,14 +14,14 @@ public final class ServiceContext: Sendable {
     let shutdownLatch = Latch()
     let readyLatch = Latch()
     let exitLatch = Latch()
-    private let lastBeat: Mutex<Duration>
+    private let lastBeat: Locked<Duration>
 
     public init(name: String, path: String, logger: Logger, clock: any ShoalClock) {
         self.name = name
         self.path = path
         self.logger = logger
         self.clock = clock
-        self.lastBeat = Mutex(clock.now)
+        self.lastBeat = Locked(clock.now)
     }
 
     /// Proves the service is alive. Call it more often than the child's heartbeat timeout.

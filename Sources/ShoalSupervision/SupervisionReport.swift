@@ -1,3 +1,4 @@
+import ShoalCore
 import Synchronization
 
 /// The state of every child in the tree, shared by all supervisors of one tree: what `shoal status`
@@ -15,7 +16,7 @@ public final class SupervisionReport: Sendable {
         public var order: Int
     }
 
-    private let children = Mutex<[String: Child]>([:])
+    private let children = Locked<[String: Child]>([:])
     private let counter = Atomic<Int>(0)
 
     public init() {}

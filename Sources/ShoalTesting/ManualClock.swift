@@ -17,7 +17,7 @@ public final class ManualClock: ShoalClock {
         var sleepers: [Sleeper] = []
         var cancelled: Set<Int> = []
     }
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     public init() {}
 

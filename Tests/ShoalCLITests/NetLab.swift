@@ -1,4 +1,5 @@
 import Foundation
+import ShoalCore
 import ShoalLinux
 import Synchronization
 import Testing
@@ -318,7 +319,7 @@ final class LabGateway: @unchecked Sendable {
 /// Seconds from now until each gateway holds document `id` (nil: not within `timeout`), each
 /// polled by a thread of its own (resolution: one `shoal doc get`, ~10–40 ms).
 func arrivalTimes(of id: String, on gateways: [LabGateway], timeout: Double, after write: () -> Bool) -> [Double?] {
-    let times = Mutex<[Double?]>(Array(repeating: nil, count: gateways.count))
+    let times = Locked<[Double?]>(Array(repeating: nil, count: gateways.count))
     let started = Date()
     guard write() else { return times.withLock { $0 } }
     DispatchQueue.concurrentPerform(iterations: gateways.count) { i in

@@ -1,13 +1,26 @@
 // Only the public API: no @testable, no internal module.
 import Glibc
 import Shoal
-import Synchronization
 import Testing
+
+/// A value behind a pthread mutex (ThreadSanitizer cannot see Synchronization's Mutex on Linux;
+/// the runtime uses ShoalCore's Locked for the same reason, which the public API does not export).
+final class Guarded<Value>: @unchecked Sendable {
+    private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
+    private var value: Value
+    init(_ value: Value) { self.value = value; pthread_mutex_init(mutex, nil) }
+    deinit { pthread_mutex_destroy(mutex); mutex.deallocate() }
+    func withLock<R>(_ body: (inout Value) throws -> R) rethrows -> R {
+        pthread_mutex_lock(mutex)
+        defer { pthread_mutex_unlock(mutex) }
+        return try body(&value)
+    }
+}
 
 /// What a stream delivered so far.
 final class Recorder<T: Sendable>: Sendable {
-    let items = Mutex<[T]>([])
-    let task = Mutex<Task<Void, Never>?>(nil)
+    let items = Guarded<[T]>([])
+    let task = Guarded<Task<Void, Never>?>(nil)
     init(_ stream: AsyncStream<T>) {
         let t = Task { [weak self] in for await e in stream { self?.items.withLock { $0.append(e) } } }
         task.withLock { $0 = t }
@@ -86,7 +99,7 @@ struct Peer {
 
 /// Merges top-level fields of both sides (the remote's value where both have one), and counts calls.
 final class FieldMerger: MultipeerConflictResolver {
-    let calls = Mutex(0)
+    let calls = Guarded(0)
     func resolve(peerID: PeerID, conflict: Conflict) -> ConflictResolution {
         calls.withLock { $0 += 1 }
         guard let l = conflict.localDocument?.json, let r = conflict.remoteDocument?.json else { return .takeRemote }
@@ -105,7 +118,7 @@ struct LibraryTests {
     @Test("two replicators discover, authenticate, replicate, resolve a conflict with a custom resolver, filter, and report on all four listeners")
     func twoReplicators() async throws {
         let medium = SimulatedMedium()
-        let ids = Mutex<Set<PeerID>>([])
+        let ids = Guarded<Set<PeerID>>([])
         let box = ResolverBox()
         let collections: (Database) throws -> [MultipeerCollectionConfiguration] = { db in
             var c = MultipeerCollectionConfiguration(collection: try db.collection("fleet.readings"))
@@ -204,7 +217,7 @@ struct LibraryTests {
     @Test("Bluetooth LE only on the simulated medium: peers link over bluetooth and say so")
     func bluetoothOnly() async throws {
         let medium = SimulatedMedium()
-        let ids = Mutex<Set<PeerID>>([])
+        let ids = Guarded<Set<PeerID>>([])
         let a = try Peer.make("ble-a", medium: medium, allowed: { ids.withLock { $0 } }, transports: [.bluetooth])
         let b = try Peer.make("ble-b", medium: medium, allowed: { ids.withLock { $0 } }, transports: [.bluetooth])
         defer { a.close(); b.close() }
@@ -222,7 +235,7 @@ struct LibraryTests {
     @Test("a peer the authenticator rejects never links and gets nothing")
     func rejectedPeer() async throws {
         let medium = SimulatedMedium()
-        let ids = Mutex<Set<PeerID>>([])
+        let ids = Guarded<Set<PeerID>>([])
         let a = try Peer.make("auth-a", medium: medium, allowed: { ids.withLock { $0 } })
         let b = try Peer.make("auth-b", medium: medium, allowed: { ids.withLock { $0 } })
         let stranger = try Peer.make("auth-x", medium: medium, allowed: { ids.withLock { $0 } })
@@ -244,7 +257,7 @@ struct LibraryTests {
     @Test("the network medium: two replicators over TCP + TLS on loopback, one naming the other as a static peer")
     func network() async throws {
         var peers: [Peer] = []
-        let ids = Mutex<Set<PeerID>>([])
+        let ids = Guarded<Set<PeerID>>([])
         defer { for p in peers { p.close() } }
         var port: UInt16 = 0
         for n in ["net-a", "net-b"] {

@@ -1,14 +1,13 @@
 // Transport switching over the simulated medium, through the public API only.
 import Glibc
 import Shoal
-import Synchronization
 import Testing
 
 @Suite("Transport switching (Wi-Fi preferred, Bluetooth LE fallback, handover back)", .serialized)
 struct SwitchingTests {
     /// Two replicators with both transports that trust each other.
     static func pair(_ name: String, medium: SimulatedMedium, change: (inout MeshOptions) -> Void = { _ in }) throws -> (Peer, Peer) {
-        let ids = Mutex<Set<PeerID>>([])
+        let ids = Guarded<Set<PeerID>>([])
         let a = try Peer.make("\(name)-a", medium: medium, allowed: { ids.withLock { $0 } }, transports: [.wifi, .bluetooth], mesh: change)
         let b = try Peer.make("\(name)-b", medium: medium, allowed: { ids.withLock { $0 } }, transports: [.wifi, .bluetooth], mesh: change)
         ids.withLock { $0 = [a.id, b.id] }

@@ -9,7 +9,7 @@ import Testing
 /// A wall clock a test sets by hand.
 final class TestWall: Sendable {
     /// Starts at the real time, so HLC timestamps and the store's own times share one base.
-    let millis = Mutex<UInt64>(NodeClock.systemWallMillis())
+    let millis = Locked<UInt64>(NodeClock.systemWallMillis())
     var read: @Sendable () -> UInt64 { { [self] in millis.withLock { $0 } } }
     func advance(_ ms: UInt64) { millis.withLock { $0 += ms } }
 }

@@ -123,7 +123,7 @@ struct ReplicationTests {
         try nodes[0].delete("revived")
         nodes[1].wall.advance(5000)
         try nodes[1].put("revived", "{\"back\":true}")
-        try nodes[0].wall.advance(9000)
+        nodes[0].wall.advance(9000)
         try nodes[1].put("deleted-later", "{\"edit\":1}")
         try nodes[0].delete("deleted-later")
         net.connect(0, 1)

@@ -6,7 +6,7 @@ import Testing
 
 /// Records what the services under test did, in order.
 final class Journal: Sendable {
-    private let entries = Mutex<[String]>([])
+    private let entries = Locked<[String]>([])
     func add(_ e: String) { entries.withLock { $0.append(e) } }
     var all: [String] { entries.withLock { $0 } }
     func count(_ e: String) -> Int { all.filter { $0 == e }.count }
@@ -19,7 +19,7 @@ final class Journal: Sendable {
 
 /// Counts runs per child name across restarts.
 final class Runs: Sendable {
-    private let counts = Mutex<[String: Int]>([:])
+    private let counts = Locked<[String: Int]>([:])
     func next(_ name: String) -> Int { counts.withLock { c in c[name, default: 0] += 1; return c[name]! } }
 }
 

@@ -75,7 +75,7 @@ struct TLSSessionTests {
     @Test("a callback authenticator sees the peer id and chain and decides")
     func callbackAuthenticator() async throws {
         let a = try selfSigned("a"), b = try selfSigned("b")
-        let seen = Mutex<[String]>([])
+        let seen = Locked<[String]>([])
         let auth = PeerAuthenticator.callback { id, chain in
             seen.withLock { $0.append(id.description) }
             return chain.first?.subject == "CN=b, O=Shoal"
@@ -329,7 +329,7 @@ struct RadioTests {
         try Files.write(dir.path + "/net/wlan0/operstate", "up\n")
         let fifo = dir.path + "/rfkill"
         #expect(mkfifo(fifo, 0o600) == 0)
-        let seen = Mutex<[RadioSnapshot]>([])
+        let seen = Locked<[RadioSnapshot]>([])
         let w = RadioWatcher(wifiInterface: "wlan0", bluetoothAdapter: nil, rfkillPath: fifo, sysfsNet: dir.path + "/net") { s in
             seen.withLock { $0.append(s) }
         }
