@@ -1,6 +1,8 @@
 import Glibc
 
-/// A value behind a pthread mutex: Shoal's lock for state shared between threads.
+/// A value behind a pthread mutex: Shoal's lock for state shared between threads. For a lock with
+/// no value, use ConditionLock (a zero-size value would share its address with the mutex pointer,
+/// and ThreadSanitizer reports the two as one racing variable).
 ///
 /// Why not Synchronization's `Mutex`: on Linux it waits on a futex directly, which
 /// ThreadSanitizer cannot see, so every access it protects is reported as a race and a sanitizer

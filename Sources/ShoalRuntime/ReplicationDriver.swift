@@ -183,14 +183,16 @@ package final class ReplicationDriver: @unchecked Sendable {
         stopping.store(true, ordering: .relaxed)
         dnssd?.stop()
         ble?.stop()
-        l2capListener?.close()
         medium?.leave(node.peer)
         lock.withLock { lock.broadcast() }
         probeWake.withLock { probeWake.broadcast() }
-        listener?.close()
-        // Threads notice within a read timeout; wait a little for them, but never forever.
+        // Threads notice within a read timeout; wait a little for them, but never forever. The
+        // listeners close after their accept loops ended (closing one under a thread polling it
+        // was a data race on its descriptor, found by ThreadSanitizer).
         let deadline = ReplicationDriver.nowMillis() + 3000
         while threadsRunning.load(ordering: .relaxed) > 0 && ReplicationDriver.nowMillis() < deadline { usleep(10_000) }
+        l2capListener?.close()
+        listener?.close()
     }
 
     func spawn(_ name: String, _ body: @escaping @Sendable () -> Void) {

@@ -7,7 +7,7 @@ import Synchronization
 /// name and the time since start, for a person at a terminal.
 public final class StderrLogSink: LogSink {
     private let journal: Bool
-    private let lock = Locked(())
+    private let lock = ConditionLock()
 
     public init(journal: Bool) { self.journal = journal }
 
@@ -22,7 +22,7 @@ public final class StderrLogSink: LogSink {
             line = "[\(stamp)] \(record.level.name.uppercased()) \(record.domain.rawValue): \(record.message)\n"
         }
         let bytes = Array(line.utf8)
-        lock.withLock { _ in
+        lock.withLock {
             var offset = 0
             while offset < bytes.count {
                 let n = bytes.withUnsafeBytes { Glibc.write(STDERR_FILENO, $0.baseAddress! + offset, bytes.count - offset) }
