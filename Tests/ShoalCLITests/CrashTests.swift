@@ -92,11 +92,19 @@ extension ProcessSuites {
                 writer.standardOutput = out
                 writer.standardError = FileHandle.nullDevice
                 try writer.run()
+                // Killed 20–120 ms after its first acknowledgement (so its WAL holds commits, however
+                // slowly it starts: under a sanitizer it takes far longer to open the store).
+                var text = ""
+                while !text.contains("ack ") {
+                    let chunk = out.fileHandleForReading.availableData
+                    if chunk.isEmpty { break }
+                    text += String(decoding: chunk, as: UTF8.self)
+                }
                 Thread.sleep(forTimeInterval: Double(Int.random(in: 20...120, using: &rng)) / 1000)
                 kill(writer.processIdentifier, SIGKILL)
                 writer.waitUntilExit()
-                let acked = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-                    .split(separator: "\n").compactMap { line -> Int? in line.hasPrefix("ack ") ? Int(line.dropFirst(4)) : nil }
+                text += String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+                let acked = text.split(separator: "\n").compactMap { line -> Int? in line.hasPrefix("ack ") ? Int(line.dropFirst(4)) : nil }
 
                 let fault = faults[round % faults.count]
                 let target = fault.hasPrefix("wal") ? path + "-wal" : path
