@@ -10,7 +10,7 @@ DEB_PACKAGES := libsqlite3-dev libmbedtls-dev libavahi-client-dev libbluetooth-d
 LAB_PACKAGES := avahi-daemon avahi-utils dbus iproute2 lintian dpkg-dev systemd qemu-system-x86 busybox-static cpio kmod gpiod bluez bluez-test-tools
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps boards build release deb demo demo-gateways example test sim-check soak lab-soak crash fuzz bench bench-sim size clean
+.PHONY: all deps boards build release deb demo demo-gateways example test sim-check soak lab-soak crash sanitizers fuzz bench bench-sim size clean
 
 all: build
 
@@ -67,6 +67,7 @@ example: deps boards
 ## the deploy check (the .deb, lintian, install, systemd-analyze verify, doctor, purge) and the
 ## hardware lab under QEMU (the LED's libgpiod driver on gpio-sim), and 10 s of fuzzing per target.
 ## The example firmware (built by `make release` with every product) runs on the simulated medium.
+## Last, the in-process suites and four process tests under ThreadSanitizer and AddressSanitizer.
 test: deps boards
 	$(SWIFT) test
 	$(MAKE) release
@@ -75,6 +76,7 @@ test: deps boards
 	./scripts/deploy-check.sh
 	./Tests/HardwareLab/run.sh dist/shoal
 	./scripts/fuzz.sh 10
+	./scripts/sanitizers.sh thread address
 
 ## libFuzzer on every outside input (frames, messages, JSON, site and board YAML, certificates,
 ## control requests), FUZZ_SECONDS per target (make test runs 10 s each).
@@ -98,6 +100,11 @@ soak: deps boards
 SOAK_SECONDS ?= 600
 lab-soak: deps boards
 	SHOAL_SOAK_SECONDS=$(SOAK_SECONDS) $(SWIFT) test --filter NetLabSoakTests
+
+## The tests under ThreadSanitizer and AddressSanitizer (make test runs the default part; see
+## scripts/sanitizers.sh): SHOAL_SANITIZE_FILTER=all for the whole suite.
+sanitizers: deps boards
+	./scripts/sanitizers.sh thread address
 
 ## The crash campaign at full size (make test runs it smaller): 700 SIGKILLs of a local writer,
 ## 300 of three gateways replicating in a line (one store damaged and refilled), and 500

@@ -145,13 +145,13 @@ public final class BLEAgent: @unchecked Sendable {
     public func start() -> Bool {
         running.store(true, ordering: .relaxed)
         let ok = DetachedThread.start(name: "ble") { self.loop() }
-        if !ok { running.store(false, ordering: .relaxed) }
+        if !ok { running.store(false, ordering: .releasing) }
         return ok
     }
 
     public func stop() {
         stopping.store(true, ordering: .relaxed)
-        for _ in 0..<300 where running.load(ordering: .relaxed) { usleep(10_000) }
+        for _ in 0..<300 where running.load(ordering: .acquiring) { usleep(10_000) }
     }
 
     // MARK: the thread
@@ -184,7 +184,7 @@ public final class BLEAgent: @unchecked Sendable {
     }
 
     private func loop() {
-        defer { running.store(false, ordering: .relaxed) }
+        defer { running.store(false, ordering: .releasing) }
         var commands: Int32 = -1  // raw HCI socket for commands
         var events: Int32 = -1  // raw HCI socket filtered to LE meta events
         var advertising: BLEAdvert?  // what the controller advertises now

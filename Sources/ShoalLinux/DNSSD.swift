@@ -88,7 +88,7 @@ public final class DNSSD: @unchecked Sendable {
         running.store(true, ordering: .relaxed)
         let ok = DetachedThread.start(name: "dnssd") { self.loop() }
         if !ok {
-            running.store(false, ordering: .relaxed)
+            running.store(false, ordering: .releasing)
             avahi_simple_poll_free(p)
             poll = nil
         }
@@ -122,12 +122,12 @@ public final class DNSSD: @unchecked Sendable {
     public func stop() {
         wanted.withLock { $0.stop = true }
         wake()
-        for _ in 0..<200 where running.load(ordering: .relaxed) { usleep(10_000) }
+        for _ in 0..<200 where running.load(ordering: .acquiring) { usleep(10_000) }
     }
 
     private func wake() {
         // avahi_simple_poll_wakeup is safe from another thread (it writes to the loop's pipe).
-        if running.load(ordering: .relaxed), let poll { avahi_simple_poll_wakeup(poll) }
+        if running.load(ordering: .acquiring), let poll { avahi_simple_poll_wakeup(poll) }
     }
 
     static func nowMillis() -> Int {
@@ -155,7 +155,7 @@ public final class DNSSD: @unchecked Sendable {
         teardownClient()
         if let poll { avahi_simple_poll_free(poll) }
         poll = nil
-        running.store(false, ordering: .relaxed)
+        running.store(false, ordering: .releasing)
     }
 
     private func reportDaemon(_ reachable: Bool, _ detail: String, force: Bool = false) {

@@ -105,13 +105,13 @@ public final class RadioWatcher: @unchecked Sendable {
     public func start() -> Bool {
         running.store(true, ordering: .relaxed)
         let ok = DetachedThread.start(name: "radios") { self.loop() }
-        if !ok { running.store(false, ordering: .relaxed) }
+        if !ok { running.store(false, ordering: .releasing) }
         return ok
     }
 
     public func stop() {
         stopping.store(true, ordering: .relaxed)
-        for _ in 0..<200 where running.load(ordering: .relaxed) { usleep(10_000) }
+        for _ in 0..<200 where running.load(ordering: .acquiring) { usleep(10_000) }
     }
 
     func bluetooth() -> (present: Bool, up: Bool) {
@@ -168,6 +168,6 @@ public final class RadioWatcher: @unchecked Sendable {
         }
         if netlink >= 0 { close(netlink) }
         if rfkillFD >= 0 { close(rfkillFD) }
-        running.store(false, ordering: .relaxed)
+        running.store(false, ordering: .releasing)
     }
 }

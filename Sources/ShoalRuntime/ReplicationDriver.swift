@@ -190,7 +190,7 @@ package final class ReplicationDriver: @unchecked Sendable {
         // listeners close after their accept loops ended (closing one under a thread polling it
         // was a data race on its descriptor, found by ThreadSanitizer).
         let deadline = ReplicationDriver.nowMillis() + 3000
-        while threadsRunning.load(ordering: .relaxed) > 0 && ReplicationDriver.nowMillis() < deadline { usleep(10_000) }
+        while threadsRunning.load(ordering: .acquiring) > 0 && ReplicationDriver.nowMillis() < deadline { usleep(10_000) }
         l2capListener?.close()
         listener?.close()
     }
@@ -199,7 +199,7 @@ package final class ReplicationDriver: @unchecked Sendable {
         threadsRunning.add(1, ordering: .relaxed)
         let ok = DetachedThread.start(name: name) {
             body()
-            self.threadsRunning.subtract(1, ordering: .relaxed)
+            self.threadsRunning.subtract(1, ordering: .releasing)
         }
         if !ok {
             threadsRunning.subtract(1, ordering: .relaxed)

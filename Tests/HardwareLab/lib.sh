@@ -32,6 +32,9 @@ run() {
 }
 docs() { $SHOAL status --socket $lab/$1/control.sock --json 2>/dev/null | sed -n 's/^ *"documents" *: *\([0-9]*\).*/\1/p'; }
 story() {
+  # The kernel's LE connections per controller (an attempt stuck in state 5, "connecting", has
+  # been seen once holding a controller with no link for 100 s).
+  for h in /sys/class/bluetooth/hci*; do [ -e "$h" ] && echo "      $(basename $h) connections: $(hcitool -i $(basename $h) con 2>&1 | tail -n +2 | tr '\n\t' '  ')"; done
   grep -E 'bluetooth|advertis' $lab/$1.log | head -12 | sed "s/^/      $1: /"
   grep -E 'bluetooth|wifi|refused|link [0-9]+|replicating with|closed|closing' $lab/$1.log | tail -${2:-10} | sed "s/^/      $1: /"
 }
