@@ -14,6 +14,10 @@ extension ProcessSuites {
         static func connect(from source: String, port: Int) -> Int32 {
             let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
             guard fd >= 0 else { return -1 }
+            // connect() and send() give up after 1 s (a flooded listener's full backlog would
+            // otherwise hold an attacker thread for minutes of SYN retries).
+            var limit = timeval(tv_sec: 1, tv_usec: 0)
+            setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
             var local = sockaddr_in()
             local.sin_family = sa_family_t(AF_INET)
             inet_pton(AF_INET, source, &local.sin_addr)

@@ -19,6 +19,8 @@ extension ProcessSuites {
             let dir: String
             let args: [String]
             var process: Process?
+            /// Every process started, so none outlives the test whatever happens.
+            var started: [Process] = []
             var log: FileHandle
             init(name: String, dir: String, site: String) throws {
                 self.name = name
@@ -36,6 +38,7 @@ extension ProcessSuites {
                 p.standardError = log
                 try p.run()
                 process = p
+                started.append(p)
                 let deadline = Date().addingTimeInterval(20)
                 while Date() < deadline, p.isRunning {
                     if (try? Shoal.run(["status", "--socket", socket], timeout: 5).status) == 0 { return }
@@ -50,10 +53,12 @@ extension ProcessSuites {
                 process = nil
             }
             func stop() {
-                guard let p = process else { return }
-                kill(p.processIdentifier, SIGTERM)
-                p.waitUntilExit()
-                process = nil
+                if let p = process {
+                    kill(p.processIdentifier, SIGTERM)
+                    p.waitUntilExit()
+                    process = nil
+                }
+                for p in started where p.isRunning { kill(p.processIdentifier, SIGKILL); p.waitUntilExit() }
             }
             func documents() -> Int? {
                 guard let r = try? Shoal.run(["status", "--json", "--socket", socket], timeout: 5), r.status == 0,
