@@ -30,7 +30,7 @@ for kind in $kinds; do
   swift build --build-tests --sanitize=$kind --scratch-path "$dir" 2>&1 | grep -E "error|warning: unre|Compiling|Build" | tail -2
   filterargs=()
   [ "$filter" != all ] && filterargs=(--filter "$filter")
-  env $opts="log_path=$logs/report:halt_on_error=0" \
+  env SHOAL_SANITIZER=$kind $opts="log_path=$logs/report" LSAN_OPTIONS="suppressions=$PWD/Tests/Sanitizers/lsan.supp:print_suppressions=0" \
     timeout -s KILL 1200 swift test --skip-build --sanitize=$kind --scratch-path "$dir" "${filterargs[@]}" > "$logs/out.txt" 2>&1
   rc=$?
   reports=$(cat "$logs"/report* 2>/dev/null | grep -cE "$pattern")
@@ -44,6 +44,6 @@ for kind in $kinds; do
     status=1
     grep -E "✘" "$logs/out.txt" | head -20
   fi
-  rm -rf "$logs"
+  if [ $status = 0 ]; then rm -rf "$logs"; else echo "sanitizer $kind: reports and output kept in $logs"; fi
 done
 exit $status

@@ -213,7 +213,11 @@ extension ProcessSuites {
             // Bounded: at most 32 handshakes at once (4 per address), each a thread and a socket.
             #expect(peak.threads <= before.threads + 40, "threads \(before.threads) → \(peak.threads)")
             #expect(peak.fds <= before.fds + 48, "descriptors \(before.fds) → \(peak.fds)")
-            #expect(peak.rssKB <= before.rssKB + 64 * 1024, "RSS \(before.rssKB) → \(peak.rssKB) KB")
+            // Not under AddressSanitizer: its quarantine keeps freed memory resident (RSS grew by
+            // 140 MB there with the same thread and descriptor figures).
+            if ProcessInfo.processInfo.environment["SHOAL_SANITIZER"] != "address" {
+                #expect(peak.rssKB <= before.rssKB + 64 * 1024, "RSS \(before.rssKB) → \(peak.rssKB) KB")
+            }
             #expect(try g.cli(["status"]).status == 0, "g is not answering after the attacks")
             let counters = (try Shoal.json(g.cli(["status", "--json"])) as? [String: Any])?["counters"] as? [String: Any]
             let failed = counters?["failedConnectionAttempts"] as? Int ?? 0
