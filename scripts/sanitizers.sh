@@ -5,6 +5,9 @@
 # (log_path), so reports from child gateways are counted as well. Prints, per sanitizer, the tests
 # run, the tests failed, and the reports; exits 1 if any report or failure.
 #
+# Tests run one at a time (--no-parallel): under TSan's slowdown, CPU-heavy suites running beside
+# the library's tests starved them past their 30 s waits on the 2-core CI machine.
+#
 # Usage: scripts/sanitizers.sh [thread|address]...   (default: both)
 # SHOAL_SANITIZE_FILTER: a --filter regex of the tests run (`all`: the whole suite). Default: the
 # in-process suites (codecs, store, replication, mesh and simulator, TLS, config, the library) and
@@ -31,19 +34,20 @@ for kind in $kinds; do
   filterargs=()
   [ "$filter" != all ] && filterargs=(--filter "$filter")
   env SHOAL_SANITIZER=$kind $opts="log_path=$logs/report" LSAN_OPTIONS="suppressions=$PWD/Tests/Sanitizers/lsan.supp:print_suppressions=0" \
-    timeout -s KILL 1200 swift test --skip-build --sanitize=$kind --scratch-path "$dir" "${filterargs[@]}" > "$logs/out.txt" 2>&1
+    timeout -s KILL 1200 swift test --skip-build --no-parallel --sanitize=$kind --scratch-path "$dir" "${filterargs[@]}" > "$logs/out.txt" 2>&1
   rc=$?
+  failed=0
   reports=$(cat "$logs"/report* 2>/dev/null | grep -cE "$pattern")
   summary=$(grep -E "Test run with" "$logs/out.txt" | tail -1 | sed 's/^[^T]*//')
   echo "sanitizer $kind: ${summary:-no summary (exit $rc)}; $reports report(s) in $(( $(date +%s) - started )) s (tests: $filter)"
   if [ "$reports" -gt 0 ]; then
-    status=1
+    failed=1
     cat "$logs"/report* | grep -E "$pattern|^    #[0-9]+ .*(Shoal|/work|Sources)" | head -40
   fi
   if [ $rc != 0 ]; then
-    status=1
+    failed=1
     grep -E "✘" "$logs/out.txt" | head -20
   fi
-  if [ $status = 0 ]; then rm -rf "$logs"; else echo "sanitizer $kind: reports and output kept in $logs"; fi
+  if [ $failed = 0 ]; then rm -rf "$logs"; else status=1; echo "sanitizer $kind: reports and output kept in $logs"; fi
 done
 exit $status
