@@ -65,8 +65,12 @@ extension ProcessSuites {
                         if client < 0 { return }
                         let server = HostilePeerTests.connect(from: "127.0.0.1", port: target)
                         let record = lock.withLock { () -> Bool in defer { first = false }; return first }
-                        Thread.detachNewThread { self.pump(from: client, to: server, record: record) }
-                        Thread.detachNewThread { self.pump(from: server, to: client, record: false) }
+                        // Each side's socket closes when both directions have ended.
+                        let ended = DispatchGroup()
+                        ended.enter(); ended.enter()
+                        Thread.detachNewThread { self.pump(from: client, to: server, record: record); ended.leave() }
+                        Thread.detachNewThread { self.pump(from: server, to: client, record: false); ended.leave() }
+                        ended.notify(queue: .global()) { Glibc.close(client); if server >= 0 { Glibc.close(server) } }
                     }
                 }
             }
@@ -80,6 +84,8 @@ extension ProcessSuites {
                 }
             }
             var bytes: [UInt8] { lock.withLock { recorded } }
+            /// Stops accepting (the accept loop ends); links already forwarded end with their peers.
+            func close() { shutdown(listener, Int32(SHUT_RDWR)); Glibc.close(listener) }
         }
 
         static func stat(_ pid: pid_t) -> (threads: Int, fds: Int, rssKB: Int) {
@@ -122,6 +128,7 @@ extension ProcessSuites {
             let ids = try names.map { try ReplicationProcessTests.peerID(base.path + "/" + $0) }
             let port = 40_000 + Int(getpid() % 10_000)
             let proxy = try RecordingProxy(target: port)
+            defer { proxy.close() }
             func site(_ name: String, group: String = "test.hostile", listen: Bool = false, peer: Int? = nil) throws -> String {
                 let path = base.path + "/\(name).yaml"
                 try """

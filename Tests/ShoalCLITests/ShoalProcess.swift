@@ -37,12 +37,18 @@ enum Shoal {
         try p.run()
         if let stdin { input.fileHandleForWriting.write(stdin.data(using: .utf8)!) }
         try? input.fileHandleForWriting.close()
-        let guardTimer = DispatchWorkItem { if p.isRunning { p.terminate() } }
+        // The hang guard holds the process weakly: a cancelled work item stays queued (and keeps
+        // what it captured) until its deadline, and holding `p` kept its pipes open for `timeout`
+        // seconds after every run — a soak polling the CLI piled up ~1,400 descriptors, and
+        // Foundation's Process.run crashed copying them (SIGSEGV in memmove).
+        let guardTimer = DispatchWorkItem { [weak p] in if let p, p.isRunning { p.terminate() } }
         DispatchQueue.global().asyncAfter(deadline: .now() + timeout, execute: guardTimer)
         let o = out.fileHandleForReading.readDataToEndOfFile()
         let e = err.fileHandleForReading.readDataToEndOfFile()
         p.waitUntilExit()
         guardTimer.cancel()
+        try? out.fileHandleForReading.close()
+        try? err.fileHandleForReading.close()
         return Result(status: p.terminationStatus, stdout: String(decoding: o, as: UTF8.self), stderr: String(decoding: e, as: UTF8.self))
     }
 
@@ -98,8 +104,12 @@ final class RunningGateway {
         try Shoal.run(args + ["--socket", socket], stdin: stdin)
     }
 
-    /// SIGTERM, then waits; returns the exit status and what the gateway printed.
+    private var stopped: (status: Int32, stdout: String, stderr: String)?
+
+    /// SIGTERM, then waits; returns the exit status and what the gateway printed. A second call
+    /// returns the first one's result (the pipes are closed by then, and the pid may be reused).
     func stop(signal: Int32 = SIGTERM) -> (status: Int32, stdout: String, stderr: String) {
+        if let stopped { return stopped }
         kill(process.processIdentifier, signal)
         let deadline = Date().addingTimeInterval(30)
         while process.isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
@@ -107,8 +117,11 @@ final class RunningGateway {
         process.waitUntilExit()
         let o = String(decoding: stdout.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         let e = String(decoding: stderr.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        try? stdout.fileHandleForReading.close()
+        try? stderr.fileHandleForReading.close()
         dir.remove()
-        return (process.terminationStatus, o, e)
+        stopped = (process.terminationStatus, o, e)
+        return stopped!
     }
 }
 
