@@ -53,6 +53,15 @@ public struct BluetoothAddress: Sendable, Hashable, CustomStringConvertible {
 /// so a small read loses nothing). Non-blocking with poll and timeouts, and a wake-up pipe that
 /// interrupts a read, as TCPStream has. Data written just before close can be lost on these
 /// channels: the protocol above acknowledges what matters.
+///
+/// A write that waits for credits keeps reading: what arrives meanwhile is kept here for the next
+/// read. The kernel gives the peer credits only for room in our socket's receive buffer (Linux
+/// computes LE credits from it since "compute LE flow credits based on recvbuf space"; Debian's
+/// 6.1 has it), so two gateways that both write a burst at once, each on a thread that reads only
+/// between writes, would each wait for credits the other never returns — both links silent until
+/// a timeout. Draining while we wait breaks that cycle. What we hold is bounded (`maxHeldBytes`):
+/// a peer that keeps sending while we cannot write gets its link closed, and replication resumes
+/// from its checkpoint on the next one.
 public final class L2CAPStream: ByteStream, @unchecked Sendable {
     private let fd: Int32
     private let wakeFD: Int32
@@ -62,8 +71,16 @@ public final class L2CAPStream: ByteStream, @unchecked Sendable {
     public let sendMTU: Int
     public let receiveMTU: Int
     public let peer: BluetoothAddress
-    private var pending: [UInt8] = []
-    private var pendingHead = 0
+    /// Received and not yet read: whole SDUs, in order.
+    private var held: [UInt8] = []
+    private var heldHead = 0
+    /// The peer closed the channel (seen while draining); reads return 0 once `held` is empty.
+    private var ended = false
+    private var scratch: [UInt8]
+    /// Bytes drained during writes that may wait here before the link is given up.
+    public static let maxHeldBytes = 8 << 20
+    /// Bytes read while a write waited for credits, since the stream opened (for logs and tests).
+    public private(set) var drainedWhileWriting = 0
 
     init(fd: Int32, peer: BluetoothAddress) {
         self.fd = fd
@@ -71,6 +88,8 @@ public final class L2CAPStream: ByteStream, @unchecked Sendable {
         (wakeFD, wakeWriteFD) = TCPStream.wakePipe()
         sendMTU = Int(L2CAPStream.option(fd, BluetoothABI.sndMTU) ?? 23)
         receiveMTU = Int(L2CAPStream.option(fd, BluetoothABI.rcvMTU) ?? 23)
+        // One SDU per recv: the buffer must hold a whole one.
+        scratch = [UInt8](repeating: 0, count: max(receiveMTU, 256))
     }
 
     deinit {
@@ -125,8 +144,8 @@ public final class L2CAPStream: ByteStream, @unchecked Sendable {
     }
 
     public func read(into buffer: UnsafeMutableRawBufferPointer, timeoutMillis: Int) throws(StreamError) -> Int {
-        if pendingHead < pending.count { return take(buffer) }
-        guard !closed else { return 0 }
+        if heldHead < held.count { return take(buffer) }
+        if ended || closed { return 0 }
         var fds = [pollfd(fd: fd, events: Int16(POLLIN), revents: 0), pollfd(fd: wakeFD, events: Int16(POLLIN), revents: 0)]
         let n = poll(&fds, 2, Int32(timeoutMillis))
         if n < 0 { if errno == EINTR { throw .timeout }; throw .failed("poll: \(String(cString: strerror(errno)))") }
@@ -136,40 +155,68 @@ public final class L2CAPStream: ByteStream, @unchecked Sendable {
             if fds[0].revents == 0 { throw .timeout }
         }
         if n == 0 { throw .timeout }
-        // One SDU per recv: the buffer must hold a whole one.
-        pending = [UInt8](repeating: 0, count: max(receiveMTU, 256))
-        pendingHead = 0
-        let got = pending.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+        switch try receiveOne() {
+        case .got: return take(buffer)
+        case .none: throw .timeout
+        case .end: return 0
+        }
+    }
+
+    private enum Received { case got, none, end }
+
+    /// One SDU from the socket into `held`, without waiting.
+    private func receiveOne() throws(StreamError) -> Received {
+        let got = scratch.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
         if got < 0 {
-            pending = []
-            if errno == EAGAIN || errno == EINTR { throw .timeout }
-            if errno == ECONNRESET || errno == ENOTCONN || errno == EPIPE || errno == ETIMEDOUT || errno == EHOSTDOWN { return 0 }
+            if errno == EAGAIN || errno == EINTR { return .none }
+            if errno == ECONNRESET || errno == ENOTCONN || errno == EPIPE || errno == ETIMEDOUT || errno == EHOSTDOWN { ended = true; return .end }
             throw .failed("L2CAP read: \(String(cString: strerror(errno)))")
         }
-        if got == 0 { pending = []; return 0 }
-        pending.removeSubrange(got...)
-        return take(buffer)
+        if got == 0 { ended = true; return .end }
+        if heldHead > 0 && heldHead == held.count { held.removeAll(keepingCapacity: true); heldHead = 0 }
+        held.append(contentsOf: scratch[0..<got])
+        return .got
     }
 
     private func take(_ buffer: UnsafeMutableRawBufferPointer) -> Int {
-        let n = min(buffer.count, pending.count - pendingHead)
-        pending.withUnsafeBytes { src in buffer.baseAddress!.copyMemory(from: src.baseAddress! + pendingHead, byteCount: n) }
-        pendingHead += n
-        if pendingHead == pending.count { pending = []; pendingHead = 0 }
+        let n = min(buffer.count, held.count - heldHead)
+        held.withUnsafeBytes { src in buffer.baseAddress!.copyMemory(from: src.baseAddress! + heldHead, byteCount: n) }
+        heldHead += n
+        if heldHead == held.count {
+            held.removeAll(keepingCapacity: held.capacity <= 64 * 1024)
+            heldHead = 0
+        } else if heldHead >= 64 * 1024 {
+            held.removeFirst(heldHead)
+            heldHead = 0
+        }
         return n
     }
 
     public func write(_ bytes: UnsafeRawBufferPointer, timeoutMillis: Int) throws(StreamError) -> Int {
         guard !closed else { throw .closed }
         let chunk = min(bytes.count, sendMTU)
+        let deadline = TCPStream.nowMillis() + timeoutMillis
         while true {
             let sent = send(fd, bytes.baseAddress, chunk, Int32(MSG_NOSIGNAL))
             if sent >= 0 { return sent }
             if errno == EAGAIN || errno == EINTR {
-                var p = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
-                let n = poll(&p, 1, Int32(timeoutMillis))
+                // No credits (or no room): wait for them, reading whatever the peer sends meanwhile.
+                let left = deadline - TCPStream.nowMillis()
+                if left <= 0 { throw .timeout }
+                var p = pollfd(fd: fd, events: Int16(POLLOUT) | (ended ? 0 : Int16(POLLIN)), revents: 0)
+                let n = poll(&p, 1, Int32(left))
                 if n == 0 { throw .timeout }
                 if n < 0 && errno != EINTR { throw .failed("poll: \(String(cString: strerror(errno)))") }
+                if n > 0 && p.revents & Int16(POLLIN) != 0 && !ended {
+                    while held.count - heldHead < L2CAPStream.maxHeldBytes {
+                        let before = held.count
+                        guard try receiveOne() == .got else { break }
+                        drainedWhileWriting += held.count - before
+                    }
+                    if held.count - heldHead >= L2CAPStream.maxHeldBytes {
+                        throw .failed("the peer sent \(L2CAPStream.maxHeldBytes >> 20) MB that waited unread while our writes got no credits")
+                    }
+                }
                 continue
             }
             if errno == EPIPE || errno == ECONNRESET || errno == ENOTCONN { throw .closed }

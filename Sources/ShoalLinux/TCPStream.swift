@@ -6,8 +6,21 @@ import ShoalCore
 /// noticed in about 20 s: keepalive probes after 8 s of silence, every 3 s, 4 unanswered close the
 /// connection, and data unacknowledged for 20 s does too (TCP_USER_TIMEOUT). Carries TLS between
 /// gateways on Wi-Fi.
+///
+/// A write that waits for room keeps reading, and keeps what it read for the next read: a link's
+/// thread reads only between writes, and two gateways writing bursts larger than the socket
+/// buffers at each other at once would otherwise each wait for the other to read (the same cycle
+/// L2CAPStream breaks; on TCP it takes bigger bursts). What is held is bounded by `maxHeldBytes`.
 public final class TCPStream: ByteStream, @unchecked Sendable {
     public private(set) var fd: Int32
+    /// Read while a write waited, not yet handed out by `read`.
+    private var held: [UInt8] = []
+    private var heldHead = 0
+    /// The peer's end of stream, seen while draining: reads return 0 once `held` is empty.
+    private var ended = false
+    public static let maxHeldBytes = 16 << 20
+    /// Bytes read while a write waited, since the stream opened.
+    public private(set) var drainedWhileWriting = 0
     /// A pipe that `wake()` writes to: a read waiting for the peer returns `.timeout` at once, so
     /// the thread that owns the stream (and its TLS session) can send what was queued for it.
     private let wakeFD: Int32
@@ -81,6 +94,14 @@ public final class TCPStream: ByteStream, @unchecked Sendable {
 
     public func read(into buffer: UnsafeMutableRawBufferPointer, timeoutMillis: Int) throws(StreamError) -> Int {
         guard fd >= 0 else { throw .closed }
+        if heldHead < held.count {
+            let n = min(buffer.count, held.count - heldHead)
+            held.withUnsafeBytes { src in buffer.baseAddress!.copyMemory(from: src.baseAddress! + heldHead, byteCount: n) }
+            heldHead += n
+            if heldHead == held.count { held.removeAll(keepingCapacity: held.capacity <= 256 * 1024); heldHead = 0 }
+            return n
+        }
+        if ended { return 0 }
         while true {
             let n = Glibc.read(fd, buffer.baseAddress, buffer.count)
             if n >= 0 { return n }
@@ -104,20 +125,46 @@ public final class TCPStream: ByteStream, @unchecked Sendable {
 
     public func write(_ bytes: UnsafeRawBufferPointer, timeoutMillis: Int) throws(StreamError) -> Int {
         guard fd >= 0 else { throw .closed }
+        let deadline = TCPStream.nowMillis() + timeoutMillis
         while true {
             let n = send(fd, bytes.baseAddress, bytes.count, Int32(MSG_NOSIGNAL))
             if n >= 0 { return n }
             switch errno {
             case EINTR: continue
             case EAGAIN:
-                var p = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
-                let r = poll(&p, 1, Int32(clamping: timeoutMillis))
+                let left = deadline - TCPStream.nowMillis()
+                if left <= 0 { throw .timeout }
+                var p = pollfd(fd: fd, events: Int16(POLLOUT) | (ended ? 0 : Int16(POLLIN)), revents: 0)
+                let r = poll(&p, 1, Int32(clamping: left))
                 if r == 0 { throw .timeout }
                 if r < 0 && errno != EINTR { throw .failed("poll: \(String(cString: strerror(errno)))") }
+                if r > 0 && p.revents & Int16(POLLIN) != 0 && !ended { try drain() }
             case EPIPE, ECONNRESET: throw .closed
             default: throw .failed("send: \(String(cString: strerror(errno)))")
             }
         }
+    }
+
+    /// Reads what has arrived (without waiting) into `held`, up to `maxHeldBytes`.
+    private func drain() throws(StreamError) {
+        if heldHead > 0 && heldHead == held.count { held.removeAll(keepingCapacity: true); heldHead = 0 }
+        var chunk = [UInt8](repeating: 0, count: 64 * 1024)
+        while held.count - heldHead < TCPStream.maxHeldBytes {
+            let n = chunk.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+            if n > 0 { held.append(contentsOf: chunk[0..<n]); drainedWhileWriting += n; continue }
+            if n == 0 { ended = true; return }
+            if errno == EINTR { continue }
+            if errno == EAGAIN { return }
+            if errno == ECONNRESET { ended = true; return }
+            throw .failed("read: \(String(cString: strerror(errno)))")
+        }
+        throw .failed("the peer sent \(TCPStream.maxHeldBytes >> 20) MB that waited unread while our writes found no room")
+    }
+
+    static func nowMillis() -> Int {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return ts.tv_sec * 1000 + ts.tv_nsec / 1_000_000
     }
 
     /// The numeric address of the other end ("127.0.0.2", "fe80::1%eth0"), or "?" if unknown.

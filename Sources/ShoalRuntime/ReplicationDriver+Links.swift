@@ -180,6 +180,9 @@ extension ReplicationDriver {
             if let frame = try? FrameEncoder.encode(payload, limit: ReplicationMessage.frameLimit) { try? io.session.write(frame, timeoutMillis: 1000) }
         }
         io.session.close()
+        if let drained = (io.stream as? L2CAPStream)?.drainedWhileWriting ?? (io.stream as? TCPStream)?.drainedWhileWriting, drained > 0 {
+            log.verbose(.replication, "link \(io.id) (\(io.transport.rawValue)) read \(drained) bytes while its writes waited for the peer")
+        }
         if announced { post(.closed(io.id)) } else { log.debug(.mesh, "a peer probed us (\(io.session.peerID.short))") }
     }
 }
