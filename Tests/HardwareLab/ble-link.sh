@@ -1,13 +1,16 @@
 #!/bin/sh
 # Runs inside the QEMU guest (scripts/qemu-lab.sh), chrooted into this machine's /, as root. SHOAL
 # is set by the line the test prepends. The Bluetooth LE transport against the real kernel
-# Bluetooth stack: hci_vhci + btvirt make three LE controllers that hear each other (no
-# bluetoothd). Gateways a (hci0) and b (hci1) sync over BLE only; x (hci2) is a stranger they do
-# not trust. Prints `ok …` / `FAIL …` lines and `figure …` lines.
+# Bluetooth stack: hci_vhci + btvirt make two LE controllers that hear each other (no
+# bluetoothd). Gateways a (hci0) and b (hci1) sync over BLE only; at the end, with b stopped, x
+# (on hci1) is a stranger a does not trust. Two controllers, not three: with a third one idle,
+# btvirt was seen reporting connections on it that nobody made, and a second Connection Complete
+# for a live one, after which the guest kernel hit a BUG closing an L2CAP socket.
+# Prints `ok …` / `FAIL …` lines and `figure …` lines.
 set -u
 
-controllers 3
-ok "three LE controllers: $(for h in hci0 hci1 hci2; do printf '%s=%s ' $h "$(addr $h)"; done)"
+controllers 2
+ok "two LE controllers: $(for h in hci0 hci1; do printf '%s=%s ' $h "$(addr $h)"; done)"
 
 for g in a b x; do identity $g; done
 board() {
@@ -37,7 +40,7 @@ mesh:
   initialDiscoveryDurationSeconds: 0
 S
 }
-board a hci0; board b hci1; board x hci2
+board a hci0; board b hci1; board x hci1
 site a "$id_a, $id_b"; site b "$id_a, $id_b"; site x "$id_a, $id_b, $id_x"
 # Waits up to $2 s until gateway $1 holds $3 documents; prints the seconds it took (or nothing).
 wait_docs() {
@@ -143,7 +146,8 @@ stalls=$(( $(cat $lab/a.log $lab/b.log | grep -c "nothing heard") - stalls_befor
 [ $stalls = 0 ] && ok "no BLE link went silent while both sides wrote at once" || { fail "$stalls BLE link(s) went silent while both sides wrote at once"; story a 6; story b 6; }
 
 # A stranger the authenticator rejects: its links are refused for the authenticator's reason. b
-# stops first (three gateways' handshakes on two emulated CPUs can time out instead).
+# stops first and x takes its controller (three gateways' handshakes on two emulated CPUs can time
+# out instead).
 kill $pb; wait $pb 2>/dev/null
 run x; px=$(pgrep -f "board-x.yaml" | head -1)
 t0=$(now)
@@ -156,5 +160,6 @@ n=$(docs x)
 
 kill $pa $pb $px 2>/dev/null; wait $pa $pb $px 2>/dev/null
 kill $btvirt 2>/dev/null
+[ -n "$(kernel_bugs)" ] && { echo "WARN the guest kernel reported Bluetooth trouble:"; kernel_bugs; }
 echo "guest checks failed: $fails"
 exit $fails

@@ -101,5 +101,6 @@ recv=$($SHOAL status --socket $lab/b/control.sock --json | sed -n 's/^ *"documen
 
 kill $pa $pb 2>/dev/null; wait $pa $pb 2>/dev/null
 kill $btvirt 2>/dev/null
+[ -n "$(kernel_bugs)" ] && { echo "WARN the guest kernel reported Bluetooth trouble:"; kernel_bugs; }
 echo "guest checks failed: $fails"
 exit $fails
