@@ -209,9 +209,9 @@ public final class L2CAPStream: ByteStream, @unchecked Sendable {
                 if n < 0 && errno != EINTR { throw .failed("poll: \(String(cString: strerror(errno)))") }
                 if n > 0 && p.revents & Int16(POLLIN) != 0 && !ended {
                     while held.count - heldHead < L2CAPStream.maxHeldBytes {
-                        let before = held.count
+                        let before = held.count - heldHead
                         guard try receiveOne() == .got else { break }
-                        drainedWhileWriting += held.count - before
+                        drainedWhileWriting += held.count - heldHead - before
                     }
                     if held.count - heldHead >= L2CAPStream.maxHeldBytes {
                         throw .failed("the peer sent \(L2CAPStream.maxHeldBytes >> 20) MB that waited unread while our writes got no credits")
