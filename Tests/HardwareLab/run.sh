@@ -26,6 +26,20 @@ checks=${SHOAL_LAB_CHECKS:-Tests/HardwareLab/gpio-led.sh Tests/HardwareLab/ble-l
 # A check that fails runs once more (both runs are printed): the guest is emulated on a shared
 # 2-core machine and timing-dependent BLE checks have failed once in several runs (see README,
 # "The hardware lab"); a second failure fails the lab.
+# One run of a guest script: sets rc (its exit status) and took (seconds); prints its lines
+# matching $1 (the ok lines are left out of repeated runs).
+run_check() {
+  guest="$cache/run-$$-$(basename "$2")"
+  { echo "SHOAL=$guest_shoal"; cat Tests/HardwareLab/lib.sh "$2"; } > "$guest"
+  local start
+  start=$(date +%s)
+  set +e
+  ./scripts/qemu-lab.sh run "$guest" 2>&1 | tr -d '\r' | grep -E "$1"
+  rc=${PIPESTATUS[0]}
+  set -e
+  rm -f "$guest"
+  took=$(( $(date +%s) - start ))
+}
 # SHOAL_LAB_RUNS=N (N > 1): each check runs N times with no second chance, and the passes are
 # counted — how the BLE checks' reliability is measured (README, "The hardware lab").
 runs=${SHOAL_LAB_RUNS:-1}
@@ -33,16 +47,9 @@ if [ "$runs" -gt 1 ]; then
   for check in $checks; do
     passed=0
     for i in $(seq 1 "$runs"); do
-      guest="$cache/run-$$-$(basename "$check")"
-      { echo "SHOAL=$guest_shoal"; cat Tests/HardwareLab/lib.sh "$check"; } > "$guest"
-      start=$(date +%s)
-      set +e
-      ./scripts/qemu-lab.sh run "$guest" 2>&1 | tr -d '\r' | grep -E '^(FAIL|WARN|figure|guest checks|      )'
-      rc=${PIPESTATUS[0]}
-      set -e
-      rm -f "$guest"
+      run_check '^(FAIL|WARN|figure|guest checks|      )' "$check"
       [ "$rc" = 0 ] && passed=$((passed + 1))
-      echo "hardware lab: $(basename "$check") run $i of $runs: exit $rc in $(( $(date +%s) - start )) s"
+      echo "hardware lab: $(basename "$check") run $i of $runs: exit $rc in $took s"
     done
     echo "hardware lab: $(basename "$check"): $passed of $runs runs passed"
     [ $passed = "$runs" ] || failed=$((failed + 1))
@@ -52,15 +59,8 @@ if [ "$runs" -gt 1 ]; then
 fi
 for check in $checks; do
   for attempt in 1 2; do
-    guest="$cache/run-$$-$(basename "$check")"
-    { echo "SHOAL=$guest_shoal"; cat Tests/HardwareLab/lib.sh "$check"; } > "$guest"
-    start=$(date +%s)
-    set +e
-    ./scripts/qemu-lab.sh run "$guest" 2>&1 | tr -d '\r' | grep -E '^(ok|FAIL|WARN|figure|guest checks|qemu-lab|      )'
-    rc=${PIPESTATUS[0]}
-    set -e
-    rm -f "$guest"
-    echo "hardware lab: $(basename "$check"): exit $rc in $(( $(date +%s) - start )) s (attempt $attempt)"
+    run_check '^(ok|FAIL|WARN|figure|guest checks|qemu-lab|      )' "$check"
+    echo "hardware lab: $(basename "$check"): exit $rc in $took s (attempt $attempt)"
     [ "$rc" = 0 ] && break
     [ $attempt = 1 ] && echo "hardware lab: $(basename "$check") failed; running it once more"
   done
