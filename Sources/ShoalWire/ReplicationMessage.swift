@@ -187,10 +187,17 @@ extension ReplicationMessage {
             let n = try r.count(minimumEntryBytes: 2)
             var docs: [DocumentBody] = []
             docs.reserveCapacity(n)
+            // A body names the first change of its id (as the encoder writes it): one listing the
+            // same id twice could otherwise pair a body with either change's flag, and the
+            // message would not mean one thing (found by the fuzzer: it did not survive a
+            // re-encoding).
+            var first: [String: Int] = [:]
+            for (k, x) in changes.enumerated() where first[x.id] == nil { first[x.id] = k }
             for _ in 0..<n {
                 let i = try r.varint()
                 guard i < UInt64(changes.count) else { throw .badValue("a pushed body refers to change \(i) of \(changes.count)") }
                 let change = changes[Int(i)]
+                guard first[change.id] == Int(i) else { throw .badValue("a pushed body refers to change \(i), a repeat of change \(first[change.id]!) for the same document") }
                 // The version stays empty on the wire: the receiver takes the change's.
                 docs.append(DocumentBody(id: change.id, deleted: change.deleted, version: [], body: try r.varblob()))
             }
