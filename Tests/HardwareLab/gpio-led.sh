@@ -57,10 +57,15 @@ d=$($SHOAL doctor --board /tmp/lab/board-high.yaml --data-dir /tmp/lab/d 2>&1 | 
 case "$d" in *PASS*free*) ok "doctor after exit: $d" ;; *) fail "doctor after exit: $d" ;; esac
 
 # Discovering: lit 5 % of the time. Active-high: the line is mostly low; active-low: mostly high.
+# Sampling starts once status says "discovering" (up to 20 s): a fixed 2 s was sometimes still
+# the start-up pattern on a loaded machine (CI once read 68 % high for active-low).
 for polarity in high low; do
   $SHOAL run --board /tmp/lab/board-$polarity.yaml --config /tmp/lab/site.yaml --data-dir /tmp/lab/$polarity > /tmp/lab/$polarity.log 2>&1 &
   pid=$!
-  sleep 2
+  i=0
+  while ! $SHOAL status --socket /tmp/lab/$polarity/control.sock --json 2>/dev/null | grep -q '"led".*discovering' && [ $i -lt 100 ]; do
+    sleep 0.2; i=$((i + 1))
+  done
   set -- $(counts 4)
   if [ $polarity = high ]; then [ $1 -gt 0 ] && [ $2 -gt $((3 * $1)) ]; else [ $2 -gt 0 ] && [ $1 -gt $((3 * $2)) ]; fi \
     && ok "active-$polarity while discovering: line high $1 / low $2 samples ($($SHOAL status --socket /tmp/lab/$polarity/control.sock --json | grep '"led"' | tr -s ' '))" \
