@@ -34,12 +34,12 @@ public final class MemoryPipeEnd: ByteStream, @unchecked Sendable {
 
     public func read(into buffer: UnsafeMutableRawBufferPointer, timeoutMillis: Int) throws(StreamError) -> Int {
         let b = incoming
-        let deadline = MemoryPipeEnd.nowMillis() + timeoutMillis
+        let deadline = monotonicMillis() + timeoutMillis
         return try b.lock.withLock { () throws(StreamError) -> Int in
             while b.bytes.count - b.head == 0 {
                 if b.closed { return 0 }
                 if b.woken { b.woken = false; throw .timeout }
-                let left = deadline - MemoryPipeEnd.nowMillis()
+                let left = deadline - monotonicMillis()
                 if left <= 0 { throw .timeout }
                 b.lock.wait(timeoutMillis: left)
             }
@@ -62,7 +62,7 @@ public final class MemoryPipeEnd: ByteStream, @unchecked Sendable {
 
     public func write(_ bytes: UnsafeRawBufferPointer, timeoutMillis: Int) throws(StreamError) -> Int {
         let b = outgoing
-        let deadline = MemoryPipeEnd.nowMillis() + timeoutMillis
+        let deadline = monotonicMillis() + timeoutMillis
         return try b.lock.withLock { () throws(StreamError) -> Int in
             while true {
                 if b.closed { throw .closed }
@@ -73,7 +73,7 @@ public final class MemoryPipeEnd: ByteStream, @unchecked Sendable {
                     b.lock.broadcast()
                     return n
                 }
-                let left = deadline - MemoryPipeEnd.nowMillis()
+                let left = deadline - monotonicMillis()
                 if left <= 0 { throw .timeout }
                 b.lock.wait(timeoutMillis: left)
             }
@@ -98,9 +98,4 @@ public final class MemoryPipeEnd: ByteStream, @unchecked Sendable {
         }
     }
 
-    static func nowMillis() -> Int {
-        var ts = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &ts)
-        return ts.tv_sec * 1000 + ts.tv_nsec / 1_000_000
-    }
 }

@@ -1,3 +1,5 @@
+import Glibc
+
 /// Time comes through this seam, so tests and the simulator can move it by hand.
 /// `now` is a monotonic reading (a duration since an arbitrary origin), never wall time.
 public protocol ShoalClock: Sendable {
@@ -23,4 +25,12 @@ extension Duration {
     public var secondsDouble: Double {
         Double(components.seconds) + Double(components.attoseconds) / 1e18
     }
+}
+
+/// Milliseconds on CLOCK_MONOTONIC (since boot; never stepped by NTP or the user): deadlines and
+/// timeouts on the runtime's own threads, which cannot use the async `ShoalClock`.
+public func monotonicMillis() -> Int {
+    var ts = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return ts.tv_sec * 1000 + ts.tv_nsec / 1_000_000
 }

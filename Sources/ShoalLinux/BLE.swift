@@ -167,11 +167,6 @@ public final class BLEAgent: @unchecked Sendable {
         var rssi: Int8 = 0
     }
 
-    static func nowMillis() -> Int {
-        var ts = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &ts)
-        return ts.tv_sec * 1000 + ts.tv_nsec / 1_000_000
-    }
 
     /// Why the adapter cannot be used now, or nil.
     func adapterProblem() -> String? {
@@ -211,7 +206,7 @@ public final class BLEAgent: @unchecked Sendable {
         }
         var lastAttempt = 0
         while !stopping.load(ordering: .relaxed) {
-            let now = BLEAgent.nowMillis()
+            let now = monotonicMillis()
             let want = wanted.withLock { $0 }
             // The adapter: open when wanted and usable; a problem is told once per change.
             if commands < 0 && (want.advert != nil || want.scan) && now - lastAttempt >= 1000 {
@@ -300,14 +295,14 @@ public final class BLEAgent: @unchecked Sendable {
                     while true {
                         let n = buffer.withUnsafeMutableBytes { Glibc.read(events, $0.baseAddress, $0.count) }
                         if n <= 0 { break }
-                        if scanning { handle(Array(buffer[0..<n]), &seen, now: BLEAgent.nowMillis()) }
+                        if scanning { handle(Array(buffer[0..<n]), &seen, now: monotonicMillis()) }
                     }
                 }
             } else {
                 usleep(100_000)
             }
             if scanning {
-                let now = BLEAgent.nowMillis()
+                let now = monotonicMillis()
                 for (address, s) in seen where now - s.lastMillis > lostAfterMillis {
                     seen[address] = nil
                     if s.reported != nil { onEvent(.lost(address)) }

@@ -130,11 +130,6 @@ public final class DNSSD: @unchecked Sendable {
         if running.load(ordering: .acquiring), let poll { avahi_simple_poll_wakeup(poll) }
     }
 
-    static func nowMillis() -> Int {
-        var ts = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &ts)
-        return ts.tv_sec * 1000 + ts.tv_nsec / 1_000_000
-    }
 
     // MARK: the loop thread
 
@@ -165,7 +160,7 @@ public final class DNSSD: @unchecked Sendable {
     }
 
     private func reconcile(_ w: Wanted) {
-        let now = DNSSD.nowMillis()
+        let now = monotonicMillis()
         if client == nil {
             guard now >= clientRetryAt else {
                 if w.reportPublish, w.publish != nil { onEvent(.publishFailed(lastDaemonReport?.1 ?? "avahi-daemon is not reachable")) }
@@ -350,7 +345,7 @@ public final class DNSSD: @unchecked Sendable {
         if event == AVAHI_BROWSER_FAILURE {
             onEvent(.browseFailed("browsing \(serviceType) failed: \(String(cString: avahi_strerror(avahi_client_errno(client))))"))
             freeBrowser()
-            browseRetryAt = DNSSD.nowMillis() + 5000
+            browseRetryAt = monotonicMillis() + 5000
             return
         }
         if event == AVAHI_BROWSER_ALL_FOR_NOW {

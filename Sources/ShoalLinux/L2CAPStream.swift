@@ -195,13 +195,13 @@ public final class L2CAPStream: ByteStream, @unchecked Sendable {
     public func write(_ bytes: UnsafeRawBufferPointer, timeoutMillis: Int) throws(StreamError) -> Int {
         guard !closed else { throw .closed }
         let chunk = min(bytes.count, sendMTU)
-        let deadline = TCPStream.nowMillis() + timeoutMillis
+        let deadline = monotonicMillis() + timeoutMillis
         while true {
             let sent = send(fd, bytes.baseAddress, chunk, Int32(MSG_NOSIGNAL))
             if sent >= 0 { return sent }
             if errno == EAGAIN || errno == EINTR {
                 // No credits (or no room): wait for them, reading whatever the peer sends meanwhile.
-                let left = deadline - TCPStream.nowMillis()
+                let left = deadline - monotonicMillis()
                 if left <= 0 { throw .timeout }
                 var p = pollfd(fd: fd, events: Int16(POLLOUT) | (ended ? 0 : Int16(POLLIN)), revents: 0)
                 let n = poll(&p, 1, Int32(left))

@@ -125,14 +125,14 @@ public final class TCPStream: ByteStream, @unchecked Sendable {
 
     public func write(_ bytes: UnsafeRawBufferPointer, timeoutMillis: Int) throws(StreamError) -> Int {
         guard fd >= 0 else { throw .closed }
-        let deadline = TCPStream.nowMillis() + timeoutMillis
+        let deadline = monotonicMillis() + timeoutMillis
         while true {
             let n = send(fd, bytes.baseAddress, bytes.count, Int32(MSG_NOSIGNAL))
             if n >= 0 { return n }
             switch errno {
             case EINTR: continue
             case EAGAIN:
-                let left = deadline - TCPStream.nowMillis()
+                let left = deadline - monotonicMillis()
                 if left <= 0 { throw .timeout }
                 var p = pollfd(fd: fd, events: Int16(POLLOUT) | (ended ? 0 : Int16(POLLIN)), revents: 0)
                 let r = poll(&p, 1, Int32(clamping: left))
@@ -161,11 +161,6 @@ public final class TCPStream: ByteStream, @unchecked Sendable {
         throw .failed("the peer sent \(TCPStream.maxHeldBytes >> 20) MB that waited unread while our writes found no room")
     }
 
-    static func nowMillis() -> Int {
-        var ts = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &ts)
-        return ts.tv_sec * 1000 + ts.tv_nsec / 1_000_000
-    }
 
     /// The numeric address of the other end ("127.0.0.2", "fe80::1%eth0"), or "?" if unknown.
     public var remoteHost: String {

@@ -30,7 +30,7 @@ extension ReplicationDriver {
 
     /// Carries out the replicator's actions (which may feed the mesh, which may add more).
     func process(_ actions: inout [ReplicationAction]) {
-        let now = ReplicationDriver.nowMillis()
+        let now = monotonicMillis()
         var i = 0
         while i < actions.count {
             switch actions[i] {

@@ -15,7 +15,7 @@ extension ReplicationDriver {
         while !isStopping {
             guard let stream = try? listener.accept(timeoutMillis: 250) else { continue }
             let from = stream.remoteHost
-            if case .refused(let say) = admission.withLock({ $0.admit(from, nowMillis: Self.monotonicMillis()) }) {
+            if case .refused(let say) = admission.withLock({ $0.admit(from, nowMillis: monotonicMillis()) }) {
                 host.updateCounters { $0.failedConnections += 1 }
                 if let say { log.warning(.tls, say) }
                 stream.close()
@@ -38,11 +38,6 @@ extension ReplicationDriver {
         }
     }
 
-    static func monotonicMillis() -> Int {
-        var t = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &t)
-        return t.tv_sec * 1000 + t.tv_nsec / 1_000_000
-    }
 
     /// One connection the mesh asked for, to the first of the peer's addresses that answers; runs
     /// the link on this thread if it comes up.

@@ -119,11 +119,6 @@ package final class ReplicationDriver: @unchecked Sendable {
     var log: Logger { host.logger }
     var isStopping: Bool { stopping.load(ordering: .relaxed) }
 
-    static func nowMillis() -> Int {
-        var ts = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &ts)
-        return ts.tv_sec * 1000 + ts.tv_nsec / 1_000_000
-    }
 
     package func start(listen: HostPort?, peers: [HostPort], wifi: WifiDiscovery? = nil, bluetooth: BluetoothDiscovery? = nil) throws {
         if let bluetooth {
@@ -189,8 +184,8 @@ package final class ReplicationDriver: @unchecked Sendable {
         // Threads notice within a read timeout; wait a little for them, but never forever. The
         // listeners close after their accept loops ended (closing one under a thread polling it
         // was a data race on its descriptor, found by ThreadSanitizer).
-        let deadline = ReplicationDriver.nowMillis() + 3000
-        while threadsRunning.load(ordering: .acquiring) > 0 && ReplicationDriver.nowMillis() < deadline { usleep(10_000) }
+        let deadline = monotonicMillis() + 3000
+        while threadsRunning.load(ordering: .acquiring) > 0 && monotonicMillis() < deadline { usleep(10_000) }
         l2capListener?.close()
         listener?.close()
     }
@@ -249,16 +244,16 @@ package final class ReplicationDriver: @unchecked Sendable {
         var lastSequence = node.store.lastSequence
         var lastTick = 0
         var lastPublish = 0
-        handleMesh(mesh.handle(.start, now: UInt64(ReplicationDriver.nowMillis())), now: ReplicationDriver.nowMillis())
+        handleMesh(mesh.handle(.start, now: UInt64(monotonicMillis())), now: monotonicMillis())
         while !isStopping {
-            let wakeIn: Int = mesh.nextWake.map { max(0, min(100, Int($0) - ReplicationDriver.nowMillis())) } ?? 100
+            let wakeIn: Int = mesh.nextWake.map { max(0, min(100, Int($0) - monotonicMillis())) } ?? 100
             let batch: [Input] = lock.withLock {
                 if inbox.isEmpty && wakeIn > 0 { lock.wait(timeoutMillis: wakeIn) }
                 let b = inbox
                 inbox.removeAll(keepingCapacity: true)
                 return b
             }
-            let now = ReplicationDriver.nowMillis()
+            let now = monotonicMillis()
             nodeBeat.store(now, ordering: .relaxed)
             var actions: [ReplicationAction] = []
             // Frames that arrived together on one link go to the node together (it applies
@@ -358,7 +353,7 @@ package final class ReplicationDriver: @unchecked Sendable {
             }
         }
         for io in links.values { io.close() }
-        handleMesh(mesh.handle(.stop, now: UInt64(ReplicationDriver.nowMillis())), now: ReplicationDriver.nowMillis())
+        handleMesh(mesh.handle(.stop, now: UInt64(monotonicMillis())), now: monotonicMillis())
         publish()
     }
 }

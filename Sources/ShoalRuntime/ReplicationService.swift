@@ -79,7 +79,7 @@ struct ReplicationService: Service {
         while await context.pause(for: .seconds(1)) {
             // The node thread beats every 100 ms; one that stopped beating is hung.
             let beat = driver.nodeBeat.load(ordering: .relaxed)
-            if ReplicationDriver.nowMillis() - beat < 10_000 { context.heartbeat() }
+            if monotonicMillis() - beat < 10_000 { context.heartbeat() }
         }
         _ = try? await gateway.storeThread.run { driver.stop() }
     }

@@ -103,11 +103,6 @@ final class StatusThreads: @unchecked Sendable {
         for _ in 0..<300 where running.load(ordering: .relaxed) > 0 { usleep(10_000) }
     }
 
-    static func nowMillis() -> UInt64 {
-        var ts = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &ts)
-        return UInt64(ts.tv_sec) * 1000 + UInt64(ts.tv_nsec) / 1_000_000
-    }
 
     /// Opens the board's LED (nil for console and none, or when it cannot be had).
     static func openLight(_ led: BoardConfig.LED, logger: Logger) -> StatusLight? {
@@ -132,12 +127,12 @@ final class StatusThreads: @unchecked Sendable {
         let light = StatusThreads.openLight(gateway.board.led, logger: gateway.logger)
         if let light { gateway.logger.info(.status, "status LED: \(light.description)") }
         spawn("status-led") {
-            var engine = LEDEngine(signal: self.signal.withLock { $0 }, now: StatusThreads.nowMillis())
+            var engine = LEDEngine(signal: self.signal.withLock { $0 }, now: UInt64(monotonicMillis()))
             var lit: Bool?
             var failed = false
             self.gateway.ledPattern.withLock { $0 = engine.pattern.name }
             while !self.stopping.load(ordering: .relaxed) {
-                let now = StatusThreads.nowMillis()
+                let now = UInt64(monotonicMillis())
                 if engine.show(self.signal.withLock { $0 }, now: now) {
                     self.gateway.ledPattern.withLock { $0 = engine.pattern.name }
                     self.gateway.logger.verbose(.status, "status LED: \(engine.pattern.name)")

@@ -22,14 +22,9 @@ public final class TLSSession: @unchecked Sendable {
         var deadline = 0
         var failure: StreamError?
         init(stream: any ByteStream) { self.stream = stream }
-        var remaining: Int { max(0, deadline - TLSSession.nowMillis()) }
+        var remaining: Int { max(0, deadline - monotonicMillis()) }
     }
 
-    static func nowMillis() -> Int {
-        var ts = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &ts)
-        return ts.tv_sec * 1000 + ts.tv_nsec / 1_000_000
-    }
 
     static let send: @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<UInt8>?, Int) -> Int32 = { ctx, buf, len in
         let bio = Unmanaged<BIO>.fromOpaque(ctx!).takeUnretainedValue()
@@ -100,7 +95,7 @@ public final class TLSSession: @unchecked Sendable {
             throw .mbedTLS(error)
         }
         mbedtls_ssl_set_bio(ssl, Unmanaged.passUnretained(io).toOpaque(), TLSSession.send, nil, TLSSession.receive)
-        io.deadline = TLSSession.nowMillis() + context.handshakeTimeoutMillis
+        io.deadline = monotonicMillis() + context.handshakeTimeoutMillis
         while true {
             let rc = mbedtls_ssl_handshake(ssl)
             if rc == 0 { break }
@@ -160,7 +155,7 @@ public final class TLSSession: @unchecked Sendable {
     /// stream). Throws `.timeout` if nothing came within `timeoutMillis`.
     public func read(into buffer: UnsafeMutableRawBufferPointer, timeoutMillis: Int) throws(TLSError) -> Int {
         guard !isClosed else { throw .closed }
-        io.deadline = TLSSession.nowMillis() + timeoutMillis
+        io.deadline = monotonicMillis() + timeoutMillis
         while true {
             let rc = mbedtls_ssl_read(ssl, buffer.baseAddress?.assumingMemoryBound(to: UInt8.self), buffer.count)
             if rc > 0 { return Int(rc) }
@@ -175,7 +170,7 @@ public final class TLSSession: @unchecked Sendable {
     /// Writes all of `bytes` as application data.
     public func write(_ bytes: UnsafeRawBufferPointer, timeoutMillis: Int) throws(TLSError) {
         guard !isClosed else { throw .closed }
-        io.deadline = TLSSession.nowMillis() + timeoutMillis
+        io.deadline = monotonicMillis() + timeoutMillis
         var offset = 0
         while offset < bytes.count {
             let rc = mbedtls_ssl_write(ssl, bytes.baseAddress!.assumingMemoryBound(to: UInt8.self) + offset, bytes.count - offset)
@@ -198,7 +193,7 @@ public final class TLSSession: @unchecked Sendable {
     public func close() {
         guard !isClosed else { return }
         isClosed = true
-        io.deadline = TLSSession.nowMillis() + 1000
+        io.deadline = monotonicMillis() + 1000
         _ = mbedtls_ssl_close_notify(ssl)
         io.stream.close()
     }
