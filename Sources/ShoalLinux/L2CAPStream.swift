@@ -104,25 +104,31 @@ public final class L2CAPStream: ByteStream, @unchecked Sendable {
         return getsockopt(fd, BluetoothABI.solBluetooth, name, &v, &len) == 0 ? v : nil
     }
 
-    static func socket(receiveMTU: UInt16) throws(StreamError) -> Int32 {
+    /// A non-blocking L2CAP socket bound to the LE public address type, with our receive MTU asked
+    /// for. The order matters: the kernel takes BT_RCVMTU only on a socket whose source address
+    /// type is LE, which `bind` sets — asked before it, the request is refused (EINVAL) and the
+    /// channel keeps the default 672.
+    static func boundSocket(receiveMTU: UInt16) throws(StreamError) -> (fd: Int32, mtuRefused: String?) {
         let fd = Glibc.socket(BluetoothABI.family, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), BluetoothABI.protoL2CAP)
         guard fd >= 0 else { throw .failed("cannot make an L2CAP socket: \(String(cString: strerror(errno))) (no Bluetooth in this kernel?)") }
+        var local = SockaddrL2()
+        let rc = withUnsafePointer(to: &local) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, SockaddrL2.length) } }
+        guard rc == 0 else { let e = errno; Glibc.close(fd); throw .failed("cannot bind an L2CAP socket: \(String(cString: strerror(e)))") }
         var mtu = receiveMTU
-        _ = setsockopt(fd, BluetoothABI.solBluetooth, BluetoothABI.rcvMTU, &mtu, 2)
-        return fd
+        if setsockopt(fd, BluetoothABI.solBluetooth, BluetoothABI.rcvMTU, &mtu, 2) != 0 {
+            return (fd, "the kernel refused a receive MTU of \(receiveMTU): \(String(cString: strerror(errno)))")
+        }
+        return (fd, nil)
     }
 
     /// Connects to `psm` on `peer` (an LE address) within `timeoutMillis`.
     public static func connect(to peer: BluetoothAddress, psm: UInt16, receiveMTU: UInt16 = 4096, timeoutMillis: Int) throws(StreamError) -> L2CAPStream {
-        let fd = try socket(receiveMTU: receiveMTU)
-        var local = SockaddrL2()
-        var rc = withUnsafePointer(to: &local) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, SockaddrL2.length) } }
-        guard rc == 0 else { let e = errno; Glibc.close(fd); throw .failed("cannot bind an L2CAP socket: \(String(cString: strerror(e)))") }
+        let fd = try boundSocket(receiveMTU: receiveMTU).fd  // a refused MTU shows in the channel's receiveMTU
         var remote = SockaddrL2()
         remote.psm = psm
         remote.address = peer.tuple
         remote.addressType = peer.isRandom ? BluetoothABI.addressLERandom : BluetoothABI.addressLEPublic
-        rc = withUnsafePointer(to: &remote) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, SockaddrL2.length) } }
+        let rc = withUnsafePointer(to: &remote) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, SockaddrL2.length) } }
         if rc != 0 && errno != EINPROGRESS && errno != EAGAIN {
             let e = errno
             Glibc.close(fd)
@@ -236,13 +242,14 @@ public final class L2CAPStream: ByteStream, @unchecked Sendable {
 public final class L2CAPListener: @unchecked Sendable {
     private let fd: Int32
     public let psm: UInt16
+    /// Why the kernel did not take our receive MTU (channels then use its default), or nil.
+    public let mtuRefused: String?
     private var closed = false
 
     public init(receiveMTU: UInt16 = 4096) throws(StreamError) {
-        let fd = try L2CAPStream.socket(receiveMTU: receiveMTU)
-        var local = SockaddrL2()
-        let rc = withUnsafePointer(to: &local) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, SockaddrL2.length) } }
-        guard rc == 0, listen(fd, 8) == 0 else {
+        let (fd, refused) = try L2CAPStream.boundSocket(receiveMTU: receiveMTU)
+        mtuRefused = refused
+        guard listen(fd, 8) == 0 else {
             let e = errno
             Glibc.close(fd)
             throw .failed("cannot listen for L2CAP LE channels: \(String(cString: strerror(e)))")

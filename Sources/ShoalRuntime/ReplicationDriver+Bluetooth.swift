@@ -15,6 +15,7 @@ extension ReplicationDriver {
                 let l = try L2CAPListener()
                 l2capListener = l
                 log.info(.mesh, "bluetooth: listening for L2CAP LE channels on PSM 0x\(String(l.psm, radix: 16))")
+                if let why = l.mtuRefused { log.warning(.mesh, "bluetooth: \(why); channels use the kernel's default MTU") }
                 spawn("repl-bleaccept") { self.bleAcceptLoop(l) }
             } catch {
                 queue += mesh.handle(.advertisingFailed(.bluetooth, reason: "\(error)"), now: UInt64(now))
