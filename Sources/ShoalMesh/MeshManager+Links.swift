@@ -88,6 +88,8 @@ extension MeshManager {
             r.failedOn = c.transport
             peers[c.peer] = r
         }
+        // A lost BLE link: both ends will want it back; the lower id redials first.
+        if c.transport == .bluetooth { peers[c.peer, default: PeerRecord()].bluetoothYieldFrom = now }
         out.append(.event(.peerReplicator(c.peer, c.transport, outgoing: c.outgoing, activity: .offline, error: nil)))
         if !connections.values.contains(where: { $0.peer == c.peer }) { announceOwnLinks(&out) }
     }
@@ -126,8 +128,9 @@ extension MeshManager {
             times.append(last + settings.connectDelayMillis)
         }
         for at in joinAt.values where at > now { times.append(at) }
-        for r in peers.values where !r.heardOn.isEmpty {
+        for (peer, r) in peers where !r.heardOn.isEmpty {
             if let f = r.failedAt, now < f + backoff(r) { times.append(f + backoff(r)) }
+            if r.heardOn.contains(.bluetooth), yieldsToPeer(peer, r, now: now), let h = r.bluetoothYieldFrom { times.append(h + settings.bluetoothYieldMillis) }
         }
         return times.min()
     }
@@ -156,6 +159,13 @@ extension MeshManager {
         return nil
     }
 
+    /// Over Bluetooth LE, whether we leave the dial to the peer for now: it has the lower id, and
+    /// we began hearing it, or lost our BLE link to it, less than `bluetoothYieldMillis` ago.
+    func yieldsToPeer(_ peer: PeerID, _ r: PeerRecord, now: UInt64) -> Bool {
+        guard peer < me, let h = r.bluetoothYieldFrom else { return false }
+        return now < h + settings.bluetoothYieldMillis
+    }
+
     /// backoffMillis, as the seed says: a fixed delay before retrying a peer that failed.
     func backoff(_ r: PeerRecord) -> UInt64 { settings.backoffMillis }
 
@@ -175,6 +185,7 @@ extension MeshManager {
             else { continue }
             // A failure's backoff holds up the transport it happened on.
             if let f = r.failedAt, now < f + backoff(r), r.failedOn == nil || r.failedOn == t { continue }
+            if t == .bluetooth && yieldsToPeer(peer, r, now: now) { continue }
             candidates.append((peer, t, graph[peer]?.neighbours.count ?? r.load ?? 0))
         }
         guard !candidates.isEmpty else { return nil }

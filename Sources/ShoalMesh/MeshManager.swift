@@ -53,6 +53,9 @@ public final class MeshManager {
         var wifiFailures = 0
         var wifiFailedAt: UInt64?
         var lastActivity = PeerActivity.offline
+        /// When we last began hearing it over Bluetooth LE, or last lost a BLE link to it (what
+        /// `bluetoothYieldMillis` counts from).
+        var bluetoothYieldFrom: UInt64?
     }
 
     struct Advertising {
@@ -265,6 +268,7 @@ public final class MeshManager {
                 // Heard again after being lost: fresh evidence it is there, dial without waiting.
                 r.failedAt = nil
                 if t == .wifi { r.wifiFailures = 0 }
+                if t == .bluetooth { r.bluetoothYieldFrom = now }
             }
             peers[peer] = r
         case .lost(let peer, let t):

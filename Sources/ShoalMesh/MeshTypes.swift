@@ -48,6 +48,12 @@ public struct MeshSettings: Sendable, Equatable {
     /// After falling back, Wi-Fi is tried again for that peer this long after its last failure
     /// (at once if the peer is heard anew on Wi-Fi).
     public var wifiRetryAfterFallbackMillis: UInt64 = 60_000
+    /// Over Bluetooth LE the lower peer id dials: the higher one waits this long after it hears
+    /// the peer, or loses its BLE link to it, before dialling it itself (for when the lower one cannot hear it or has no room).
+    /// Two LE controllers dialling each other at once each stop advertising to initiate, so
+    /// neither can be reached; under btvirt it also gave both connections one handle, and the
+    /// guest kernel hit a BUG.
+    public var bluetoothYieldMillis: UInt64 = 6_000
 
     public init() {}
 

@@ -137,6 +137,29 @@ struct MeshManagerTests {
         #expect(a.connectionCount == 1 && b.connectionCount == 1)
     }
 
+    @Test("over Bluetooth LE the lower peer id dials at once; the higher one waits bluetoothYieldMillis, then dials if still unlinked")
+    func bluetoothYield() {
+        func dials(_ me: PeerID, hearing other: PeerID, until end: UInt64) -> [UInt64] {
+            let m = manager(me) { $0.transports = [.bluetooth]; $0.connectDelayMillis = 200 }
+            _ = m.handle(.start, now: 0)
+            var times: [UInt64] = []
+            for case .connect(other, .bluetooth) in m.handle(.discovered(other, .bluetooth, load: 0), now: 1_000) { times.append(1_000) }
+            while let w = m.nextWake, w <= end {
+                for case .connect(other, .bluetooth) in m.handle(.tick, now: w) { times.append(w) }
+                if !times.isEmpty { break }
+            }
+            return times
+        }
+        let low = dials(peer(1), hearing: peer(2), until: 20_000)
+        #expect(low.first.map { $0 < 2_000 } == true, "the lower id dials within connectDelay: \(low)")
+        let high = dials(peer(2), hearing: peer(1), until: 20_000)
+        #expect(high.first.map { $0 >= 7_000 && $0 < 8_000 } == true, "the higher id waits 6 s from hearing the peer: \(high)")
+        // Wi-Fi has no such rule: both sides may dial (the one-link-per-pair rule sorts it out).
+        let m = manager(peer(2))
+        _ = m.handle(.start, now: 0)
+        #expect(m.handle(.discovered(peer(1), .wifi, load: 0), now: 1_000).contains(.connect(peer(1), .wifi)))
+    }
+
     @Test("a full node evicts for a newcomer at most once per evictionBackoff, and only a link whose loss keeps the mesh connected")
     func eviction() {
         let x = manager(peer(9))
