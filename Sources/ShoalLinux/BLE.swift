@@ -205,6 +205,7 @@ public final class BLEAgent: @unchecked Sendable {
             closeAll()
         }
         var lastAttempt = 0
+        var lastAdapterCheck = 0
         while !stopping.load(ordering: .relaxed) {
             let now = monotonicMillis()
             let want = wanted.withLock { $0 }
@@ -231,7 +232,11 @@ public final class BLEAgent: @unchecked Sendable {
                     }
                 }
             }
-            if commands >= 0, let problem = adapterProblem() {
+            // Checked once a second while open (each check opens two raw HCI sockets: every loop
+            // turn made 20 socket opens a second on an idle gateway).
+            var problemNow: String?
+            if commands >= 0 && now - lastAdapterCheck >= 1000 { lastAdapterCheck = now; problemNow = adapterProblem() }
+            if commands >= 0, let problem = problemNow {
                 // Went away or down under us: start over (and tell).
                 closeAll()
                 if want.advert != nil { advertisingError = problem; onEvent(.advertising(false, problem)) }

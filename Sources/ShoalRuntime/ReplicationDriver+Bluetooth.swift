@@ -65,11 +65,14 @@ extension ReplicationDriver {
     /// A channel the mesh asked for, dialled with the scanner paused (the kernel scans to connect).
     func dialBLE(_ peer: PeerID, _ address: BluetoothAddress, psm: UInt16) {
         let stream: L2CAPStream
+        let started = monotonicMillis()
+        log.verbose(.mesh, "bluetooth: dialling \(peer.short) at \(address) PSM 0x\(String(psm, radix: 16))")
         do {
             stream = try ble!.withScanningPaused { () throws(StreamError) -> L2CAPStream in
                 try L2CAPStream.connect(to: address, psm: psm, timeoutMillis: 10_000)
             }
         } catch {
+            log.verbose(.mesh, "bluetooth: dial to \(peer.short) failed after \(monotonicMillis() - started) ms: \(error)")
             post(.dialFailed(peer, .bluetooth, "\(address): \(error)"))
             return
         }
