@@ -81,7 +81,14 @@ hciconfig hci1 down; hciconfig hci1 up
 
 import a a 1000
 run b; pb=$(pgrep -f "board-b.yaml" | head -1)
-if s=$(wait_docs b 60 1); then figure "b holds its first document from a ${s} s after its control socket answered"; else fail "b got nothing from a in 60 s"; story a; story b; fi
+if s=$(wait_docs b 60 1); then
+  figure "b holds its first document from a ${s} s after its control socket answered"
+  # Usually 2–4 s; a slow first link is not a failure, but say why it was slow.
+  slow=$(awk -v s=$s 'BEGIN { print (s > 10) }')
+  [ "$slow" = 1 ] && { echo "WARN the first link took ${s} s:"; story a 25; story b 25; }
+else
+  fail "b got nothing from a in 60 s"; story a; story b
+fi
 if s=$(wait_docs b 90 1000); then ok "b pulled a's 1000 documents over BLE only (${s} s more)"; else fail "b has $(docs b) of a's 1000"; story a; story b; fi
 import b b 1000
 if s=$(wait_docs b 90 2000); then
@@ -103,9 +110,9 @@ $SHOAL doc import sensors.readings $lab/import-c.tsv --socket $lab/a/control.soc
 t0=$(now)
 before=$(docs b)
 while [ "${before:-0}" -le 2000 ] && awk -v a=$t0 -v b=$(now) 'BEGIN { exit !(b - a < 30) }'; do sleep 0.2; before=$(docs b); done
-hciconfig hci1 down; t_down=$(now)
 stalls_before=$(cat $lab/a.log $lab/b.log | grep -c "nothing heard")
-sleep 3; hciconfig hci1 up
+drop_controller hci1 3
+[ $dropped_left -gt 0 ] && echo "      btvirt left $dropped_left connection(s) on hci0 to the dropped hci1; ended them as a supervision timeout would"
 if [ "${before:-0}" -gt 2000 ] && [ "${before:-0}" -lt 5000 ]; then ok "hci1 went down mid-transfer: b had $before of 5000"; else fail "not mid-transfer: b had ${before:-?} of 5000 when hci1 went down"; fi
 if s=$(wait_docs b 120 5000); then
   ok "b holds all 5000 ${s} s after hci1 came back (the link resumed; nothing lost)"
