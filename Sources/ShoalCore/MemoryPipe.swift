@@ -97,5 +97,4 @@ public final class MemoryPipeEnd: ByteStream, @unchecked Sendable {
             }
         }
     }
-
 }

@@ -167,7 +167,6 @@ public final class BLEAgent: @unchecked Sendable {
         var rssi: Int8 = 0
     }
 
-
     /// Why the adapter cannot be used now, or nil.
     func adapterProblem() -> String? {
         let id = hci_devid(adapter)

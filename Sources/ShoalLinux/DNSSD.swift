@@ -130,7 +130,6 @@ public final class DNSSD: @unchecked Sendable {
         if running.load(ordering: .acquiring), let poll { avahi_simple_poll_wakeup(poll) }
     }
 
-
     // MARK: the loop thread
 
     private func loop() {

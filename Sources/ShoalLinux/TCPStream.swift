@@ -161,7 +161,6 @@ public final class TCPStream: ByteStream, @unchecked Sendable {
         throw .failed("the peer sent \(TCPStream.maxHeldBytes >> 20) MB that waited unread while our writes found no room")
     }
 
-
     /// The numeric address of the other end ("127.0.0.2", "fe80::1%eth0"), or "?" if unknown.
     public var remoteHost: String {
         var storage = sockaddr_storage()

@@ -49,10 +49,9 @@ public struct MeshSettings: Sendable, Equatable {
     /// (at once if the peer is heard anew on Wi-Fi).
     public var wifiRetryAfterFallbackMillis: UInt64 = 60_000
     /// Over Bluetooth LE the lower peer id dials: the higher one waits this long after it hears
-    /// the peer, or loses its BLE link to it, before dialling it itself (for when the lower one cannot hear it or has no room).
-    /// Two LE controllers dialling each other at once each stop advertising to initiate, so
-    /// neither can be reached; under btvirt it also gave both connections one handle, and the
-    /// guest kernel hit a BUG.
+    /// the peer, or loses its BLE link to it, before dialling it itself (for when the lower one
+    /// cannot hear it or has no room). Two LE controllers dialling each other at once have each
+    /// stopped advertising to initiate, so neither can be reached.
     public var bluetoothYieldMillis: UInt64 = 6_000
 
     public init() {}

@@ -38,7 +38,6 @@ extension ReplicationDriver {
         }
     }
 
-
     /// One connection the mesh asked for, to the first of the peer's addresses that answers; runs
     /// the link on this thread if it comes up.
     func dial(_ peer: PeerID, at list: [HostPort]) {

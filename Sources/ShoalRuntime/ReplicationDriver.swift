@@ -119,7 +119,6 @@ package final class ReplicationDriver: @unchecked Sendable {
     var log: Logger { host.logger }
     var isStopping: Bool { stopping.load(ordering: .relaxed) }
 
-
     package func start(listen: HostPort?, peers: [HostPort], wifi: WifiDiscovery? = nil, bluetooth: BluetoothDiscovery? = nil) throws {
         if let bluetooth {
             unbuilt[.bluetooth] = nil

@@ -103,7 +103,6 @@ final class StatusThreads: @unchecked Sendable {
         for _ in 0..<300 where running.load(ordering: .relaxed) > 0 { usleep(10_000) }
     }
 
-
     /// Opens the board's LED (nil for console and none, or when it cannot be had).
     static func openLight(_ led: BoardConfig.LED, logger: Logger) -> StatusLight? {
         do {

@@ -25,7 +25,6 @@ public final class TLSSession: @unchecked Sendable {
         var remaining: Int { max(0, deadline - monotonicMillis()) }
     }
 
-
     static let send: @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<UInt8>?, Int) -> Int32 = { ctx, buf, len in
         let bio = Unmanaged<BIO>.fromOpaque(ctx!).takeUnretainedValue()
         do throws(StreamError) {
