@@ -45,8 +45,9 @@ extension MeshManager {
         // Being dialled is not being heard: we may have no way to dial this peer back.
         let r = peers[peer] ?? PeerRecord()
         let linked = connections.values.contains { $0.peer == peer }
-        if connections.count + pending.count < settings.maxConnectionCount || linked || pending[peer] != nil {
-            if pending[peer] != nil { pending[peer] = nil }
+        // A peer we are dialling takes the slot of our dial; the dial stays pending until it opens
+        // or fails (the one-link-per-pair rule then keeps one of the two links).
+        if slotsTaken < settings.maxConnectionCount || linked || pending[peer] != nil {
             open(Connection(id: id, peer: peer, transport: t, outgoing: false), now: now, &out)
             return
         }
@@ -98,7 +99,7 @@ extension MeshManager {
     func plan(now: UInt64, _ out: inout [MeshAction]) {
         if let last = lastDial, now < last + settings.connectDelayMillis { return }
         // A handover to Wi-Fi replaces a link: it does not wait for a free slot.
-        guard connections.count + pending.count < settings.maxConnectionCount || upgradeCandidate(now: now) != nil else { return }
+        guard slotsTaken < settings.maxConnectionCount || upgradeCandidate(now: now) != nil else { return }
         if let (peer, t) = upgradeCandidate(now: now) {
             lastDial = now
             pending[peer] = (t, now)
@@ -123,7 +124,7 @@ extension MeshManager {
                 if !wifiWorth(r, now: now), let w = r.wifiFailedAt { times.append(w + settings.wifiRetryAfterFallbackMillis) }
             }
         }
-        guard connections.count + pending.count < settings.maxConnectionCount else { return times.min() }
+        guard slotsTaken < settings.maxConnectionCount else { return times.min() }
         if let last = lastDial, now < last + settings.connectDelayMillis, hasCandidates {
             times.append(last + settings.connectDelayMillis)
         }
@@ -133,6 +134,14 @@ extension MeshManager {
             if r.heardOn.contains(.bluetooth), yieldsToPeer(peer, r, now: now), let h = r.bluetoothYieldFrom { times.append(h + settings.bluetoothYieldMillis) }
         }
         return times.min()
+    }
+
+    /// Links, and dials in flight to peers we hold no link to: a dial to a linked peer (a
+    /// handover to Wi-Fi, or ours crossing the peer's dial to us) has no slot of its own while
+    /// that link is up, and takes one back if it closes first.
+    var slotsTaken: Int {
+        let linked = Set(connections.values.map(\.peer))
+        return connections.count + pending.keys.filter { !linked.contains($0) }.count
     }
 
     /// Someone heard that we hold no link to and are not dialling (backoffs aside).
@@ -219,7 +228,7 @@ extension MeshManager {
             return pick.map { ($0.peer, $0.transport) }
         }
         // Inside our component: a second link for a node hanging by one, to a peer with room.
-        guard connections.count + pending.count < 2, settings.maxConnectionCount >= 3 else { return nil }
+        guard slotsTaken < 2, settings.maxConnectionCount >= 3 else { return nil }
         let room = min(2, settings.maxConnectionCount - 1)
         return candidates.filter { $0.load < room }.min(by: byLoad).map { ($0.peer, $0.transport) }
     }
@@ -228,7 +237,7 @@ extension MeshManager {
     func isDialler(of members: Set<PeerID>) -> Bool {
         var dialler: PeerID?
         for p in members {
-            let degree = p == me ? connections.count + pending.count : (graph[p]?.neighbours.count ?? 0)
+            let degree = p == me ? slotsTaken : (graph[p]?.neighbours.count ?? 0)
             if degree < settings.maxConnectionCount, dialler.map({ p < $0 }) ?? true { dialler = p }
         }
         return dialler == me

@@ -67,6 +67,9 @@ public final class MeshManager {
 
     var rng: SeededRandom
     var connections: [ConnectionID: Connection] = [:]
+    /// Dials in flight, until they open, fail or time out (30 s). A dial keeps its peer's slot
+    /// while the peer's own link to us is up and after it closes, so the link it brings never
+    /// finds the slots gone (see `slotsTaken`).
     var pending: [PeerID: (transport: MeshTransport, at: UInt64)] = [:]
     var peers: [PeerID: PeerRecord] = [:]
     var usable: Set<MeshTransport>
@@ -278,8 +281,17 @@ public final class MeshManager {
             guard isRunning, peer != me else { return [.close(id, reason: isRunning ? "a connection to ourselves" : "the mesh is not running")] }
             admit(id, peer, t, now: now, &out)
         case .outgoingOpened(let id, let peer, let t):
-            pending[peer] = nil
+            let dialled = pending.removeValue(forKey: peer) != nil
             guard isRunning else { return [.close(id, reason: "the mesh is not running")] }
+            // A dial that outlived its 30 s no longer holds a slot: if none is free now, this link
+            // would go over maxConnectionCount.
+            let linked = connections.values.contains { $0.peer == peer }
+            if !dialled, !linked, slotsTaken >= settings.maxConnectionCount {
+                counters.refusedConnections += 1
+                out.append(.close(id, reason: "no free connection slot (the dial took over 30 s)"))
+                out.append(.event(.peerReplicator(peer, t, outgoing: true, activity: .offline, error: nil)))
+                return finish(out, now: now)
+            }
             var r = peers[peer] ?? PeerRecord()
             r.failures = 0
             r.failedAt = nil

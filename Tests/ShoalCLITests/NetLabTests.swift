@@ -151,7 +151,15 @@ extension ProcessSuites {
             let (g1, g3, g5) = (gateways[0], gateways[2], gateways[4])
 
             // The mesh forms: every gateway linked, none over its budget, and a write reaches all.
-            #expect(eventually(timeout: 40, every: 0.25) { gateways.allSatisfy { $0.counter("connectedPeers") >= 1 } })
+            // The most links each gateway held while the mesh formed (dials crossing, the one-link-
+            // per-pair rule closing one of two) must stay within the budget too.
+            var most = [Int](repeating: 0, count: gateways.count)
+            #expect(eventually(timeout: 40, every: 0.25) {
+                let now = gateways.map { $0.counter("connectedPeers") }
+                most = zip(most, now).map { max($0, $1) }
+                return now.allSatisfy { $0 >= 1 }
+            })
+            #expect(most.allSatisfy { $0 <= 2 }, "connected peers while forming, at most: \(most)")
             let first = arrivalTimes(of: "first", on: gateways, timeout: 30) { g1.put("first", #"{"v":1}"#) }
             #expect(first.allSatisfy { $0 != nil }, "a write on g1 reached all five: \(first)")
             // Once more on a settled mesh, from the other end (the figure for the note).

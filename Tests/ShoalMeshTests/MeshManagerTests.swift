@@ -137,6 +137,36 @@ struct MeshManagerTests {
         #expect(a.connectionCount == 1 && b.connectionCount == 1)
     }
 
+    @Test("a dial keeps its slot while the peer's crossing link comes and goes: never over maxConnectionCount, never dialled twice")
+    func dialKeepsItsSlot() {
+        let m = manager(peer(1)) { $0.maxConnectionCount = 2; $0.connectDelayMillis = 200 }
+        _ = m.handle(.start, now: 0)
+        var dials: [PeerID] = []
+        func record(_ actions: [MeshAction]) { for case .connect(let p, .wifi) in actions { dials.append(p) } }
+        record(m.handle(.discovered(peer(2), .wifi, load: 0), now: 100))
+        #expect(dials == [peer(2)])
+        // Peer 2 dials us too, and closes that link (it keeps the one dialled by the lower id,
+        // ours, whose handshake has not finished here yet).
+        _ = m.handle(.incoming(11, peer(2), .wifi), now: 150)
+        #expect(m.keeps(11))
+        _ = m.handle(.closed(11), now: 160)
+        // Two more peers are heard: one slot is free, not two, and peer 2 is not dialled again.
+        record(m.handle(.discovered(peer(3), .wifi, load: 0), now: 400))
+        record(m.handle(.discovered(peer(4), .wifi, load: 0), now: 400))
+        var t: UInt64 = 400
+        while let w = m.nextWake, w <= 5_000 { t = w; record(m.handle(.tick, now: t)) }
+        #expect(dials.count == 2 && dials[0] == peer(2) && dials[1] != peer(2), "dials: \(dials.map(\.short))")
+        // Both dials finish: both links are kept, and that is the budget.
+        _ = m.handle(.outgoingOpened(10, peer(2), .wifi), now: t + 10)
+        _ = m.handle(.outgoingOpened(12, dials[1], .wifi), now: t + 20)
+        #expect(m.keeps(10) && m.keeps(12))
+        #expect(m.connectionCount == 2 && m.counters.connectedPeers == 2)
+        // A dial that finishes after its 30 s, when the slots are taken: closed, not over budget.
+        let late = m.handle(.outgoingOpened(13, peer(9), .wifi), now: t + 40_000)
+        #expect(!m.keeps(13) && late.contains { if case .close(13, _) = $0 { return true }; return false })
+        #expect(m.connectionCount == 2)
+    }
+
     @Test("over Bluetooth LE the lower peer id dials at once; the higher one waits bluetoothYieldMillis, then dials if still unlinked")
     func bluetoothYield() {
         func dials(_ me: PeerID, hearing other: PeerID, until end: UInt64) -> [UInt64] {
