@@ -287,6 +287,13 @@ final class LabGateway: @unchecked Sendable {
         return (try? Shoal.json(r)) as? [String: Any] ?? [:]
     }
 
+    /// The gateway's log lines about links (for a failure's message): the last `count`.
+    func linkLog(last count: Int = 60) -> String {
+        let text = (try? String(contentsOfFile: dataDir + "/shoal.log", encoding: .utf8)) ?? ""
+        let lines = text.split(separator: "\n").filter { $0.contains("link") || $0.contains("dial") || $0.contains("mesh") }
+        return "g\(node.index)'s log about links:\n" + lines.suffix(count).joined(separator: "\n")
+    }
+
     func counter(_ name: String) -> Int {
         ((status()["counters"] as? [String: Any])?[name] as? Int) ?? -1
     }

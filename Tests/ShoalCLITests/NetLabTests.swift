@@ -159,7 +159,7 @@ extension ProcessSuites {
                 most = zip(most, now).map { max($0, $1) }
                 return now.allSatisfy { $0 >= 1 }
             })
-            #expect(most.allSatisfy { $0 <= 2 }, "connected peers while forming, at most: \(most)")
+            #expect(most.allSatisfy { $0 <= 2 }, "connected peers while forming, at most: \(most)\n\(gateways.map { $0.linkLog() }.joined(separator: "\n"))")
             let first = arrivalTimes(of: "first", on: gateways, timeout: 30) { g1.put("first", #"{"v":1}"#) }
             #expect(first.allSatisfy { $0 != nil }, "a write on g1 reached all five: \(first)")
             // Once more on a settled mesh, from the other end (the figure for the note).
@@ -168,7 +168,7 @@ extension ProcessSuites {
             #expect(second.allSatisfy { $0 != nil })
             func text(_ t: [Double?]) -> String { t.map { $0.map { String(format: "%.3f", $0) } ?? "-" }.joined(separator: " ") }
             print("LAB five: a write on g1 held by g1…g5 after \(text(first)) s; on a settled mesh, a write on g5: \(text(second)) s (from the write's start, CLI included; each gateway polled by its own thread)")
-            for g in gateways { #expect(g.counter("connectedPeers") <= 2, "maxConnectionCount 2 holds on g\(g.node.index)") }
+            for g in gateways { #expect(g.counter("connectedPeers") <= 2, "maxConnectionCount 2 holds on g\(g.node.index)\n\(g.linkLog())") }
 
             // Idle figures: CPU over 5 s and RSS of each gateway.
             let idle0 = gateways.map { $0.cpuAndRSS() }
