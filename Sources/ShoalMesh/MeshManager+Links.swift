@@ -59,8 +59,13 @@ extension MeshManager {
             lastEviction = now
             counters.evictions += 1
             let newcomer = (graph[peer]?.neighbours.isEmpty ?? true) && (r.load ?? 0) == 0
-            out.append(.close(victim.id, reason: newcomer ? "evicted to make room for a newcomer" : "evicted to join another part of the mesh"))
-            dropConnection(victim.id, now: now, &out)
+            // Every link to that peer (two during a handover), and our dial to it if one is in
+            // flight: it no longer holds a slot.
+            for c in connections.values.sorted(by: { $0.id < $1.id }) where c.peer == victim.peer {
+                out.append(.close(c.id, reason: newcomer ? "evicted to make room for a newcomer" : "evicted to join another part of the mesh"))
+                dropConnection(c.id, now: now, &out)
+            }
+            pending[victim.peer] = nil
             open(Connection(id: id, peer: peer, transport: t, outgoing: false), now: now, &out)
             return
         }
@@ -136,12 +141,13 @@ extension MeshManager {
         return times.min()
     }
 
-    /// Links, and dials in flight to peers we hold no link to: a dial to a linked peer (a
-    /// handover to Wi-Fi, or ours crossing the peer's dial to us) has no slot of its own while
-    /// that link is up, and takes one back if it closes first.
+    /// Peers linked, and dials in flight to peers we hold no link to. A slot is a peer's: during a
+    /// handover a peer holds a Bluetooth LE and a Wi-Fi link in one slot; a dial to a linked peer
+    /// (a handover, or ours crossing the peer's dial to us) has no slot of its own while that link
+    /// is up, and takes one back if it closes first.
     var slotsTaken: Int {
         let linked = Set(connections.values.map(\.peer))
-        return connections.count + pending.keys.filter { !linked.contains($0) }.count
+        return linked.count + pending.keys.filter { !linked.contains($0) }.count
     }
 
     /// Someone heard that we hold no link to and are not dialling (backoffs aside).

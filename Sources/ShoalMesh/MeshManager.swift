@@ -108,6 +108,8 @@ public final class MeshManager {
     /// quiet link as a keepalive (receivers ignore a sequence they have).
     public var ownAnnouncement: (sequence: UInt64, neighbours: [PeerID]) { graph[me] ?? (sequence, neighbours) }
     public var connectionCount: Int { connections.count }
+    /// Peers we hold a link to: what maxConnectionCount limits (a handover holds two links to one).
+    public var linkedPeerCount: Int { Set(connections.values.map(\.peer)).count }
     public var isScanning: Bool { scanning }
     public func isAdvertising(_ t: MeshTransport) -> Bool { advertising[t]?.active == true }
     /// Whether the driver should run replication on this connection (false once closed or refused).
@@ -283,12 +285,12 @@ public final class MeshManager {
         case .outgoingOpened(let id, let peer, let t):
             let dialled = pending.removeValue(forKey: peer) != nil
             guard isRunning else { return [.close(id, reason: "the mesh is not running")] }
-            // A dial that outlived its 30 s no longer holds a slot: if none is free now, this link
-            // would go over maxConnectionCount.
+            // A new peer needs a free slot. A dial normally brings its own; it has none if it took
+            // over 30 s, or if its slot went meanwhile (the peer's crossing link was evicted).
             let linked = connections.values.contains { $0.peer == peer }
-            if !dialled, !linked, slotsTaken >= settings.maxConnectionCount {
+            if !linked, slotsTaken >= settings.maxConnectionCount {
                 counters.refusedConnections += 1
-                out.append(.close(id, reason: "no free connection slot (the dial took over 30 s)"))
+                out.append(.close(id, reason: dialled ? "no free connection slot (taken while dialling)" : "no free connection slot (the dial took over 30 s)"))
                 out.append(.event(.peerReplicator(peer, t, outgoing: true, activity: .offline, error: nil)))
                 return finish(out, now: now)
             }
@@ -390,7 +392,7 @@ public final class MeshManager {
             counters.failedConnectionAttempts += 1
         }
         plan(now: now, &out)
-        counters.connectedPeers = Set(connections.values.map(\.peer)).count
+        counters.connectedPeers = linkedPeerCount
         counters.discoveredPeers = peers.values.filter { !$0.heardOn.isEmpty }.count
         setState(isFullyConnected ? .fullyConnected : .discovering, &out)
         // When anything could change next.
@@ -405,7 +407,7 @@ public final class MeshManager {
     }
 
     var isFullyConnected: Bool {
-        if connections.count >= settings.maxConnectionCount { return true }
+        if linkedPeerCount >= settings.maxConnectionCount { return true }
         guard !connections.isEmpty else { return false }
         let members = component()
         return peers.allSatisfy { $0.value.heardOn.isEmpty || members.contains($0.key) }

@@ -55,8 +55,8 @@ extension Simulation {
     }
 
     func checkBudget(_ n: SimNode) {
-        guard let m = n.mesh, m.connectionCount > config.mesh.maxConnectionCount else { return }
-        budgetViolations.append("node \(n.index) holds \(m.connectionCount) links at \(now) ms")
+        guard let m = n.mesh, m.linkedPeerCount > config.mesh.maxConnectionCount else { return }
+        budgetViolations.append("node \(n.index) is linked to \(m.linkedPeerCount) peers at \(now) ms")
     }
 
     /// Closes one side of a connection now; the other side notices after the link latency.

@@ -1,3 +1,4 @@
+import Foundation
 import ShoalCore
 import ShoalMesh
 import Testing
@@ -7,11 +8,19 @@ import Testing
 /// close reaches the other end later, gossip arrives late, links break. The simulator decides both
 /// ends of a dial at one instant, so it cannot show these races (the budget race CI met in the
 /// network lab was one).
+/// SHOAL_DIALRACE_SEEDS: seeds per case (60 unless set); SHOAL_DIALRACE_TRACE="BUDGET SEED": print
+/// that run's inputs and decisions.
+enum Environment {
+    static let seeds = UInt64(ProcessInfo.processInfo.environment["SHOAL_DIALRACE_SEEDS"] ?? "") ?? 60
+    static let trace = ProcessInfo.processInfo.environment["SHOAL_DIALRACE_TRACE"]
+}
+
 @Suite("Mesh manager: dial races")
 struct DialRaceTests {
     /// One link: a dials b. Each end opens (its manager keeps it) or not, and later closes.
     struct Link {
         var a: Int, b: Int
+        var transport: MeshTransport
         var openA = false, openB = false
         /// The caller has heard the outcome (opened or failed).
         var decidedA = false
@@ -22,6 +31,10 @@ struct DialRaceTests {
         let managers: [MeshManager]
         let ids: [PeerID]
         let budget: Int
+        /// With both transports: the chance that a Wi-Fi dial finds no path (so peers fall back to
+        /// Bluetooth LE, and hand over to Wi-Fi again when a dial gets through).
+        let wifiLoss: Double
+        let transports: Set<MeshTransport>
         var queue: [(at: UInt64, order: Int, node: Int, input: MeshInput)] = []
         var order = 0
         var links: [ConnectionID: Link] = [:]
@@ -31,10 +44,13 @@ struct DialRaceTests {
         var dials = 0, refusals = 0, breaks = 0
         /// Ticks already queued, per gateway.
         var ticks: [Int: Set<UInt64>] = [:]
+        var trace = false
 
-        init(seed: UInt64, nodes: Int, budget: Int) {
+        init(seed: UInt64, nodes: Int, budget: Int, transports: Set<MeshTransport> = [.wifi], wifiLoss: Double = 0) {
             rng = SeededRandom(seed: seed)
             self.budget = budget
+            self.transports = transports
+            self.wifiLoss = wifiLoss
             ids = (1...nodes).map { n in PeerID(bytes: [UInt8(n)] + Array(repeating: 0xCD, count: 31)) }
             managers = ids.map { me in
                 var s = MeshSettings()
@@ -43,6 +59,8 @@ struct DialRaceTests {
                 s.connectDelayMillis = 200
                 s.backoffMillis = 2_000
                 s.evictionBackoffMillis = 5_000
+                s.transports = transports
+                s.wifiRetryAfterFallbackMillis = 3_000
                 return MeshManager(me: me, settings: s, sequenceBase: 1, fallbackSeed: seed)
             }
         }
@@ -57,7 +75,9 @@ struct DialRaceTests {
         func run(until end: UInt64) {
             for i in managers.indices {
                 post(i, at: 0, .start)
-                for j in managers.indices where j != i { post(i, at: delay(0...500), .discovered(ids[j], .wifi, load: 0)) }
+                for j in managers.indices where j != i {
+                    for t in transports.sorted() { post(i, at: delay(0...500), .discovered(ids[j], t, load: 0)) }
+                }
             }
             var nextBreak = delay(500...3_000)
             while let k = queue.indices.min(by: { (queue[$0].at, queue[$0].order) < (queue[$1].at, queue[$1].order) }) {
@@ -79,18 +99,21 @@ struct DialRaceTests {
         func deliver(_ n: Int, _ input: MeshInput, at now: UInt64) {
             let m = managers[n]
             let actions = m.handle(input, now: now)
+            if trace { print("TRACE \(now) node \(n + 1) <- \(input) => \(actions.filter { if case .event = $0 { return false }; if case .sendTopology = $0 { return false }; return true }) links \(m.connectionCount) peers \(m.counters.connectedPeers)") }
             // Outcomes of this input for the link it names.
             switch input {
-            case .incoming(let id, _, _):
+            case .incoming(let id, _, let t):
                 links[id]!.openB = m.keeps(id)
                 if !m.keeps(id) { refusals += 1 }
                 // The caller's handshake ends a little later; a refusal reaches it as a failure.
-                post(links[id]!.a, at: now + delay(1...300), m.keeps(id) ? .outgoingOpened(id, ids[n], .wifi) : .outgoingFailed(ids[n], .wifi, reason: "refused"))
+                post(links[id]!.a, at: now + delay(1...300), m.keeps(id) ? .outgoingOpened(id, ids[n], t) : .outgoingFailed(ids[n], t, reason: "refused"))
+                if m.keeps(id) { post(n, at: now + delay(300...600), .replicating(id)) }
             case .outgoingOpened(let id, _, _):
                 links[id]!.decidedA = true
                 links[id]!.openA = m.keeps(id)
                 // The callee closed it while our handshake was ending: we hear that now.
                 if m.keeps(id) && links[id]!.closedB { post(n, at: now + delay(1...100), .closed(id)) }
+                if m.keeps(id) { post(n, at: now + delay(1...300), .replicating(id)) }
             case .outgoingFailed:
                 break
             default:
@@ -98,13 +121,17 @@ struct DialRaceTests {
             }
             for a in actions {
                 switch a {
-                case .connect(let peer, _):
+                case .connect(let peer, let t):
                     dials += 1
+                    if t == .wifi, wifiLoss > 0, Double.random(in: 0..<1, using: &rng) < wifiLoss {
+                        post(n, at: now + delay(100...2_000), .outgoingFailed(peer, t, reason: "no route"))
+                        continue
+                    }
                     let id = nextID
                     nextID += 1
                     let b = ids.firstIndex(of: peer)!
-                    links[id] = Link(a: n, b: b)
-                    post(b, at: now + delay(5...300), .incoming(id, ids[n], .wifi))
+                    links[id] = Link(a: n, b: b, transport: t)
+                    post(b, at: now + delay(5...300), .incoming(id, ids[n], t))
                 case .close(let id, _):
                     guard let l = links[id] else { continue }
                     // This end is closed now (its manager has dropped it); the other end hears later.
@@ -124,8 +151,13 @@ struct DialRaceTests {
                     break
                 }
             }
-            if m.connectionCount > budget {
+            // A handover holds a Wi-Fi and a Bluetooth LE link to one peer for a while: the budget
+            // counts peers.
+            if transports == [.wifi], m.connectionCount > budget {
                 problems.append("node \(n + 1) holds \(m.connectionCount) links (budget \(budget)) at \(now) ms")
+            }
+            if m.counters.connectedPeers > budget {
+                problems.append("node \(n + 1) is linked to \(m.counters.connectedPeers) peers (budget \(budget)) at \(now) ms")
             }
             if case .tick = input { ticks[n]?.remove(now) }
             if let w = m.nextWake, w > now, ticks[n, default: []].insert(w).inserted { post(n, at: w, .tick) }
@@ -140,24 +172,39 @@ struct DialRaceTests {
         }
     }
 
-    @Test("random dial races, closes and breaks among 4–7 gateways: no gateway ever over maxConnectionCount, none with two links to one peer at the end",
-          arguments: [1, 2, 3])
-    func races(budget: Int) {
+    /// Runs `seeds` models; returns totals for the figures line.
+    static func check(budget: Int, seeds: ClosedRange<UInt64>, transports: Set<MeshTransport>, wifiLoss: Double) -> (dials: Int, refusals: Int, breaks: Int) {
         var dials = 0, refusals = 0, breaks = 0
-        for seed in 1...60 as ClosedRange<UInt64> {
+        for seed in seeds {
             let nodes = 4 + Int(seed % 4)
-            let model = Model(seed: seed &* 7919 &+ UInt64(budget), nodes: nodes, budget: budget)
+            let model = Model(seed: seed &* 7919 &+ UInt64(budget), nodes: nodes, budget: budget, transports: transports, wifiLoss: wifiLoss)
+            model.trace = Environment.trace == "\(budget) \(seed)"
             model.run(until: 30_000)
             dials += model.dials
             refusals += model.refusals
             breaks += model.breaks
             #expect(model.problems.isEmpty, "seed \(seed), \(nodes) gateways: \(model.problems.prefix(3))")
-            // At the end (links still breaking), no gateway holds two links to one peer.
+            // At the end (links still breaking), no gateway holds two links to one peer over one
+            // transport.
             for (i, m) in model.managers.enumerated() {
-                let mine = model.links.filter { m.keeps($0.key) }.map { $0.value.a == i ? $0.value.b : $0.value.a }
-                #expect(Set(mine).count == mine.count, "seed \(seed): gateway \(i + 1) holds two links to one peer")
+                let mine = model.links.filter { m.keeps($0.key) }.map { "\($0.value.a == i ? $0.value.b : $0.value.a) \($0.value.transport)" }
+                #expect(Set(mine).count == mine.count, "seed \(seed): gateway \(i + 1) holds two links to one peer: \(mine.sorted())")
             }
         }
-        print("dial races, budget \(budget): 60 seeds, \(dials) dials, \(refusals) refused, \(breaks) links broken")
+        return (dials, refusals, breaks)
+    }
+
+    @Test("random dial races, closes and breaks among 4–7 gateways: no gateway ever over maxConnectionCount, none with two links to one peer at the end",
+          arguments: [1, 2, 3])
+    func races(budget: Int) {
+        let (dials, refusals, breaks) = Self.check(budget: budget, seeds: 1...Environment.seeds, transports: [.wifi], wifiLoss: 0)
+        print("dial races, budget \(budget): \(Environment.seeds) seeds, \(dials) dials, \(refusals) refused, \(breaks) links broken")
+    }
+
+    @Test("the same with Wi-Fi and Bluetooth LE, a third of Wi-Fi dials failing (fallbacks and handovers racing): never linked to more peers than maxConnectionCount",
+          arguments: [1, 2, 3])
+    func racesWhileSwitching(budget: Int) {
+        let (dials, refusals, breaks) = Self.check(budget: budget, seeds: 1...Environment.seeds, transports: [.wifi, .bluetooth], wifiLoss: 0.33)
+        print("dial races with switching, budget \(budget): \(Environment.seeds) seeds, \(dials) dials, \(refusals) refused, \(breaks) links broken")
     }
 }
