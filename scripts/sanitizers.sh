@@ -33,7 +33,8 @@ for kind in $kinds; do
   swift build --build-tests --sanitize=$kind --scratch-path "$dir" 2>&1 | grep -E "error|warning: unre|Compiling|Build" | tail -2
   filterargs=()
   [ "$filter" != all ] && filterargs=(--filter "$filter")
-  env SHOAL_SANITIZER=$kind $opts="log_path=$logs/report" LSAN_OPTIONS="suppressions=$PWD/Tests/Sanitizers/lsan.supp:print_suppressions=0" \
+  # The dial race tests drive pure state machines on one thread: a few seeds show the same code.
+  env SHOAL_SANITIZER=$kind SHOAL_DIALRACE_SEEDS=${SHOAL_DIALRACE_SEEDS:-10} $opts="log_path=$logs/report" LSAN_OPTIONS="suppressions=$PWD/Tests/Sanitizers/lsan.supp:print_suppressions=0" \
     timeout -s KILL 1200 swift test --skip-build --no-parallel --sanitize=$kind --scratch-path "$dir" "${filterargs[@]}" > "$logs/out.txt" 2>&1
   rc=$?
   failed=0
