@@ -286,11 +286,11 @@ public final class MeshManager {
             let dialled = pending.removeValue(forKey: peer) != nil
             guard isRunning else { return [.close(id, reason: "the mesh is not running")] }
             // A new peer needs a free slot. A dial normally brings its own; it has none if it took
-            // over 30 s, or if its slot went meanwhile (the peer's crossing link was evicted).
+            // over 30 s or its peer was evicted meanwhile (eviction forgets the dial).
             let linked = connections.values.contains { $0.peer == peer }
             if !linked, slotsTaken >= settings.maxConnectionCount {
                 counters.refusedConnections += 1
-                out.append(.close(id, reason: dialled ? "no free connection slot (taken while dialling)" : "no free connection slot (the dial took over 30 s)"))
+                out.append(.close(id, reason: dialled ? "no free connection slot (taken while dialling)" : "no free connection slot (the dial took over 30 s, or its peer was evicted meanwhile)"))
                 out.append(.event(.peerReplicator(peer, t, outgoing: true, activity: .offline, error: nil)))
                 return finish(out, now: now)
             }
