@@ -37,19 +37,22 @@ let package = Package(
         .target(name: "ShoalReplication", dependencies: ["ShoalCore", "ShoalWire", "ShoalStore"]),
         // Sans-IO mesh manager (pure: no C library).
         .target(name: "ShoalMesh", dependencies: ["ShoalCore", "ShoalConfig"]),
+        // The gateway core: mesh manager + replicator + their glue, one handle(input, now) ->
+        // [action], driven alike by the runtime, the library and the simulator.
+        .target(name: "ShoalGateway", dependencies: ["ShoalCore", "ShoalMesh", "ShoalReplication", "ShoalStore", "ShoalWire"]),
         // The seeded radio medium in virtual time, with real stores, replicators and mesh managers
         // inside (tests, `shoal sim`, `shoal demo`).
-        .target(name: "ShoalSim", dependencies: ["ShoalCore", "ShoalMesh", "ShoalReplication", "ShoalStore", "ShoalWire", "ShoalTLS", "ShoalStatus"]),
+        .target(name: "ShoalSim", dependencies: ["ShoalCore", "ShoalGateway", "ShoalMesh", "ShoalReplication", "ShoalStore", "ShoalWire", "ShoalTLS", "ShoalStatus"]),
 
         // Composition root.
         .target(name: "ShoalRuntime", dependencies: [
             "ShoalCore", "ShoalWire", "ShoalSupervision", "ShoalConfig", "ShoalYAML", "ShoalStatus",
-            "ShoalStore", "ShoalTLS", "ShoalLinux", "ShoalReplication", "ShoalMesh",
+            "ShoalStore", "ShoalTLS", "ShoalLinux", "ShoalReplication", "ShoalMesh", "ShoalGateway",
         ]),
         .target(name: "ShoalTesting", dependencies: ["ShoalCore", "ShoalSupervision"]),
 
         // The library product: a public API over the runtime's driver (network or in-process medium).
-        .target(name: "Shoal", dependencies: ["ShoalCore", "ShoalConfig", "ShoalMesh", "ShoalReplication", "ShoalRuntime", "ShoalStore", "ShoalTLS", "ShoalLinux"]),
+        .target(name: "Shoal", dependencies: ["ShoalCore", "ShoalConfig", "ShoalGateway", "ShoalMesh", "ShoalReplication", "ShoalRuntime", "ShoalStore", "ShoalTLS", "ShoalLinux"]),
         // A custom firmware built on the library only (Examples/Firmware; built and run in make test).
         .executableTarget(name: "shoal-example-firmware", dependencies: ["Shoal"], path: "Examples/Firmware"),
 
@@ -62,7 +65,8 @@ let package = Package(
         .testTarget(name: "ShoalSupervisionTests", dependencies: ["ShoalSupervision", "ShoalTesting"]),
         .testTarget(name: "ShoalStoreTests", dependencies: ["ShoalStore", "ShoalTesting"]),
         .testTarget(name: "ShoalConfigTests", dependencies: ["ShoalConfig", "ShoalYAML", "ShoalRuntime", "ShoalTLS", "ShoalReplication"]),
-        .testTarget(name: "ShoalMeshTests", dependencies: ["ShoalMesh", "ShoalSim", "ShoalCore", "ShoalConfig", "ShoalRuntime"]),
+        .testTarget(name: "ShoalMeshTests", dependencies: ["ShoalMesh", "ShoalGateway", "ShoalSim", "ShoalCore", "ShoalConfig", "ShoalRuntime"]),
+        .testTarget(name: "ShoalGatewayTests", dependencies: ["ShoalGateway", "ShoalRuntime", "ShoalSim", "ShoalMesh", "ShoalReplication", "ShoalStore", "ShoalTLS", "ShoalWire", "ShoalCore", "ShoalTesting"]),
         .testTarget(name: "ShoalReplicationTests", dependencies: ["ShoalReplication", "ShoalStore", "ShoalWire", "ShoalTesting", "ShoalCore"]),
         .testTarget(name: "ShoalTLSTests", dependencies: ["ShoalTLS", "ShoalLinux", "ShoalTesting", "ShoalCore"]),
         .testTarget(name: "ShoalLibraryTests", dependencies: ["Shoal"]),

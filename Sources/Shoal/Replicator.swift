@@ -1,6 +1,7 @@
 import Glibc
 import ShoalConfig
 import ShoalCore
+import ShoalGateway
 import ShoalLinux
 import ShoalMesh
 import ShoalReplication
@@ -167,14 +168,13 @@ public final class MultipeerReplicator: Sendable {
             settings.batchSizeBytes = config.mesh.txLogBatchSizeKb * 1024
             settings.batchMaxCount = config.mesh.txLogBatchMaxCount
             settings.requestTimeoutMillis = UInt64(config.mesh.requestTimeoutMillis)
-            let node = ReplicationNode(peer: id.peerID, group: config.peerGroupID, store: db.store, clock: db.clock,
-                                       collections: policies, settings: settings)
             let wall = NodeClock.systemWallMillis()
-            let mesh = MeshManager(me: id.peerID, settings: config.mesh.settings(config.transports), sequenceBase: wall,
+            let core = GatewayCore(peer: id.peerID, group: config.peerGroupID, store: db.store, clock: db.clock, collections: policies,
+                                   replication: settings, mesh: config.mesh.settings(config.transports), sequenceBase: wall,
                                    fallbackSeed: wall ^ UInt64(getpid()) ^ UInt64(truncatingIfNeeded: ObjectIdentifier(self).hashValue))
             let made: ReplicationDriver
             do {
-                made = ReplicationDriver(node: node, mesh: mesh, host: host,
+                made = ReplicationDriver(core: core, host: host,
                                          serverTLS: try TLSContext(role: .server, identity: id, authenticator: config.authenticator.raw),
                                          clientTLS: try TLSContext(role: .client, identity: id, authenticator: config.authenticator.raw))
             } catch { throw ShoalError("cannot set up TLS: \(error)") }

@@ -1,6 +1,7 @@
 import Glibc
 import ShoalConfig
 import ShoalCore
+import ShoalGateway
 import ShoalLinux
 import ShoalMesh
 import ShoalReplication
@@ -73,14 +74,14 @@ public enum ReplicationBenchmark {
             let clock = try NodeClock(store: pullStore)
             var policy = CollectionPolicy(name: readings)
             policy.push = false
-            let node = ReplicationNode(peer: pullerID.peerID, group: "bench.replication", store: pullStore, clock: clock, collections: [policy])
             let loader = ConfigurationLoading.loader(directories: [])
             let board = try loader.loadBoard("sim")
             let siteConfig = try loader.loadSite(text: "group: bench.replication\n", file: "<bench>")
             let gateway = Gateway(board: board, site: siteConfig, logger: quiet, report: SupervisionReport(), storePath: dir + "/shoal.db", socketPath: dir + "/c.sock")
             let auth = PeerAuthenticator.trust(allowedPeers: [pusherID.peerID])
-            let mesh = MeshManager(me: pullerID.peerID, settings: MeshSettings(board.mesh), sequenceBase: NodeClock.systemWallMillis(), fallbackSeed: 1)
-            let driver = ReplicationDriver(node: node, mesh: mesh, host: gateway,
+            let core = GatewayCore(peer: pullerID.peerID, group: "bench.replication", store: pullStore, clock: clock, collections: [policy],
+                                   replication: ReplicationSettings(), mesh: MeshSettings(board.mesh), sequenceBase: NodeClock.systemWallMillis(), fallbackSeed: 1)
+            let driver = ReplicationDriver(core: core, host: gateway,
                                            serverTLS: try TLSContext(role: .server, identity: pullerID, authenticator: auth),
                                            clientTLS: try TLSContext(role: .client, identity: pullerID, authenticator: auth))
             let start = ContinuousClock.now

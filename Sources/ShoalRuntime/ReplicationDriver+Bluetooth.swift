@@ -9,7 +9,7 @@ import ShoalWire
 /// the advertisement), what the scanner hears, and links over L2CAP LE credit-based channels
 /// carrying the same TLS sessions and frames as TCP.
 extension ReplicationDriver {
-    func startBLEAdvertising(now: Int, _ queue: inout [MeshAction]) {
+    func startBLEAdvertising(now: Int) {
         if l2capListener == nil {
             do {
                 let l = try L2CAPListener()
@@ -18,7 +18,7 @@ extension ReplicationDriver {
                 if let why = l.mtuRefused { log.warning(.mesh, "bluetooth: \(why); channels use the kernel's default MTU") }
                 spawn("repl-bleaccept") { self.bleAcceptLoop(l) }
             } catch {
-                queue += mesh.handle(.advertisingFailed(.bluetooth, reason: "\(error)"), now: UInt64(now))
+                feed(.advertisingFailed(.bluetooth, reason: "\(error)"), now: now)
                 return
             }
         }
@@ -32,9 +32,9 @@ extension ReplicationDriver {
         case .advertising(let ok, let why):
             if ok {
                 log.info(.mesh, "bluetooth: advertising on \(ble?.adapter ?? "?") (PSM 0x\(String(l2capListener?.psm ?? 0, radix: 16)))")
-                handleMesh(mesh.handle(.advertisingStarted(.bluetooth), now: UInt64(now)), now: now)
+                feed(.advertisingStarted(.bluetooth), now: now)
             } else {
-                handleMesh(mesh.handle(.advertisingFailed(.bluetooth, reason: why ?? "advertising failed"), now: UInt64(now)), now: now)
+                feed(.advertisingFailed(.bluetooth, reason: why ?? "advertising failed"), now: now)
             }
         case .scanning(let ok, let why):
             if !ok { log.warning(.mesh, "bluetooth: \(why ?? "scanning failed")") }
@@ -49,12 +49,12 @@ extension ReplicationDriver {
             }
             bleAddresses[peer] = (address, advert.psm)
             log.verbose(.mesh, "bluetooth: found peer \(peer.short) at \(address) PSM 0x\(String(advert.psm, radix: 16)) (\(rssi) dBm)")
-            handleMesh(mesh.handle(.discovered(peer, .bluetooth, load: nil), now: UInt64(now)), now: now)
+            feed(.discovered(peer, .bluetooth, load: nil), now: now)
         case .lost(let address):
             guard let peer = bleAddresses.first(where: { $0.value.address == address })?.key else { return }
             bleAddresses[peer] = nil
             log.verbose(.mesh, "bluetooth: lost peer \(peer.short)")
-            handleMesh(mesh.handle(.lost(peer, .bluetooth), now: UInt64(now)), now: now)
+            feed(.lost(peer, .bluetooth), now: now)
         }
         if let ble {
             discoveryDetail[.bluetooth] = "BLE service \(GroupID(node.group).bleServiceUUIDText) on \(ble.adapter)"

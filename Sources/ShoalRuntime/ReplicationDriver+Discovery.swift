@@ -34,9 +34,9 @@ extension ReplicationDriver {
                 log.info(.mesh, "wifi: published \(name) (\(wifi?.serviceType ?? "?")) on port \(listener?.port ?? 0)")
             }
             publishedName = name
-            handleMesh(mesh.handle(.advertisingStarted(.wifi), now: UInt64(now)), now: now)
+            feed(.advertisingStarted(.wifi), now: now)
         case .publishFailed(let why):
-            handleMesh(mesh.handle(.advertisingFailed(.wifi, reason: why), now: UInt64(now)), now: now)
+            feed(.advertisingFailed(.wifi, reason: why), now: now)
         case .found(let f):
             guard let text = f.txt["id"], let peer = PeerID(hex: text) else {
                 log.verbose(.mesh, "wifi: \(f.name) at \(f.host) has no peer id in its TXT record; ignored")
@@ -53,13 +53,13 @@ extension ReplicationDriver {
             dnsFound[f.key] = (peer, HostPort(host: f.host, port: f.port))
             refreshAddresses(peer)
             if !known { log.verbose(.mesh, "wifi: found peer \(peer.short) as \(f.name) at \(HostPort(host: f.host, port: f.port)) on \(f.interfaceName)") }
-            handleMesh(mesh.handle(.discovered(peer, .wifi, load: nil), now: UInt64(now)), now: now)
+            feed(.discovered(peer, .wifi, load: nil), now: now)
         case .removed(let key):
             guard let gone = dnsFound.removeValue(forKey: key) else { return }
             refreshAddresses(gone.peer)
             if !dnsFound.values.contains(where: { $0.peer == gone.peer }) && staticAddress[gone.peer] == nil {
                 log.verbose(.mesh, "wifi: peer \(gone.peer.short) left DNS-SD")
-                handleMesh(mesh.handle(.lost(gone.peer, .wifi), now: UInt64(now)), now: now)
+                feed(.lost(gone.peer, .wifi), now: now)
             }
         case .browseFailed(let why):
             log.warning(.mesh, "wifi: \(why)")
@@ -76,7 +76,7 @@ extension ReplicationDriver {
             if up != bluetoothUp {
                 bluetoothUp = up
                 if !up { log.info(.mesh, "bluetooth: \(why ?? "not usable")") }
-                handleMesh(mesh.handle(.transport(.bluetooth, up: up), now: UInt64(now)), now: now)
+                feed(.transport(.bluetooth, up: up), now: now)
             }
         }
         guard wifi?.interface != nil else { return }
@@ -84,7 +84,7 @@ extension ReplicationDriver {
         wifiDownReason = why
         if up != wifiInterfaceUp {
             wifiInterfaceUp = up
-            handleMesh(mesh.handle(.transport(.wifi, up: up), now: UInt64(now)), now: now)
+            feed(.transport(.wifi, up: up), now: now)
             updateDiscoveryDetail()
         }
     }

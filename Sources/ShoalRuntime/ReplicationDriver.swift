@@ -1,6 +1,7 @@
 import Glibc
 import ShoalConfig
 import ShoalCore
+import ShoalGateway
 import ShoalLinux
 import ShoalMesh
 import ShoalReplication
@@ -11,9 +12,10 @@ import Synchronization
 
 /// Drives the sans-IO `ReplicationNode` and `MeshManager` with real links: TCP + mutual TLS.
 /// Threads, never the cooperative pool:
-/// - one node thread owns the node and the mesh manager: link events, frames, discoveries come to
-///   it through an inbox; it runs both cores, hands frames to links, dials whom the mesh chooses,
-///   and closes what it refuses;
+/// - one node thread owns the gateway core (mesh manager + replicator + their glue): link events,
+///   frames, discoveries come to it through an inbox; it feeds them to the core and carries out
+///   what the core answers: hands frames to links, dials whom the mesh chooses, closes what it
+///   refuses;
 /// - one thread per link owns that link's TLS session (mbedTLS sessions are single-threaded): it
 ///   sends what the node queued (a wake-up interrupts its read) and posts what it reads;
 /// - a listener thread (listening is this transport's "advertising"), a dialler thread per
@@ -24,8 +26,9 @@ import Synchronization
 ///   to the node thread through the same inbox. The node thread also watches the board's Wi-Fi
 ///   interface and tells the mesh when it goes down or comes back.
 package final class ReplicationDriver: @unchecked Sendable {
-    let node: ReplicationNode
-    let mesh: MeshManager
+    let core: GatewayCore
+    var node: ReplicationNode { core.node }
+    var mesh: MeshManager { core.mesh }
     let host: any ReplicationHost
     let serverTLS: TLSContext
     let clientTLS: TLSContext
@@ -108,13 +111,16 @@ package final class ReplicationDriver: @unchecked Sendable {
     /// Heartbeat of the node thread (monotonic ms), for the service's hang check.
     let nodeBeat = Atomic<Int>(0)
 
-    package init(node: ReplicationNode, mesh: MeshManager, host: any ReplicationHost, serverTLS: TLSContext, clientTLS: TLSContext) {
-        self.node = node
-        self.mesh = mesh
+    package init(core: GatewayCore, host: any ReplicationHost, serverTLS: TLSContext, clientTLS: TLSContext) {
+        self.core = core
         self.host = host
         self.serverTLS = serverTLS
         self.clientTLS = clientTLS
     }
+
+    /// Sees every input the core gets, when, and what it answered (set before `start`; tests
+    /// record a run with it and replay it through a fresh core).
+    package var tap: (@Sendable (GatewayCore.Input, UInt64, [GatewayCore.Action]) -> Void)?
 
     var log: Logger { host.logger }
     var isStopping: Bool { stopping.load(ordering: .relaxed) }
@@ -227,25 +233,15 @@ package final class ReplicationDriver: @unchecked Sendable {
     /// Peers whose TXT said another protocol version (logged once each).
     var incompatible: Set<PeerID> = []
     var linkAddress: [LinkID: String] = [:]
-    /// Bluetooth LE links: when a frame last came, and when we last sent one. L2CAP has no
-    /// keepalive of its own and a controller may never report a vanished peer, so a quiet link
-    /// gets our gossip again every 10 s and one that heard nothing for 30 s is closed.
-    var heardAt: [LinkID: Int] = [:]
-    var keptAliveAt: [LinkID: Int] = [:]
-    static let keepaliveMillis = 10_000
-    static let silenceMillis = 30_000
-    /// Links whose replication moved documents lately (for busy/idle activity).
-    var busySince: [LinkID: Int] = [:]
     /// The last problem each transport reported (logged once, not at every retry).
     var lastTransportError: [MeshTransport: String] = [:]
 
     func nodeLoop() {
         var lastSequence = node.store.lastSequence
-        var lastTick = 0
         var lastPublish = 0
-        handleMesh(mesh.handle(.start, now: UInt64(monotonicMillis())), now: monotonicMillis())
+        feed(.start, now: monotonicMillis())
         while !isStopping {
-            let wakeIn: Int = mesh.nextWake.map { max(0, min(100, Int($0) - monotonicMillis())) } ?? 100
+            let wakeIn: Int = core.nextWake.map { max(0, min(100, Int($0) - monotonicMillis())) } ?? 100
             let batch: [Input] = lock.withLock {
                 if inbox.isEmpty && wakeIn > 0 { lock.wait(timeoutMillis: wakeIn) }
                 let b = inbox
@@ -254,105 +250,93 @@ package final class ReplicationDriver: @unchecked Sendable {
             }
             let now = monotonicMillis()
             nodeBeat.store(now, ordering: .relaxed)
-            var actions: [ReplicationAction] = []
-            // Frames that arrived together on one link go to the node together (it applies
-            // consecutive document frames in one transaction).
+            // Frames that arrived together on one link go to the core together (the replicator
+            // applies consecutive document frames in one transaction).
             var run: (link: LinkID, frames: [PreparedFrame])?
             func flush() {
-                if let r = run { actions += node.preparedFramesReceived(r.link, r.frames, now: UInt64(now)) }
+                if let r = run { feed(.frames(r.link, r.frames), now: now) }
                 run = nil
             }
             for input in batch {
-                switch input {
-                case .opened(let id, let io, let outgoing):
-                    flush()
-                    let peer = io.session.peerID
-                    let decided = mesh.handle(outgoing ? .outgoingOpened(id, peer, io.transport) : .incoming(id, peer, io.transport), now: UInt64(now))
-                    if mesh.keeps(id) {
-                        links[id] = io
-                        if io.transport == .bluetooth { heardAt[id] = now; keptAliveAt[id] = now }
-                        if let a = io.address { linkAddress[id] = a; linkedAddresses.withLock { _ = $0.insert(a) } }
-                        // HELLO goes first; the mesh's gossip for this link after it.
-                        actions += node.linkOpened(id, neighbours: mesh.neighbours, slow: io.transport == .bluetooth)
-                        process(&actions)
-                    } else {
-                        io.close()
-                    }
-                    handleMesh(decided, now: now)
-                case .dialFailed(let peer, let t, let why):
-                    host.updateCounters { $0.failedConnections += 1 }
-                    handleMesh(mesh.handle(.outgoingFailed(peer, t, reason: why), now: UInt64(now)), now: now)
-                case .frame(let id, let frame, let bytes):
-                    if heardAt[id] != nil { heardAt[id] = now }
+                if case .frame(let id, let frame, let bytes) = input {
                     host.updateCounters { $0.messagesReceived += 1; $0.bytesReceived += bytes + 4 }
                     if run?.link == id { run!.frames.append(frame) } else { flush(); run = (id, [frame]) }
-                case .closed(let id):
-                    flush()
-                    if links.removeValue(forKey: id) != nil {
-                        actions += node.linkClosed(id, now: UInt64(now))
-                    }
-                    heardAt[id] = nil
-                    keptAliveAt[id] = nil
-                    if let a = linkAddress.removeValue(forKey: id) { linkedAddresses.withLock { _ = $0.remove(a) } }
-                    handleMesh(mesh.handle(.closed(id), now: UInt64(now)), now: now)
-                case .discovered(let peer, let address, let probe):
-                    staticAddress[peer] = address
-                    refreshAddresses(peer)
-                    var decided = mesh.handle(.discovered(peer, .wifi, load: nil), now: UInt64(now))
-                    if let probe {
-                        if let i = decided.firstIndex(where: { if case .connect(peer, _) = $0 { return true }; return false }) {
-                            decided.remove(at: i)
-                            spawn("repl-link") { self.run(probe, outgoing: true) }
-                        } else {
-                            probe.session.close()
-                            probe.stream.close()
-                        }
-                    }
-                    handleMesh(decided, now: now)
-                case .lost(let peer):
-                    handleMesh(mesh.handle(.lost(peer, .wifi), now: UInt64(now)), now: now)
-                case .heard(let peer, let t, let online):
-                    handleMesh(mesh.handle(online ? .discovered(peer, t, load: nil) : .lost(peer, t), now: UInt64(now)), now: now)
-                case .radio(let t, let up):
-                    handleMesh(mesh.handle(.transport(t, up: up), now: UInt64(now)), now: now)
-                case .retryNetworks:
-                    log.info(.mesh, "retrying the radios now (retryNetworks)")
-                    handleMesh(mesh.handle(.retryNetworks, now: UInt64(now)), now: now)
-                case .dnssd(let event):
-                    handleDNSSD(event, now: now)
-                case .radios(let snapshot):
-                    radiosChanged(snapshot, now: now)
-                case .ble(let event):
-                    handleBLE(event, now: now)
+                    continue
                 }
+                flush()
+                handle(input, now: now)
             }
             flush()
-            if let w = mesh.nextWake, UInt64(now) >= w { handleMesh(mesh.handle(.tick, now: UInt64(now)), now: now) }
-            if now - lastTick >= 250 {
-                lastTick = now
-                actions += node.tick(now: UInt64(now))
-            }
+            if let w = core.nextWake, UInt64(now) >= w { feed(.tick, now: now) }
             let seq = node.store.lastSequence
             if seq != lastSequence {
                 lastSequence = seq
-                actions += node.localChangesCommitted()
+                feed(.localChangesCommitted, now: now)
             }
-            process(&actions)
-            keepBluetoothLinksAlive(now: now)
-            for (link, at) in busySince where now - at >= 1000 {
-                busySince[link] = nil
-                handleMesh(mesh.handle(.activity(link, busy: false), now: UInt64(now)), now: now)
-            }
-            // Changes travel along the mesh's spanning tree only (live ones with their bodies).
-            for id in links.keys.sorted() { actions += node.setTreeLink(id, mesh.isTreeLink(id)) }
-            process(&actions)
             if now - lastPublish >= 250 {
                 lastPublish = now
                 publish()
             }
         }
+        feed(.stop, now: monotonicMillis())
         for io in links.values { io.close() }
-        handleMesh(mesh.handle(.stop, now: UInt64(monotonicMillis())), now: monotonicMillis())
         publish()
+    }
+
+    /// One input from the inbox (frames are batched by the loop).
+    func handle(_ input: Input, now: Int) {
+        switch input {
+        case .opened(let id, let io, let outgoing):
+            links[id] = io
+            feed(.linkOpened(id, peer: io.session.peerID, io.transport, outgoing: outgoing), now: now)
+            if core.keeps(id), let a = io.address {
+                linkAddress[id] = a
+                linkedAddresses.withLock { _ = $0.insert(a) }
+            }
+        case .dialFailed(let peer, let t, let why):
+            host.updateCounters { $0.failedConnections += 1 }
+            feed(.dialFailed(peer, t, reason: why), now: now)
+        case .frame(let id, let frame, _):
+            feed(.frames(id, [frame]), now: now)
+        case .closed(let id):
+            links[id] = nil
+            if let a = linkAddress.removeValue(forKey: id) { linkedAddresses.withLock { _ = $0.remove(a) } }
+            feed(.linkClosed(id), now: now)
+        case .discovered(let peer, let address, let probe):
+            staticAddress[peer] = address
+            refreshAddresses(peer)
+            discoveredStatic(peer, probe: probe, now: now)
+        case .lost(let peer):
+            feed(.lost(peer, .wifi), now: now)
+        case .heard(let peer, let t, let online):
+            feed(online ? .discovered(peer, t, load: nil) : .lost(peer, t), now: now)
+        case .radio(let t, let up):
+            feed(.transport(t, up: up), now: now)
+        case .retryNetworks:
+            log.info(.mesh, "retrying the radios now (retryNetworks)")
+            feed(.retryNetworks, now: now)
+        case .dnssd(let event):
+            handleDNSSD(event, now: now)
+        case .radios(let snapshot):
+            radiosChanged(snapshot, now: now)
+        case .ble(let event):
+            handleBLE(event, now: now)
+        }
+    }
+
+    /// A static address answered. If the mesh wants that peer now, the probe's session becomes the
+    /// link (one handshake, not two); otherwise the probe is closed.
+    func discoveredStatic(_ peer: PeerID, probe: LinkIO?, now: Int) {
+        var actions = decide(.discovered(peer, .wifi, load: nil), now: now)
+        if let probe {
+            if let i = actions.firstIndex(where: { if case .connect(peer, _) = $0 { return true }; return false }) {
+                actions.remove(at: i)
+                spawn("repl-link") { self.run(probe, outgoing: true) }
+            } else {
+                probe.session.close()
+                probe.stream.close()
+            }
+        }
+        perform(actions, now: now)
     }
 }

@@ -1,5 +1,6 @@
 import ShoalConfig
 import ShoalCore
+import ShoalGateway
 import ShoalMesh
 import ShoalReplication
 import ShoalSupervision
@@ -52,14 +53,13 @@ struct ReplicationService: Service {
         // and stopping waits for threads: both happen on a thread of their own, never on the pool.
         let collections = policies, limits = settings
         let driver = try await gateway.storeThread.run { () throws -> ReplicationDriver in
-            let node = ReplicationNode(peer: identity.peerID, group: site.group, store: store, clock: clock,
-                                       collections: collections, settings: limits)
             let wall = NodeClock.systemWallMillis()
             let transports = Set(site.transports.compactMap(MeshTransport.init(rawValue:)))
-            let manager = MeshManager(me: identity.peerID, settings: MeshSettings(mesh, transports: transports), sequenceBase: wall,
-                                      fallbackSeed: wall ^ UInt64(getpid()))
+            let core = GatewayCore(peer: identity.peerID, group: site.group, store: store, clock: clock, collections: collections,
+                                   replication: limits, mesh: MeshSettings(mesh, transports: transports), sequenceBase: wall,
+                                   fallbackSeed: wall ^ UInt64(getpid()))
             let driver = ReplicationDriver(
-                node: node, mesh: manager, host: gw,
+                core: core, host: gw,
                 serverTLS: try TLSContext(role: .server, identity: identity, authenticator: authenticator),
                 clientTLS: try TLSContext(role: .client, identity: identity, authenticator: authenticator))
             try driver.start(listen: site.listenAddress, peers: site.staticPeers, wifi: wifi, bluetooth: bluetooth)

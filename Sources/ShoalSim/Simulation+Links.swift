@@ -1,5 +1,6 @@
 import Glibc
 import ShoalCore
+import ShoalGateway
 import ShoalMesh
 import ShoalReplication
 import ShoalStore
@@ -10,46 +11,41 @@ import ShoalWire
 extension Simulation {
     func connect(_ from: Int, _ to: Int, _ t: MeshTransport) {
         let a = nodes[from], b = nodes[to]
-        guard a.up, let meshA = a.mesh else { return }
-        guard b.up, let meshB = b.mesh, medium.hears(from, to, on: t) else {
-            meshInput(a, .outgoingFailed(b.peer, t, reason: "no answer"))
+        guard a.up, a.core != nil else { return }
+        guard b.up, let coreB = b.core, medium.hears(from, to, on: t) else {
+            input(a, .dialFailed(b.peer, t, reason: "no answer"))
             return
         }
         let id = nextConn
         nextConn += 1
-        conns[id] = Conn(a: from, b: to, transport: t)
-        // B decides first (accept or refuse), then A; only then does replication start on both,
-        // HELLO first, so gossip never precedes it.
-        let actionsB = meshB.handle(.incoming(id, a.peer, t), now: now)
-        guard meshB.keeps(id) else {
-            conns[id] = nil
-            meshActions(b, actionsB.filter { if case .close(id, _) = $0 { return false }; return true })
-            meshInput(a, .outgoingFailed(b.peer, t, reason: "refused"))
-            return
-        }
+        var conn = Conn(a: from, b: to, transport: t)
+        // Authentication first, as on a real link: neither core hears of a link that failed it.
         if config.tls {
             do {
-                conns[id]!.tls = try SimTLSLink(client: tlsContexts[from].0, server: tlsContexts[to].1)
+                conn.tls = try SimTLSLink(client: tlsContexts[from].0, server: tlsContexts[to].1)
                 handshakes += 1
             } catch {
                 note("link \(id): TLS handshake failed: \(error)")
-                conns[id] = nil
-                meshActions(b, actionsB + meshB.handle(.closed(id), now: now))
-                meshInput(a, .outgoingFailed(b.peer, t, reason: "TLS: \(error)"))
+                input(a, .dialFailed(b.peer, t, reason: "TLS: \(error)"))
                 return
             }
         }
-        let actionsA = meshA.handle(.outgoingOpened(id, b.peer, t), now: now)
-        if meshA.keeps(id) {
-            replicationActions(a, a.replicator!.linkOpened(id, neighbours: []))
-            replicationActions(b, b.replicator!.linkOpened(id, neighbours: []))
-            note("link \(id): \(from) → \(to)")
-        } else {
-            // A closed it (a link exists): B learns after a round trip.
-            replicationActions(b, b.replicator!.linkOpened(id, neighbours: []))
+        conns[id] = conn
+        // B decides first (accept or refuse), then A; each core starts replication (HELLO first)
+        // on a link its mesh keeps.
+        let actionsB = coreB.handle(.linkOpened(id, peer: a.peer, t, outgoing: false), now: now)
+        guard coreB.keeps(id) else {
+            conns[id]?.tls?.close()
+            conns[id] = nil
+            perform(b, actionsB)
+            input(a, .dialFailed(b.peer, t, reason: "refused"))
+            return
         }
-        meshActions(b, actionsB)
-        meshActions(a, actionsA)
+        let actionsA = a.core!.handle(.linkOpened(id, peer: b.peer, t, outgoing: true), now: now)
+        if a.core!.keeps(id) { note("link \(id): \(from) → \(to)") }
+        // (If A closed it — a link exists — B learns after the link's latency.)
+        perform(b, actionsB)
+        perform(a, actionsA)
         checkBudget(a)
         checkBudget(b)
     }
@@ -67,10 +63,7 @@ extension Simulation {
         if isA { c.openA = false } else { c.openB = false }
         conns[id] = c
         let other = isA ? c.b : c.a
-        if tellNode, nodes[node].up {
-            if let r = nodes[node].replicator { replicationActions(nodes[node], r.linkClosed(id, now: now)) }
-            meshInput(nodes[node], .closed(id))
-        }
+        if tellNode { input(nodes[node], .linkClosed(id)) }
         if (isA ? c.openB : c.openA) {
             // Without a goodbye (crash, partition) the peer notices after a keepalive timeout.
             let delay = notifyPeer ? kind(c.transport).latencyMillis : 3_000

@@ -1,6 +1,7 @@
 import Glibc
 import Synchronization
 import ShoalCore
+import ShoalGateway
 import ShoalMesh
 import ShoalReplication
 import ShoalStore
@@ -46,14 +47,16 @@ public struct SimConfig: Sendable {
     public init() {}
 }
 
-/// One gateway in the simulation: a real SQLite store, the real replicator, the real mesh manager.
+/// One gateway in the simulation: a real SQLite store and the gateway core the runtime runs (the
+/// real replicator and mesh manager, with the same glue).
 public final class SimNode {
     public let index: Int
     public let peer: PeerID
     let dir: String
     public internal(set) var store: DocumentStore?
-    public internal(set) var replicator: ReplicationNode?
-    public internal(set) var mesh: MeshManager?
+    public internal(set) var core: GatewayCore?
+    public var replicator: ReplicationNode? { core?.node }
+    public var mesh: MeshManager? { core?.mesh }
     public internal(set) var up = false
     var advertising: Set<MeshTransport> = []
     /// Whom it hears, per transport.
@@ -76,8 +79,8 @@ public final class SimNode {
 
 /// A discrete-event simulation of gateways on a radio medium, in virtual time. Everything random
 /// comes from one seeded generator, so a run replays exactly from its seed. Real stores (SQLite
-/// files), the real replicator and the real mesh manager run inside; only radios and time are
-/// simulated.
+/// files) and the gateway core the runtime runs (replicator, mesh manager and their glue) run
+/// inside; only radios, links and time are simulated.
 public final class Simulation {
     public let config: SimConfig
     public internal(set) var now: UInt64 = 0
@@ -124,8 +127,7 @@ public final class Simulation {
     public var keepLog = getenv("SHOAL_SIM_LOG") != nil
 
     enum Event {
-        case meshWake(Int)
-        case replicationTick(Int)
+        case wake(Int)
         case discoverySweep
         case connect(from: Int, to: Int, MeshTransport)
         case deliver(conn: Int, to: Int, frame: [UInt8])
@@ -205,19 +207,11 @@ public final class Simulation {
 
     func dispatch(_ e: Event) {
         switch e {
-        case .meshWake(let i):
+        case .wake(let i):
             let n = nodes[i]
             guard n.up, let at = n.wakeAt, at <= now else { return }
             n.wakeAt = nil
-            meshInput(n, .tick)
-        case .replicationTick(let i):
-            let n = nodes[i]
-            guard n.up, let r = n.replicator else { return }
-            replicationActions(n, r.tick(now: now))
-            // Changes travel along the mesh's spanning tree only (refreshed each tick, as the
-            // runtime does per loop: a stale flag delays a change or sends a duplicate, no more).
-            if let m = n.mesh { for id in m.connectionIDs { replicationActions(n, r.setTreeLink(id, m.isTreeLink(id))) } }
-            schedule(at: now + 100, .replicationTick(i))
+            input(n, .tick)
         case .discoverySweep:
             sweep()
             schedule(at: now + 500, .discoverySweep)
@@ -229,7 +223,7 @@ public final class Simulation {
             conn.inFlight[side] -= 1
             conns[c] = conn
             let n = nodes[to]
-            guard n.up, to == conn.b ? conn.openB : conn.openA, let r = n.replicator else { return }
+            guard n.up, to == conn.b ? conn.openB : conn.openA, let core = n.core else { return }
             var payload = frame
             if let tls = conn.tls {
                 do { payload = try tls.receive(toA: to == conn.a) } catch {
@@ -238,21 +232,17 @@ public final class Simulation {
                     return
                 }
             }
-            replicationActions(n, r.frameReceived(c, payload, now: now))
+            input(n, .frames(c, [core.prepare(payload)]))
         case .remoteClosed(let c, let to):
             guard var conn = conns[c] else { return }
             if to == conn.a { conn.openA = false } else { conn.openB = false }
             conns[c] = conn
             if !conn.openA && !conn.openB { conns[c] = nil }
-            let n = nodes[to]
-            guard n.up else { return }
-            if let r = n.replicator { replicationActions(n, r.linkClosed(c, now: now)) }
-            meshInput(n, .closed(c))
+            input(nodes[to], .linkClosed(c))
         case .committed(let i):
             let n = nodes[i]
             n.commitPending = false
-            guard n.up, let r = n.replicator else { return }
-            replicationActions(n, r.localChangesCommitted())
+            input(n, .localChangesCommitted)
         case .partitionToggle:
             // Faults stop at faultsUntil: the scenario heals any partition left then.
             if config.faultsUntilMillis > 0 && now >= config.faultsUntilMillis { return }
@@ -301,20 +291,17 @@ public final class Simulation {
         let skew = n.skew, epoch = self.epoch
         let clockNow = SimClockReading(self)
         let clock = try NodeClock(store: store, wallMillis: { UInt64(Int64(epoch + clockNow.read()) + skew) })
-        let replicator = ReplicationNode(peer: n.peer, group: "sim", store: store, clock: clock,
-                                         collections: [CollectionPolicy(name: collection)], settings: config.replication)
         var meshSettings = config.mesh
         meshSettings.transports = Set(kinds.map(\.transport))
-        let mesh = MeshManager(me: n.peer, settings: meshSettings, sequenceBase: epoch + now, fallbackSeed: config.seed &+ UInt64(n.index))
+        n.core = GatewayCore(peer: n.peer, group: "sim", store: store, clock: clock, collections: [CollectionPolicy(name: collection)],
+                             replication: config.replication, mesh: meshSettings, sequenceBase: epoch + now,
+                             fallbackSeed: config.seed &+ UInt64(n.index))
         n.store = store
-        n.replicator = replicator
-        n.mesh = mesh
         n.up = true
         n.heard = [:]
         n.advertising = []
         n.advertisingFailuresLeft = config.advertisingFailures
-        meshInput(n, .start)
-        schedule(at: now + 500, .replicationTick(n.index))
+        input(n, .start)
         note("node \(n.index) up")
     }
 
@@ -327,8 +314,7 @@ public final class Simulation {
         n.up = false
         n.store?.close()
         n.store = nil
-        n.replicator = nil
-        n.mesh = nil
+        n.core = nil
         n.wakeAt = nil
         n.heard = [:]
         n.advertising = []
@@ -347,10 +333,10 @@ public final class Simulation {
                 }
                 let before = n.heard[t] ?? []
                 for o in heardNow.subtracting(before).sorted() {
-                    meshInput(n, .discovered(nodes[o].peer, t, load: nodes[o].mesh?.connectionCount))
+                    input(n, .discovered(nodes[o].peer, t, load: nodes[o].mesh?.connectionCount))
                 }
                 for o in before.subtracting(heardNow).sorted() {
-                    meshInput(n, .lost(nodes[o].peer, t))
+                    input(n, .lost(nodes[o].peer, t))
                 }
                 n.heard[t] = heardNow
             }
@@ -365,24 +351,26 @@ public final class Simulation {
         }
     }
 
-    // MARK: - Driving the cores
+    // MARK: - Driving the core
 
-    func meshInput(_ n: SimNode, _ input: MeshInput) {
-        guard n.up, let m = n.mesh else { return }
-        meshActions(n, m.handle(input, now: now))
+    /// Hands an input to a node's core and carries out what it answers, as the runtime's driver
+    /// does with real links.
+    func input(_ n: SimNode, _ input: GatewayCore.Input) {
+        guard n.up, let core = n.core else { return }
+        perform(n, core.handle(input, now: now))
     }
 
-    func meshActions(_ n: SimNode, _ actions: [MeshAction]) {
-        guard n.up, let m = n.mesh else { return }
+    func perform(_ n: SimNode, _ actions: [GatewayCore.Action]) {
         for a in actions {
+            guard n.up, n.core != nil else { return }  // a crash ends what is left
             switch a {
             case .startAdvertising(let t):
                 if n.advertisingFailuresLeft > 0 {
                     n.advertisingFailuresLeft -= 1
-                    meshInput(n, .advertisingFailed(t, reason: "simulated failure"))
+                    input(n, .advertisingFailed(t, reason: "simulated failure"))
                 } else {
                     n.advertising.insert(t)
-                    meshInput(n, .advertisingStarted(t))
+                    input(n, .advertisingStarted(t))
                 }
             case .stopAdvertising(let t):
                 n.advertising.remove(t)
@@ -393,41 +381,23 @@ public final class Simulation {
                 let k = kind(t)
                 schedule(at: now + k.connectMillis + 2 * k.latencyMillis, .connect(from: n.index, to: to, t))
             case .close(let id, _):
-                closeSide(id, at: n.index, tellNode: false)
-                if let r = n.replicator { replicationActions(n, r.linkClosed(id, now: now)) }
-            case .sendTopology(let id, let origin, let seq, let neighbours):
-                send(id, from: n.index, ReplicationMessage.topology(origin: origin, sequence: seq, neighbours: neighbours).encoded())
-            case .event(let e):
-                if n.events.count < 10_000 { n.events.append(e) }
-            }
-        }
-        if let w = m.nextWake, n.wakeAt.map({ w < $0 }) ?? true {
-            n.wakeAt = w
-            schedule(at: w, .meshWake(n.index))
-        }
-    }
-
-    func replicationActions(_ n: SimNode, _ actions: [ReplicationAction]) {
-        for a in actions {
-            guard n.up else { return }
-            switch a {
+                closeSide(id, at: n.index, tellNode: false)  // the core forgot it already
             case .send(let id, let bytes):
                 send(id, from: n.index, bytes)
-            case .close(let id):
-                closeSide(id, at: n.index, tellNode: false)
-                meshInput(n, .closed(id))
-            case .event(let e):
-                switch e {
-                case .topology(let link, _, let origin, let seq, let neighbours):
-                    meshInput(n, .topology(from: link, origin: origin, sequence: seq, neighbours: neighbours))
-                case .documents(_, _, .pull, let items):
-                    n.documentsApplied += items.count
-                case .peerConnected(let link, _):
-                    meshInput(n, .replicating(link))
-                default:
-                    break
-                }
+            case .mesh(let e):
+                if n.events.count < 10_000 { n.events.append(e) }
+            case .replication(.documents(_, _, .pull, let items)):
+                n.documentsApplied += items.count
+            case .replication:
+                break
+            case .warning(_, let message):
+                note("node \(n.index): \(message)")
             }
+        }
+        guard n.up, let core = n.core else { return }
+        if let w = core.nextWake, n.wakeAt.map({ w < $0 }) ?? true {
+            n.wakeAt = w
+            schedule(at: w, .wake(n.index))
         }
     }
 
@@ -481,7 +451,7 @@ public final class Simulation {
     /// brings it back; the node's mesh hears of it, as from the radio manager.
     public func setRadio(_ i: Int, _ t: MeshTransport, up: Bool) {
         if up { medium.radioDown[i]?.remove(t) } else { medium.radioDown[i, default: []].insert(t) }
-        meshInput(nodes[i], .transport(t, up: up))
+        input(nodes[i], .transport(t, up: up))
         if !up { cutUnheard() }
     }
 
