@@ -1,22 +1,30 @@
 # Shoal — see README.md. The two commands: `make demo` and `make test`.
 SHELL := /bin/bash
 SWIFT ?= swift
-# Debian packages the build and tests need (C libraries reached through modulemaps).
-DEB_PACKAGES := libsqlite3-dev libmbedtls-dev libavahi-client-dev libbluetooth-dev libgpiod-dev libyaml-dev pkg-config openssl
-# Tests only: the network lab's (avahi-daemon runs only inside namespaces the tests make), and the
+# Debian packages the build needs (C libraries reached through modulemaps): all that `make build`,
+# `make demo` and `make release` install.
+DEB_PACKAGES := libsqlite3-dev libmbedtls-dev libavahi-client-dev libbluetooth-dev libgpiod-dev libyaml-dev pkg-config
+# Tests only (`make deps`, `make test`): openssl for the TLS interop tests; the network lab's (avahi-daemon runs only inside namespaces the tests make), and the
 # deploy check's (lintian; dpkg-dev for dpkg-shlibdeps; systemd for systemd-analyze).
 # And the hardware lab's (QEMU with Debian's kernel; scripts/qemu-lab.sh adds the kernel headers; bluez and
 # bluez-test-tools for btvirt, hciconfig, btmgmt and hcitool in the guest).
-LAB_PACKAGES := avahi-daemon avahi-utils dbus iproute2 lintian dpkg-dev systemd qemu-system-x86 busybox-static cpio kmod gpiod bluez bluez-test-tools
+LAB_PACKAGES := openssl avahi-daemon avahi-utils dbus iproute2 lintian dpkg-dev systemd qemu-system-x86 busybox-static cpio kmod gpiod bluez bluez-test-tools
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps boards build release deb demo demo-gateways example test sim-check soak lab-soak crash sanitizers fuzz bench bench-sim size clean
+.PHONY: all deps build-deps install-missing boards build release deb demo demo-gateways example test sim-check soak lab-soak crash sanitizers fuzz bench bench-sim size clean
 
 all: build
 
-## Installs the Debian packages that are missing (only those).
+## Installs the Debian packages that are missing (only those): `build-deps` what building needs,
+## `deps` that and everything the tests need.
+build-deps:
+	@$(MAKE) --no-print-directory install-missing PACKAGES="$(DEB_PACKAGES)"
+
 deps:
-	@missing=""; for p in $(DEB_PACKAGES) $(LAB_PACKAGES); do \
+	@$(MAKE) --no-print-directory install-missing PACKAGES="$(DEB_PACKAGES) $(LAB_PACKAGES)"
+
+install-missing:
+	@missing=""; for p in $(PACKAGES); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
 	done; \
 	if [ -n "$$missing" ]; then \
@@ -34,11 +42,11 @@ deps:
 boards:
 	@./scripts/embed-boards.sh
 
-build: deps boards
+build: build-deps boards
 	$(SWIFT) build
 
 ## One static-stdlib binary, stripped, in dist/shoal.
-release: deps boards
+release: build-deps boards
 	$(SWIFT) build -c release --static-swift-stdlib
 	@mkdir -p dist && cp .build/release/shoal dist/shoal && strip dist/shoal
 	@echo "dist/shoal: $$(stat -c %s dist/shoal) bytes stripped"
@@ -58,7 +66,7 @@ demo-gateways: build
 
 ## The example firmware built on `import Shoal` (Examples/Firmware), three gateways on the
 ## library's simulated medium.
-example: deps boards
+example: build-deps boards
 	$(SWIFT) build --product shoal-example-firmware
 	.build/debug/shoal-example-firmware --simulate 3
 

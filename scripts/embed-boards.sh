@@ -1,7 +1,8 @@
 #!/bin/sh
 # Regenerates Sources/ShoalRuntime/EmbeddedBoards.swift from board-configs/*.yaml, so the shoal
 # binary carries every stock board file and runs with nothing installed beside it.
-# `make` runs this; a test fails if the two ever differ.
+# `make` runs this; the file is replaced only when its text changes (so a build neither dirties
+# the work tree nor recompiles the runtime for nothing); a test fails if the two ever differ.
 set -eu
 cd "$(dirname "$0")/.."
 out=Sources/ShoalRuntime/EmbeddedBoards.swift
@@ -20,4 +21,4 @@ out=Sources/ShoalRuntime/EmbeddedBoards.swift
   echo "    ]"
   echo "}"
 } > "$out.tmp"
-mv "$out.tmp" "$out"
+if cmp -s "$out.tmp" "$out"; then rm -f "$out.tmp"; else mv "$out.tmp" "$out"; echo "boards: regenerated $out"; fi
