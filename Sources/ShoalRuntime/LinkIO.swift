@@ -10,22 +10,22 @@ import ShoalWire
 import Synchronization
 
 /// One link's session, its outbox, and the wake-up that interrupts its read.
-final class LinkIO: @unchecked Sendable {
-    let id: LinkID
-    let session: TLSSession
-    let stream: any LinkStream
+package final class LinkIO: @unchecked Sendable {  // a session used by its link's thread only; the rest atomics and a lock
+    package let id: LinkID
+    package let session: TLSSession
+    package let stream: any LinkStream
     /// The static address we dialled (nil for accepted links).
-    let address: String?
+    package let address: String?
     /// The radio it runs over.
-    let transport: MeshTransport
+    package let transport: MeshTransport
     let outbox = Locked<(frames: [[UInt8]], bytes: Int)>(([], 0))
     let closedFlag = Atomic<Bool>(false)
     /// What may wait to be written. Replication's window keeps a healthy link far below this (8
     /// batches of txLogBatchSizeKb in flight); a link whose peer stopped reading reaches it, and is
     /// closed: its replicator resumes from its checkpoint on the next link.
-    static let maxQueuedBytes = 32 << 20
+    package static let maxQueuedBytes = 32 << 20
 
-    init(id: LinkID, session: TLSSession, stream: any LinkStream, address: String?, transport: MeshTransport = .wifi) {
+    package init(id: LinkID, session: TLSSession, stream: any LinkStream, address: String?, transport: MeshTransport = .wifi) {
         self.id = id
         self.session = session
         self.stream = stream
@@ -33,11 +33,11 @@ final class LinkIO: @unchecked Sendable {
         self.transport = transport
     }
 
-    var isClosed: Bool { closedFlag.load(ordering: .relaxed) }
+    package var isClosed: Bool { closedFlag.load(ordering: .relaxed) }
 
     /// Queues a frame; false (and the link closes) if the queue is over its bound.
     @discardableResult
-    func send(_ payload: [UInt8]) -> Bool {
+    package func send(_ payload: [UInt8]) -> Bool {
         let fits = outbox.withLock { o -> Bool in
             guard o.bytes + payload.count <= LinkIO.maxQueuedBytes else { return false }
             o.frames.append(payload)
@@ -49,14 +49,14 @@ final class LinkIO: @unchecked Sendable {
         return fits
     }
 
-    func takeOutbox() -> [[UInt8]] {
+    package func takeOutbox() -> [[UInt8]] {
         outbox.withLock { o in
             defer { o = ([], 0) }
             return o.frames
         }
     }
 
-    func close() {
+    package func close() {
         closedFlag.store(true, ordering: .relaxed)
         stream.wake()
     }

@@ -49,65 +49,18 @@ extension ReplicationDriver {
     }
 
     func connect(_ peer: PeerID, over t: MeshTransport, now: Int) {
-        if let medium {
-            spawn("repl-dial") { self.dial(peer, over: t, on: medium) }
-        } else if t == .bluetooth, ble != nil {
-            guard let at = bleAddresses[peer] else { return feed(.dialFailed(peer, .bluetooth, reason: "no Bluetooth address known"), now: now) }
-            spawn("repl-bledial") { self.dialBLE(peer, at.address, psm: at.psm) }
-        } else {
-            guard let list = addresses[peer], !list.isEmpty else { return feed(.dialFailed(peer, .wifi, reason: "no address known"), now: now) }
-            spawn("repl-dial") { self.dial(peer, at: list) }
-        }
+        guard let transport = carrier[t] else { return feed(.dialFailed(peer, t, reason: missing[t] ?? "no transport carries \(t.rawValue) here"), now: now) }
+        transport.dial(peer, over: t)
     }
 
     func startAdvertising(_ t: MeshTransport, now: Int) {
-        if let medium {
-            medium.setAdvertising(node.peer, t, true)
-            feed(.advertisingStarted(t), now: now)
-        } else if t == .bluetooth, ble != nil {
-            startBLEAdvertising(now: now)
-        } else if let why = unbuilt[t] {
-            feed(.advertisingFailed(t, reason: why), now: now)
-        } else if let listener {
-            // Listening is how peers reach us; with DNS-SD, publishing tells them where (the
-            // answer comes back as an event from the DNS-SD thread).
-            if let dnssd, let wifi {
-                dnssd.publish(name: wifi.serviceName, port: listener.port,
-                              txt: ["v": String(ReplicationMessage.protocolVersion), "id": node.peer.description])
-            } else {
-                feed(.advertisingStarted(t), now: now)
-            }
-        } else {
-            feed(.advertisingFailed(t, reason: "no replication.listen address in the site file: peers cannot connect here"), now: now)
-        }
+        guard let transport = carrier[t] else { return feed(.advertisingFailed(t, reason: missing[t] ?? "no transport carries \(t.rawValue) here"), now: now) }
+        transport.advertise(t, true)
     }
 
-    func stopAdvertising(_ t: MeshTransport) {
-        if let medium {
-            medium.setAdvertising(node.peer, t, false)
-        } else if t == .bluetooth, let ble {
-            ble.advertise(nil)
-        } else if t == .wifi {
-            dnssd?.unpublish()
-        }
-    }
+    func stopAdvertising(_ t: MeshTransport) { carrier[t]?.advertise(t, false) }
 
-    func setScanning(_ t: MeshTransport, _ on: Bool) {
-        if let medium {
-            medium.setScanning(node.peer, t, on)
-        } else if t == .bluetooth, let ble {
-            ble.scan(on)
-        } else if t == .wifi {
-            scanning.store(on, ordering: .relaxed)
-            dnssd?.browse(on)
-            if on {
-                probeWake.withLock {
-                    probeRequested = true
-                    probeWake.broadcast()
-                }
-            }
-        }
-    }
+    func setScanning(_ t: MeshTransport, _ on: Bool) { carrier[t]?.scan(t, on) }
 
     func meshEvent(_ e: MeshEvent) {
         host.meshEvent(e)
@@ -141,7 +94,7 @@ extension ReplicationDriver {
         view.peers = mesh.knownPeers.compactMap { p in
             guard let info = mesh.info(p) else { return nil }
             let cert = certs[p]
-            return MeshView.Peer(info: info, address: addresses[p]?.first?.description, certificateSubject: cert?.subject, certificateNotAfter: cert?.notAfter, certificate: cert)
+            return MeshView.Peer(info: info, address: transports.lazy.compactMap { $0.address(of: p) }.first, certificateSubject: cert?.subject, certificateNotAfter: cert?.notAfter, certificate: cert)
         }
         view.transports = transportState
         view.discovery = discoveryDetail

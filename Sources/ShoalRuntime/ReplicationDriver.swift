@@ -10,22 +10,18 @@ import ShoalTLS
 import ShoalWire
 import Synchronization
 
-/// Drives the sans-IO `ReplicationNode` and `MeshManager` with real links: TCP + mutual TLS.
-/// Threads, never the cooperative pool:
-/// - one node thread owns the gateway core (mesh manager + replicator + their glue): link events,
-///   frames, discoveries come to it through an inbox; it feeds them to the core and carries out
-///   what the core answers: hands frames to links, dials whom the mesh chooses, closes what it
+/// Drives a gateway core with real links over its transports (`Transport`: TCP with static peers
+/// and DNS-SD, Bluetooth LE, the in-process medium). Threads, never the cooperative pool:
+/// - one node thread owns the gateway core (mesh manager + replicator + their glue) and the
+///   transports' own state: link events, frames and what transports find come to it through an
+///   inbox; it feeds them to the core and carries out what the core answers — hands frames to
+///   links, asks the transport of each kind to advertise, scan and dial, closes what the mesh
 ///   refuses;
 /// - one thread per link owns that link's TLS session (mbedTLS sessions are single-threaded): it
 ///   sends what the node queued (a wake-up interrupts its read) and posts what it reads;
-/// - a listener thread (listening is this transport's "advertising"), a dialler thread per
-///   connection the mesh asks for, and a prober for the site's static peers (this transport's
-///   "scanning", run in the mesh's discovery phases: a TLS handshake tells who answers there);
-/// - with Wi-Fi discovery on, a DNS-SD thread (`DNSSD`, avahi-daemon over D-Bus) publishes this
-///   gateway while the mesh advertises and browses while it scans; what it finds and loses comes
-///   to the node thread through the same inbox. The node thread also watches the board's Wi-Fi
-///   interface and tells the mesh when it goes down or comes back.
-package final class ReplicationDriver: @unchecked Sendable {
+/// - the transports' threads (accepting, dialling, probing, DNS-SD, HCI), started through this
+///   driver so that stopping joins them.
+package final class ReplicationDriver: TransportHost, @unchecked Sendable {  // node-thread state: see above; the rest is atomics and locks
     let core: GatewayCore
     var node: ReplicationNode { core.node }
     var mesh: MeshManager { core.mesh }
@@ -36,21 +32,13 @@ package final class ReplicationDriver: @unchecked Sendable {
     enum Input {
         /// An authenticated link: dialled by us (outgoing) or accepted.
         case opened(LinkID, LinkIO, outgoing: Bool)
-        case dialFailed(PeerID, MeshTransport, String)
         case frame(LinkID, PreparedFrame, bytes: Int)
         case closed(LinkID)
-        /// A static address answered; `probe` is the session that found out (kept if the mesh
-        /// wants this peer now, so the first link costs one handshake, not two).
-        case discovered(PeerID, HostPort, probe: LinkIO?)
-        case lost(PeerID)
-        /// The in-process medium: a peer heard or lost on a transport.
-        case heard(PeerID, MeshTransport, online: Bool)
-        /// The in-process medium: a transport's radio went down or came back.
-        case radio(MeshTransport, up: Bool)
+        case transport(TransportEvent)
+        /// Work a transport runs on the node thread, where its state lives.
+        case call(@Sendable () -> Void)
         case retryNetworks
-        case dnssd(DNSSD.Event)
         case radios(RadioSnapshot)
-        case ble(BLEAgent.Event)
     }
 
     /// Bluetooth LE discovery: the adapter and the group's service UUID.
@@ -63,51 +51,18 @@ package final class ReplicationDriver: @unchecked Sendable {
         }
     }
 
-    /// Wi-Fi discovery by DNS-SD: the service type (from the group), the name to publish under,
-    /// and the board's Wi-Fi interface (watched for up/down; nil: not watched).
-    package struct WifiDiscovery {
-        var serviceType: String
-        var serviceName: String
-        var interface: String?
-        package init(serviceType: String, serviceName: String, interface: String?) {
-            self.serviceType = serviceType
-            self.serviceName = serviceName
-            self.interface = interface
-        }
-    }
+    package typealias WifiDiscovery = TCPTransport.WifiDiscovery
 
     let lock = ConditionLock()
     var inbox: [Input] = []
     let stopping = Atomic<Bool>(false)
     let nextLink = Atomic<Int>(1)
     let threadsRunning = Atomic<Int>(0)
-    var listener: TCPListener?
-    var staticPeers: [HostPort] = []
-    var dnssd: DNSSD?
-    var ble: BLEAgent?
-    var l2capListener: L2CAPListener?
-    /// TLS over Bluetooth LE: the same identity and authenticator, a longer handshake timeout
-    /// (a handshake's round trips ride on connection intervals; 30 s).
-    var bleServerTLS: TLSContext?
-    var bleClientTLS: TLSContext?
-    /// Where each peer heard over Bluetooth LE can be dialled (address, PSM).
-    var bleAddresses: [PeerID: (address: BluetoothAddress, psm: UInt16)] = [:]
-    /// The in-process medium, when this driver runs on one instead of TCP and DNS-SD.
-    var medium: LocalMedium?
-    var wifi: WifiDiscovery?
-    /// Transports this gateway cannot run (advertising fails with this reason).
-    var unbuilt: [MeshTransport: String] = [.bluetooth: "the board names no Bluetooth adapter (bluetooth.adapter in its board file)"]
-    /// Scanning (the mesh's discovery phase) is on: the prober probes.
-    let scanning = Atomic<Bool>(false)
-    let probeWake = ConditionLock()
-    /// A probe round was asked for (under `probeWake`).
-    var probeRequested = false
-    /// Static addresses whose gateway we are linked to (the prober skips them).
-    let linkedAddresses = Locked<Set<String>>([])
-    /// Incoming TCP connections still in their TLS handshake, per remote address: a flood or
-    /// slow-loris handshakes from one address cannot use up threads, and honest peers (other
-    /// addresses) still get in.
-    let admission = Locked(HandshakeAdmission())
+    /// The transports, and the one that carries each of the mesh's radios.
+    var transports: [any Transport] = []
+    var carrier: [MeshTransport: any Transport] = [:]
+    /// Why a radio has no transport here (advertising over it fails with this reason).
+    var missing: [MeshTransport: String] = [:]
     /// Heartbeat of the node thread (monotonic ms), for the service's hang check.
     let nodeBeat = Atomic<Int>(0)
 
@@ -122,56 +77,38 @@ package final class ReplicationDriver: @unchecked Sendable {
     /// record a run with it and replay it through a fresh core).
     package var tap: (@Sendable (GatewayCore.Input, UInt64, [GatewayCore.Action]) -> Void)?
 
-    var log: Logger { host.logger }
-    var isStopping: Bool { stopping.load(ordering: .relaxed) }
+    package var log: Logger { host.logger }
+    package var isStopping: Bool { stopping.load(ordering: .relaxed) }
 
+    /// The network transports a site file asks for: TCP (listening, static peers, DNS-SD with
+    /// `wifi`) and, with `bluetooth`, Bluetooth LE.
     package func start(listen: HostPort?, peers: [HostPort], wifi: WifiDiscovery? = nil, bluetooth: BluetoothDiscovery? = nil) throws {
+        var list: [any Transport] = []
         if let bluetooth {
-            unbuilt[.bluetooth] = nil
-            bleServerTLS = try TLSContext(role: .server, identity: serverTLS.identity, authenticator: serverTLS.authenticator, handshakeTimeoutMillis: 30_000)
-            bleClientTLS = try TLSContext(role: .client, identity: clientTLS.identity, authenticator: clientTLS.authenticator, handshakeTimeoutMillis: 30_000)
-            let agent = BLEAgent(adapter: bluetooth.adapter, serviceUUID: bluetooth.serviceUUID) { [weak self] e in self?.post(.ble(e)) }
-            if agent.start() { ble = agent } else { log.error(.mesh, "cannot start the Bluetooth LE thread") }
+            list.append(try BluetoothTransport(adapter: bluetooth.adapter, serviceUUID: bluetooth.serviceUUID,
+                                               identity: serverTLS.identity, authenticator: serverTLS.authenticator))
         }
-        // DNS-SD tells peers the port, so with discovery on and no address in the site file the
-        // gateway listens on every address (IPv6 and IPv4) on a port the kernel picks.
-        var address = listen
-        if address == nil && wifi != nil { address = HostPort(host: "::", port: 0) }
-        if let address {
-            var made = try? TCPListener(host: address.host, port: address.port)
-            if made == nil && listen == nil { made = try? TCPListener(host: "0.0.0.0", port: 0) }  // a kernel without IPv6
-            let l = try made ?? TCPListener(host: address.host, port: address.port)
-            listener = l
-            log.info(.mesh, "replication listening on \(HostPort(host: address.host, port: l.port))")
-            spawn("repl-accept") { self.acceptLoop(l) }
-        }
-        staticPeers = peers
-        if !peers.isEmpty { spawn("repl-probe") { self.probeLoop() } }
-        if let wifi {
-            self.wifi = wifi
-            let agent = DNSSD(serviceType: wifi.serviceType) { [weak self] event in self?.post(.dnssd(event)) }
-            if agent.start() { dnssd = agent } else { log.error(.mesh, "cannot start the DNS-SD thread") }
-        }
-        spawn("repl-node") { self.nodeLoop() }
+        list.append(TCPTransport(listen: listen, peers: peers, wifi: wifi, serverTLS: serverTLS, clientTLS: clientTLS))
+        try start(transports: list, missing: [.bluetooth: "the board names no Bluetooth adapter (bluetooth.adapter in its board file)"])
     }
 
-    /// Runs on an in-process medium instead of TCP and DNS-SD: advertising and scanning go to the
-    /// medium, links are memory pipes with the same TLS sessions and frames.
+    /// Runs on an in-process medium instead of TCP and DNS-SD.
     package func start(medium: LocalMedium) {
-        self.medium = medium
-        unbuilt = [:]
-        let me = node.peer
-        medium.join(me, heard: { [weak self] peer, t, online in self?.post(.heard(peer, t, online: online)) },
-                    accept: { [weak self] stream, t in
-                        guard let self, !self.isStopping else { stream.close(); return }
-                        self.spawn("repl-link") { self.acceptLink(stream, transport: t) }
-                    },
-                    radio: { [weak self] t, up in self?.post(.radio(t, up: up)) })
+        try? start(transports: [MediumTransport(medium: medium, serverTLS: serverTLS, clientTLS: clientTLS)], missing: [:])
+    }
+
+    /// Starts the transports (each carries the radios it names; the first named wins), then the
+    /// node thread. `missing` says why a radio no transport carries cannot be used.
+    package func start(transports list: [any Transport], missing: [MeshTransport: String]) throws {
+        transports = list
+        for t in list { for kind in t.kinds.sorted() where carrier[kind] == nil { carrier[kind] = t } }
+        self.missing = missing
+        for t in list { try t.start(host: self) }
         spawn("repl-node") { self.nodeLoop() }
     }
 
-    /// The port the listener got (useful with port 0).
-    package var listenPort: UInt16? { listener?.port }
+    /// The port the TCP listener got (useful with port 0).
+    package var listenPort: UInt16? { transports.lazy.compactMap(\.listenPort).first }
 
     /// `retryNetworks()`.
     package func retryNetworks() { post(.retryNetworks) }
@@ -181,21 +118,16 @@ package final class ReplicationDriver: @unchecked Sendable {
 
     package func stop() {
         stopping.store(true, ordering: .relaxed)
-        dnssd?.stop()
-        ble?.stop()
-        medium?.leave(node.peer)
+        for t in transports { t.stop() }
         lock.withLock { lock.broadcast() }
-        probeWake.withLock { probeWake.broadcast() }
         // Threads notice within a read timeout; wait a little for them, but never forever. The
-        // listeners close after their accept loops ended (closing one under a thread polling it
-        // was a data race on its descriptor, found by ThreadSanitizer).
+        // listeners close after their accept loops ended.
         let deadline = monotonicMillis() + 3000
         while threadsRunning.load(ordering: .acquiring) > 0 && monotonicMillis() < deadline { usleep(10_000) }
-        l2capListener?.close()
-        listener?.close()
+        for t in transports { t.close() }
     }
 
-    func spawn(_ name: String, _ body: @escaping @Sendable () -> Void) {
+    package func spawn(_ name: String, _ body: @escaping @Sendable () -> Void) {
         threadsRunning.add(1, ordering: .relaxed)
         let ok = DetachedThread.start(name: name) {
             body()
@@ -214,25 +146,21 @@ package final class ReplicationDriver: @unchecked Sendable {
         }
     }
 
+    // MARK: TransportHost
+
+    package var me: PeerID { node.peer }
+    package var group: String { node.group }
+    package func post(_ event: TransportEvent) { post(.transport(event)) }
+    package func onNodeThread(_ body: @escaping @Sendable () -> Void) { post(.call(body)) }
+    package func newLinkID() -> LinkID { nextLink.add(1, ordering: .relaxed).oldValue }
+    package func countFailedConnection() { host.updateCounters { $0.failedConnections += 1 } }
+
     // MARK: node thread
 
     /// Node-thread state.
     var links: [LinkID: LinkIO] = [:]
-    /// Where each peer can be dialled: static addresses, then what DNS-SD resolved (IPv4 first).
-    var addresses: [PeerID: [HostPort]] = [:]
-    var staticAddress: [PeerID: HostPort] = [:]
-    /// DNS-SD instances (interface/protocol/name) and the peer and address each resolved to.
-    var dnsFound: [String: (peer: PeerID, address: HostPort)] = [:]
     var transportState: [MeshTransport: (active: Bool, error: String?)] = [:]
     var discoveryDetail: [MeshTransport: String] = [:]
-    var publishedName: String?
-    var avahiVersion: String?
-    var wifiInterfaceUp: Bool?
-    var bluetoothUp: Bool?
-    var wifiDownReason: String?
-    /// Peers whose TXT said another protocol version (logged once each).
-    var incompatible: Set<PeerID> = []
-    var linkAddress: [LinkID: String] = [:]
     /// The last problem each transport reported (logged once, not at every retry).
     var lastTransportError: [MeshTransport: String] = [:]
 
@@ -289,45 +217,46 @@ package final class ReplicationDriver: @unchecked Sendable {
         case .opened(let id, let io, let outgoing):
             links[id] = io
             feed(.linkOpened(id, peer: io.session.peerID, io.transport, outgoing: outgoing), now: now)
-            if core.keeps(id), let a = io.address {
-                linkAddress[id] = a
-                linkedAddresses.withLock { _ = $0.insert(a) }
-            }
-        case .dialFailed(let peer, let t, let why):
-            host.updateCounters { $0.failedConnections += 1 }
-            feed(.dialFailed(peer, t, reason: why), now: now)
+            if core.keeps(id) { carrier[io.transport]?.linkKept(io) }
         case .frame(let id, let frame, _):
             feed(.frames(id, [frame]), now: now)
         case .closed(let id):
-            links[id] = nil
-            if let a = linkAddress.removeValue(forKey: id) { linkedAddresses.withLock { _ = $0.remove(a) } }
+            if let io = links.removeValue(forKey: id) { carrier[io.transport]?.linkEnded(io) }
             feed(.linkClosed(id), now: now)
-        case .discovered(let peer, let address, let probe):
-            staticAddress[peer] = address
-            refreshAddresses(peer)
-            discoveredStatic(peer, probe: probe, now: now)
-        case .lost(let peer):
-            feed(.lost(peer, .wifi), now: now)
-        case .heard(let peer, let t, let online):
-            feed(online ? .discovered(peer, t, load: nil) : .lost(peer, t), now: now)
-        case .radio(let t, let up):
-            feed(.transport(t, up: up), now: now)
+        case .transport(let event):
+            handle(event, now: now)
+        case .call(let body):
+            body()
         case .retryNetworks:
             log.info(.mesh, "retrying the radios now (retryNetworks)")
             feed(.retryNetworks, now: now)
-        case .dnssd(let event):
-            handleDNSSD(event, now: now)
         case .radios(let snapshot):
-            radiosChanged(snapshot, now: now)
-        case .ble(let event):
-            handleBLE(event, now: now)
+            for t in transports { t.radiosChanged(snapshot) }
         }
     }
 
-    /// A static address answered. If the mesh wants that peer now, the probe's session becomes the
-    /// link (one handshake, not two); otherwise the probe is closed.
-    func discoveredStatic(_ peer: PeerID, probe: LinkIO?, now: Int) {
-        var actions = decide(.discovered(peer, .wifi, load: nil), now: now)
+    func handle(_ event: TransportEvent, now: Int) {
+        switch event {
+        case .advertising(let kind, let ok, let reason):
+            feed(ok ? .advertisingStarted(kind) : .advertisingFailed(kind, reason: reason ?? "advertising failed"), now: now)
+        case .discovered(let peer, let kind, let probe):
+            discovered(peer, kind, probe: probe, now: now)
+        case .lost(let peer, let kind):
+            feed(.lost(peer, kind), now: now)
+        case .radio(let kind, let up):
+            feed(.transport(kind, up: up), now: now)
+        case .dialFailed(let peer, let kind, let reason):
+            countFailedConnection()
+            feed(.dialFailed(peer, kind, reason: reason), now: now)
+        case .detail(let kind, let text):
+            discoveryDetail[kind] = text
+        }
+    }
+
+    /// A peer answered. If a probe found it (a session is up) and the mesh wants that peer now,
+    /// the probe becomes the link (one handshake, not two); otherwise the probe is closed.
+    func discovered(_ peer: PeerID, _ kind: MeshTransport, probe: LinkIO?, now: Int) {
+        var actions = decide(.discovered(peer, kind, load: nil), now: now)
         if let probe {
             if let i = actions.firstIndex(where: { if case .connect(peer, _) = $0 { return true }; return false }) {
                 actions.remove(at: i)

@@ -28,5 +28,3 @@ package protocol LinkStream: ByteStream {
     func wake()
 }
 
-extension TCPStream: LinkStream {}
-extension MemoryPipeEnd: LinkStream {}

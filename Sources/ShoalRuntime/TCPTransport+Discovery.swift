@@ -6,7 +6,7 @@ import ShoalWire
 
 /// Wi-Fi discovery on the node thread: what the DNS-SD thread found and lost, whether our service
 /// is published, and whether the board's Wi-Fi interface is up.
-extension ReplicationDriver {
+extension TCPTransport {
     /// Recomputes where `peer` can be dialled: its static address first, then DNS-SD's (IPv4
     /// before IPv6 link-local).
     func refreshAddresses(_ peer: PeerID) {
@@ -18,7 +18,8 @@ extension ReplicationDriver {
         addresses[peer] = list.isEmpty ? nil : list
     }
 
-    func handleDNSSD(_ event: DNSSD.Event, now: Int) {
+    func handleDNSSD(_ event: DNSSD.Event, _ host: any TransportHost) {
+        let log = host.log
         switch event {
         case .daemon(let reachable, let detail):
             if reachable {
@@ -34,15 +35,15 @@ extension ReplicationDriver {
                 log.info(.mesh, "wifi: published \(name) (\(wifi?.serviceType ?? "?")) on port \(listener?.port ?? 0)")
             }
             publishedName = name
-            feed(.advertisingStarted(.wifi), now: now)
+            host.post(.advertising(.wifi, ok: true, reason: nil))
         case .publishFailed(let why):
-            feed(.advertisingFailed(.wifi, reason: why), now: now)
+            host.post(.advertising(.wifi, ok: false, reason: why))
         case .found(let f):
             guard let text = f.txt["id"], let peer = PeerID(hex: text) else {
                 log.verbose(.mesh, "wifi: \(f.name) at \(f.host) has no peer id in its TXT record; ignored")
                 return
             }
-            guard peer != node.peer else { return }  // our own service, seen through the daemon
+            guard peer != host.me else { return }  // our own service, seen through the daemon
             guard f.txt["v"] == String(ReplicationMessage.protocolVersion) else {
                 if incompatible.insert(peer).inserted {
                     log.warning(.mesh, "wifi: peer \(peer.short) speaks protocol \(f.txt["v"] ?? "?"), we speak \(ReplicationMessage.protocolVersion); not connecting")
@@ -53,48 +54,39 @@ extension ReplicationDriver {
             dnsFound[f.key] = (peer, HostPort(host: f.host, port: f.port))
             refreshAddresses(peer)
             if !known { log.verbose(.mesh, "wifi: found peer \(peer.short) as \(f.name) at \(HostPort(host: f.host, port: f.port)) on \(f.interfaceName)") }
-            feed(.discovered(peer, .wifi, load: nil), now: now)
+            host.post(.discovered(peer, .wifi, probe: nil))
         case .removed(let key):
             guard let gone = dnsFound.removeValue(forKey: key) else { return }
             refreshAddresses(gone.peer)
             if !dnsFound.values.contains(where: { $0.peer == gone.peer }) && staticAddress[gone.peer] == nil {
                 log.verbose(.mesh, "wifi: peer \(gone.peer.short) left DNS-SD")
-                feed(.lost(gone.peer, .wifi), now: now)
+                host.post(.lost(gone.peer, .wifi))
             }
         case .browseFailed(let why):
             log.warning(.mesh, "wifi: \(why)")
         }
-        updateDiscoveryDetail()
+        postDetail(host)
     }
 
     /// The radio manager's report: Wi-Fi usable or not (interface down, no carrier, rfkill). The
     /// mesh hears when it goes (its Wi-Fi links close, advertising stops) and when it comes back.
-    /// The same for Bluetooth LE (adapter present, up, not blocked) where the BLE transport runs.
-    func radiosChanged(_ s: RadioSnapshot, now: Int) {
-        if ble != nil, s.bluetoothAdapter != nil {
-            let (up, why) = s.bluetoothUsable
-            if up != bluetoothUp {
-                bluetoothUp = up
-                if !up { log.info(.mesh, "bluetooth: \(why ?? "not usable")") }
-                feed(.transport(.bluetooth, up: up), now: now)
-            }
-        }
-        guard wifi?.interface != nil else { return }
+    package func radiosChanged(_ s: RadioSnapshot) {
+        guard let host, wifi?.interface != nil else { return }
         let (up, why) = s.wifiUsable
-        wifiDownReason = why
-        if up != wifiInterfaceUp {
-            wifiInterfaceUp = up
-            feed(.transport(.wifi, up: up), now: now)
-            updateDiscoveryDetail()
+        interfaceDownReason = why
+        if up != interfaceUp {
+            interfaceUp = up
+            host.post(.radio(.wifi, up: up))
+            postDetail(host)
         }
     }
 
-    func updateDiscoveryDetail() {
+    func postDetail(_ host: any TransportHost) {
         guard let wifi else { return }
         var parts = ["DNS-SD \(wifi.serviceType)"]
         if let publishedName { parts.append("as \"\(publishedName)\" on port \(listener?.port ?? 0)") }
         parts.append(avahiVersion.map { "avahi-daemon \($0)" } ?? "avahi-daemon not reachable")
-        if let i = wifi.interface { parts.append(wifiInterfaceUp == false ? (wifiDownReason ?? "\(i) down") : "\(i) up") }
-        discoveryDetail[.wifi] = parts.joined(separator: ", ")
+        if let i = wifi.interface { parts.append(interfaceUp == false ? (interfaceDownReason ?? "\(i) down") : "\(i) up") }
+        host.post(.detail(.wifi, parts.joined(separator: ", ")))
     }
 }

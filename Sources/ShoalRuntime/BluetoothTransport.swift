@@ -1,0 +1,148 @@
+import ShoalConfig
+import ShoalCore
+import ShoalLinux
+import ShoalMesh
+import ShoalTLS
+import ShoalWire
+
+/// Bluetooth LE: advertising (an L2CAP LE listener on a dynamic PSM, told in the advertisement),
+/// what the scanner hears, and links over L2CAP LE credit-based channels carrying the same TLS
+/// sessions and frames as TCP. The adapter is watched for up, down and rfkill.
+///
+/// Threads: the BLE agent's (HCI advertising and scanning), an accept loop, a dialler per channel;
+/// their findings reach the node thread through the host, where the address book lives.
+package final class BluetoothTransport: Transport, @unchecked Sendable {  // state confined to the node thread (see above)
+    package let kinds: Set<MeshTransport> = [.bluetooth]
+    let adapter: String
+    let serviceUUID: [UInt8]
+    /// TLS over Bluetooth LE: the gateway's identity and authenticator with a longer handshake
+    /// timeout (a handshake's round trips ride on connection intervals; 30 s).
+    let serverTLS: TLSContext
+    let clientTLS: TLSContext
+    var host: (any TransportHost)?
+    var agent: BLEAgent?
+    var listener: L2CAPListener?
+
+    // Node-thread state.
+    /// Where each peer heard can be dialled (address, PSM).
+    var addresses: [PeerID: (address: BluetoothAddress, psm: UInt16)] = [:]
+    var adapterUp: Bool?
+    /// Peers whose advertisement said another protocol version (logged once each).
+    var incompatible: Set<PeerID> = []
+
+    package init(adapter: String, serviceUUID: [UInt8], identity: Identity, authenticator: PeerAuthenticator) throws {
+        self.adapter = adapter
+        self.serviceUUID = serviceUUID
+        serverTLS = try TLSContext(role: .server, identity: identity, authenticator: authenticator, handshakeTimeoutMillis: 30_000)
+        clientTLS = try TLSContext(role: .client, identity: identity, authenticator: authenticator, handshakeTimeoutMillis: 30_000)
+    }
+
+    package func start(host: any TransportHost) throws {
+        self.host = host
+        let agent = BLEAgent(adapter: adapter, serviceUUID: serviceUUID) { [weak self] e in
+            guard let self else { return }
+            host.onNodeThread { self.handle(e, host) }
+        }
+        if agent.start() { self.agent = agent } else { host.log.error(.mesh, "cannot start the Bluetooth LE thread") }
+    }
+
+    package func advertise(_ kind: MeshTransport, _ on: Bool) {
+        guard let host else { return }
+        guard let agent else { return host.post(.advertising(.bluetooth, ok: false, reason: "the Bluetooth LE thread did not start")) }
+        guard on else { return agent.advertise(nil) }
+        if listener == nil {
+            do {
+                let l = try L2CAPListener()
+                listener = l
+                host.log.info(.mesh, "bluetooth: listening for L2CAP LE channels on PSM 0x\(String(l.psm, radix: 16))")
+                if let why = l.mtuRefused { host.log.warning(.mesh, "bluetooth: \(why); channels use the kernel's default MTU") }
+                host.spawn("repl-bleaccept") { self.acceptLoop(l, host) }
+            } catch {
+                return host.post(.advertising(.bluetooth, ok: false, reason: "\(error)"))
+            }
+        }
+        guard let l = listener else { return }
+        agent.advertise(BLEAdvert(serviceUUID: serviceUUID, version: UInt8(ReplicationMessage.protocolVersion), psm: l.psm, peer: host.me.bytes))
+        // The answer comes back as an event from the BLE thread.
+    }
+
+    package func scan(_ kind: MeshTransport, _ on: Bool) { agent?.scan(on) }
+
+    package func dial(_ peer: PeerID, over kind: MeshTransport) {
+        guard let host else { return }
+        guard let agent, let at = addresses[peer] else { return host.post(.dialFailed(peer, .bluetooth, reason: "no Bluetooth address known")) }
+        host.spawn("repl-bledial") { self.dial(peer, at.address, psm: at.psm, agent, host) }
+    }
+
+    /// The same for Bluetooth LE as for Wi-Fi: the adapter present, up and not blocked.
+    package func radiosChanged(_ s: RadioSnapshot) {
+        guard let host, agent != nil, s.bluetoothAdapter != nil else { return }
+        let (up, why) = s.bluetoothUsable
+        guard up != adapterUp else { return }
+        adapterUp = up
+        if !up { host.log.info(.mesh, "bluetooth: \(why ?? "not usable")") }
+        host.post(.radio(.bluetooth, up: up))
+    }
+
+    package func stop() { agent?.stop() }
+    package func close() { listener?.close() }
+
+    func handle(_ event: BLEAgent.Event, _ host: any TransportHost) {
+        let log = host.log
+        switch event {
+        case .advertising(let ok, let why):
+            if ok { log.info(.mesh, "bluetooth: advertising on \(adapter) (PSM 0x\(String(listener?.psm ?? 0, radix: 16)))") }
+            host.post(.advertising(.bluetooth, ok: ok, reason: ok ? nil : (why ?? "advertising failed")))
+        case .scanning(let ok, let why):
+            if !ok { log.warning(.mesh, "bluetooth: \(why ?? "scanning failed")") }
+        case .found(let address, let advert, let rssi):
+            let peer = PeerID(bytes: advert.peer)
+            guard peer != host.me else { return }
+            guard advert.version == UInt8(ReplicationMessage.protocolVersion) else {
+                if incompatible.insert(peer).inserted {
+                    log.warning(.mesh, "bluetooth: peer \(peer.short) speaks protocol \(advert.version), we speak \(ReplicationMessage.protocolVersion); not connecting")
+                }
+                return
+            }
+            addresses[peer] = (address, advert.psm)
+            log.verbose(.mesh, "bluetooth: found peer \(peer.short) at \(address) PSM 0x\(String(advert.psm, radix: 16)) (\(rssi) dBm)")
+            host.post(.discovered(peer, .bluetooth, probe: nil))
+        case .lost(let address):
+            guard let peer = addresses.first(where: { $0.value.address == address })?.key else { return }
+            addresses[peer] = nil
+            log.verbose(.mesh, "bluetooth: lost peer \(peer.short)")
+            host.post(.lost(peer, .bluetooth))
+        }
+        host.post(.detail(.bluetooth, "BLE service \(GroupID(host.group).bleServiceUUIDText) on \(adapter)"
+            + (listener.map { ", PSM 0x\(String($0.psm, radix: 16))" } ?? "")))
+    }
+
+    /// A channel the mesh asked for, dialled with the scanner paused (the kernel scans to connect).
+    func dial(_ peer: PeerID, _ address: BluetoothAddress, psm: UInt16, _ agent: BLEAgent, _ host: any TransportHost) {
+        let stream: L2CAPStream
+        let started = monotonicMillis()
+        host.log.verbose(.mesh, "bluetooth: dialling \(peer.short) at \(address) PSM 0x\(String(psm, radix: 16))")
+        do {
+            stream = try agent.withScanningPaused { () throws(StreamError) -> L2CAPStream in
+                try L2CAPStream.connect(to: address, psm: psm, timeoutMillis: 10_000)
+            }
+        } catch {
+            host.log.verbose(.mesh, "bluetooth: dial to \(peer.short) failed after \(monotonicMillis() - started) ms: \(error)")
+            return host.post(.dialFailed(peer, .bluetooth, reason: "\(address): \(error)"))
+        }
+        guard let session = host.handshake(stream, expecting: peer, over: .bluetooth, at: address.description, context: clientTLS) else { return }
+        host.log.verbose(.mesh, "bluetooth: channel to \(peer.short) up (MTU send \(stream.sendMTU), receive \(stream.receiveMTU))")
+        host.run(LinkIO(id: host.newLinkID(), session: session, stream: stream, address: nil, transport: .bluetooth), outgoing: true)
+    }
+
+    func acceptLoop(_ listener: L2CAPListener, _ host: any TransportHost) {
+        while !host.isStopping {
+            guard let stream = try? listener.accept(timeoutMillis: 250) else { continue }
+            host.spawn("repl-blelink") {
+                host.acceptAndRun(stream, over: .bluetooth, from: "from \(stream.peer) over Bluetooth LE", context: self.serverTLS)
+            }
+        }
+    }
+}
+
+extension L2CAPStream: LinkStream {}

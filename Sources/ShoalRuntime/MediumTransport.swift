@@ -1,0 +1,60 @@
+import ShoalCore
+import ShoalMesh
+import ShoalTLS
+
+/// The in-process medium (`LocalMedium`) as a transport: advertising and scanning go to the
+/// medium, links are memory pipes carrying the same TLS sessions and frames as TCP. It carries
+/// both of the mesh's radios, so transport switching runs on it too.
+package final class MediumTransport: Transport, @unchecked Sendable {  // host set once in start(), before any thread
+    package let kinds: Set<MeshTransport> = [.wifi, .bluetooth]
+    let medium: LocalMedium
+    let serverTLS: TLSContext
+    let clientTLS: TLSContext
+    var host: (any TransportHost)?
+
+    package init(medium: LocalMedium, serverTLS: TLSContext, clientTLS: TLSContext) {
+        self.medium = medium
+        self.serverTLS = serverTLS
+        self.clientTLS = clientTLS
+    }
+
+    package func start(host: any TransportHost) throws {
+        self.host = host
+        medium.join(host.me, heard: { peer, t, online in host.post(online ? .discovered(peer, t, probe: nil) : .lost(peer, t)) },
+                    accept: { stream, t in
+                        guard !host.isStopping else { stream.close(); return }
+                        host.spawn("repl-link") { host.acceptAndRun(stream, over: t, from: "over \(t.rawValue)", context: self.serverTLS) }
+                    },
+                    radio: { t, up in host.post(.radio(t, up: up)) })
+    }
+
+    package func advertise(_ kind: MeshTransport, _ on: Bool) {
+        guard let host else { return }
+        medium.setAdvertising(host.me, kind, on)
+        if on { host.post(.advertising(kind, ok: true, reason: nil)) }
+    }
+
+    package func scan(_ kind: MeshTransport, _ on: Bool) {
+        guard let host else { return }
+        medium.setScanning(host.me, kind, on)
+    }
+
+    package func dial(_ peer: PeerID, over kind: MeshTransport) {
+        guard let host else { return }
+        let medium = self.medium
+        host.spawn("repl-dial") {
+            let stream: MemoryPipeEnd
+            do { stream = try medium.dial(from: host.me, to: peer, over: kind) } catch {
+                return host.post(.dialFailed(peer, kind, reason: "\(peer.short) cannot be reached over \(kind.rawValue)"))
+            }
+            guard let session = host.handshake(stream, expecting: peer, over: kind, at: "the simulated medium", context: self.clientTLS) else { return }
+            host.run(LinkIO(id: host.newLinkID(), session: session, stream: stream, address: nil, transport: kind), outgoing: true)
+        }
+    }
+
+    package func stop() {
+        if let host { medium.leave(host.me) }
+    }
+}
+
+extension MemoryPipeEnd: LinkStream {}

@@ -1,0 +1,241 @@
+import ShoalConfig
+import ShoalCore
+import ShoalLinux
+import ShoalMesh
+import ShoalTLS
+import ShoalWire
+import Synchronization
+
+/// Wi-Fi as the mesh sees it: TCP links with mutual TLS, found two ways — the site's static peers
+/// (probed during discovery phases: a handshake tells who answers at each address) and, with
+/// Wi-Fi discovery on, DNS-SD through avahi-daemon (publish while advertising, browse while
+/// scanning). Listening is this transport's advertising. The board's Wi-Fi interface is watched
+/// for up and down.
+///
+/// Threads: an accept loop, a dialler per connection, a prober for the static peers, and the
+/// DNS-SD agent's thread; their findings reach the node thread through the host. The address
+/// book, the DNS-SD state and the discovery detail live on the node thread.
+package final class TCPTransport: Transport, @unchecked Sendable {  // state confined to the node thread (see above)
+    /// Wi-Fi discovery by DNS-SD: the service type (from the group), the name to publish under,
+    /// and the board's Wi-Fi interface (watched for up/down; nil: not watched).
+    package struct WifiDiscovery: Sendable {
+        var serviceType: String
+        var serviceName: String
+        var interface: String?
+        package init(serviceType: String, serviceName: String, interface: String?) {
+            self.serviceType = serviceType
+            self.serviceName = serviceName
+            self.interface = interface
+        }
+    }
+
+    package let kinds: Set<MeshTransport> = [.wifi]
+    let listen: HostPort?
+    let staticPeers: [HostPort]
+    let wifi: WifiDiscovery?
+    let serverTLS: TLSContext
+    let clientTLS: TLSContext
+    var host: (any TransportHost)?
+    var listener: TCPListener?
+    var dnssd: DNSSD?
+
+    /// Scanning (the mesh's discovery phase) is on: the prober probes.
+    let scanning = Atomic<Bool>(false)
+    let probeWake = ConditionLock()
+    /// A probe round was asked for (under `probeWake`).
+    var probeRequested = false
+    /// Static addresses whose gateway we are linked to (the prober skips them).
+    let linkedAddresses = Locked<Set<String>>([])
+    /// Incoming connections still in their TLS handshake, per remote address: a flood or
+    /// slow-loris handshakes from one address cannot use up threads, and honest peers (other
+    /// addresses) still get in.
+    let admission = Locked(HandshakeAdmission())
+
+    // Node-thread state.
+    /// Where each peer can be dialled: static addresses, then what DNS-SD resolved (IPv4 first).
+    var addresses: [PeerID: [HostPort]] = [:]
+    var staticAddress: [PeerID: HostPort] = [:]
+    /// DNS-SD instances (interface/protocol/name) and the peer and address each resolved to.
+    var dnsFound: [String: (peer: PeerID, address: HostPort)] = [:]
+    var publishedName: String?
+    var avahiVersion: String?
+    var interfaceUp: Bool?
+    var interfaceDownReason: String?
+    /// Peers whose TXT said another protocol version (logged once each).
+    var incompatible: Set<PeerID> = []
+
+    package init(listen: HostPort?, peers: [HostPort], wifi: WifiDiscovery?, serverTLS: TLSContext, clientTLS: TLSContext) {
+        self.listen = listen
+        self.staticPeers = peers
+        self.wifi = wifi
+        self.serverTLS = serverTLS
+        self.clientTLS = clientTLS
+    }
+
+    package var listenPort: UInt16? { listener?.port }
+
+    package func start(host: any TransportHost) throws {
+        self.host = host
+        // DNS-SD tells peers the port, so with discovery on and no address in the site file the
+        // gateway listens on every address (IPv6 and IPv4) on a port the kernel picks.
+        var address = listen
+        if address == nil && wifi != nil { address = HostPort(host: "::", port: 0) }
+        if let address {
+            var made = try? TCPListener(host: address.host, port: address.port)
+            if made == nil && listen == nil { made = try? TCPListener(host: "0.0.0.0", port: 0) }  // a kernel without IPv6
+            let l = try made ?? TCPListener(host: address.host, port: address.port)
+            listener = l
+            host.log.info(.mesh, "replication listening on \(HostPort(host: address.host, port: l.port))")
+            host.spawn("repl-accept") { self.acceptLoop(l, host) }
+        }
+        if !staticPeers.isEmpty { host.spawn("repl-probe") { self.probeLoop(host) } }
+        if let wifi {
+            let agent = DNSSD(serviceType: wifi.serviceType) { [weak self] event in
+                guard let self else { return }
+                host.onNodeThread { self.handleDNSSD(event, host) }
+            }
+            if agent.start() { dnssd = agent } else { host.log.error(.mesh, "cannot start the DNS-SD thread") }
+        }
+    }
+
+    package func advertise(_ kind: MeshTransport, _ on: Bool) {
+        guard let host else { return }
+        guard on else { dnssd?.unpublish(); return }
+        guard let listener else {
+            return host.post(.advertising(.wifi, ok: false, reason: "no replication.listen address in the site file: peers cannot connect here"))
+        }
+        // Listening is how peers reach us; with DNS-SD, publishing tells them where (the answer
+        // comes back as an event from the DNS-SD thread).
+        if let dnssd, let wifi {
+            dnssd.publish(name: wifi.serviceName, port: listener.port, txt: ["v": String(ReplicationMessage.protocolVersion), "id": host.me.description])
+        } else {
+            host.post(.advertising(.wifi, ok: true, reason: nil))
+        }
+    }
+
+    package func scan(_ kind: MeshTransport, _ on: Bool) {
+        scanning.store(on, ordering: .relaxed)
+        dnssd?.browse(on)
+        guard on else { return }
+        probeWake.withLock {
+            probeRequested = true
+            probeWake.broadcast()
+        }
+    }
+
+    package func dial(_ peer: PeerID, over kind: MeshTransport) {
+        guard let host else { return }
+        guard let list = addresses[peer], !list.isEmpty else { return host.post(.dialFailed(peer, .wifi, reason: "no address known")) }
+        host.spawn("repl-dial") { self.dial(peer, at: list, host) }
+    }
+
+    package func linkKept(_ link: LinkIO) {
+        if let a = link.address { linkedAddresses.withLock { _ = $0.insert(a) } }
+    }
+
+    package func linkEnded(_ link: LinkIO) {
+        if let a = link.address { linkedAddresses.withLock { _ = $0.remove(a) } }
+    }
+
+    package func stop() {
+        dnssd?.stop()
+        probeWake.withLock { probeWake.broadcast() }
+    }
+
+    /// Closing a listener under a thread polling it was a data race on its descriptor (found by
+    /// ThreadSanitizer): the driver calls this once its threads ended.
+    package func close() { listener?.close() }
+
+    /// Where the driver shows a peer (`shoal peers`).
+    package func address(of peer: PeerID) -> String? { addresses[peer]?.first?.description }
+
+    // MARK: - Threads
+
+    func acceptLoop(_ listener: TCPListener, _ host: any TransportHost) {
+        while !host.isStopping {
+            guard let stream = try? listener.accept(timeoutMillis: 250) else { continue }
+            let from = stream.remoteHost
+            if case .refused(let say) = admission.withLock({ $0.admit(from, nowMillis: monotonicMillis()) }) {
+                host.countFailedConnection()
+                if let say { host.log.warning(.tls, say) }
+                stream.close()
+                continue
+            }
+            host.spawn("repl-link") {
+                let session: TLSSession
+                do {
+                    session = try TLSSession.accept(over: stream, context: self.serverTLS)
+                } catch {
+                    self.admission.withLock { $0.release(from) }
+                    host.countFailedConnection()
+                    host.log.warning(.tls, "refused an incoming replication link from \(from): \(error)")
+                    stream.close()
+                    return
+                }
+                self.admission.withLock { $0.release(from) }
+                host.run(LinkIO(id: host.newLinkID(), session: session, stream: stream, address: nil), outgoing: false)
+            }
+        }
+    }
+
+    /// One connection the mesh asked for, to the first of the peer's addresses that answers; runs
+    /// the link on this thread if it comes up.
+    func dial(_ peer: PeerID, at list: [HostPort], _ host: any TransportHost) {
+        var stream: TCPStream?
+        var address = list[0]
+        var problems: [String] = []
+        for a in list where !host.isStopping {
+            do {
+                stream = try TCPStream.connect(host: a.host, port: a.port, timeoutMillis: 5000)
+                address = a
+                break
+            } catch {
+                problems.append("\(a): \(error)")
+            }
+        }
+        guard let stream else { return host.post(.dialFailed(peer, .wifi, reason: problems.joined(separator: "; "))) }
+        guard let session = host.handshake(stream, expecting: peer, over: .wifi, at: address.description, context: clientTLS) else { return }
+        host.run(LinkIO(id: host.newLinkID(), session: session, stream: stream, address: address.description), outgoing: true)
+    }
+
+    /// The site's static peers, probed during discovery phases: a handshake says which gateway
+    /// answers at each address (the peer id is its certificate's digest), so the mesh can choose.
+    func probeLoop(_ host: any TransportHost) {
+        var known: [String: PeerID] = [:]
+        while !host.isStopping {
+            if scanning.load(ordering: .relaxed) {
+                let linked = linkedAddresses.withLock { $0 }
+                for address in staticPeers where !host.isStopping && !linked.contains(address.description) {
+                    do {
+                        let stream = try TCPStream.connect(host: address.host, port: address.port, timeoutMillis: 2000)
+                        let session: TLSSession
+                        do { session = try TLSSession.connect(over: stream, context: clientTLS) } catch {
+                            stream.close()
+                            throw error
+                        }
+                        let peer = session.peerID
+                        if let old = known[address.description], old != peer { host.post(.lost(old, .wifi)) }
+                        known[address.description] = peer
+                        let probe = LinkIO(id: host.newLinkID(), session: session, stream: stream, address: address.description)
+                        host.onNodeThread {
+                            self.staticAddress[peer] = address
+                            self.refreshAddresses(peer)
+                            host.post(.discovered(peer, .wifi, probe: probe))
+                        }
+                    } catch {
+                        if let old = known.removeValue(forKey: address.description) { host.post(.lost(old, .wifi)) }
+                        host.log.verbose(.mesh, "static peer \(address) does not answer: \(error)")
+                    }
+                }
+            }
+            // Every 2 s while scanning; at once when a phase starts (even one that started while
+            // we were probing) or on stop.
+            probeWake.withLock {
+                if !host.isStopping && !probeRequested { probeWake.wait(timeoutMillis: 2000) }
+                probeRequested = false
+            }
+        }
+    }
+}
+
+extension TCPStream: LinkStream {}

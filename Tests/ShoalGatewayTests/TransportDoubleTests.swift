@@ -1,0 +1,120 @@
+import Synchronization
+import Testing
+import ShoalCore
+import ShoalGateway
+import ShoalMesh
+import ShoalReplication
+import ShoalRuntime
+import ShoalStore
+import ShoalTesting
+import ShoalTLS
+
+/// A transport the runtime has never seen, written here against `Transport` alone: two drivers
+/// find each other and replicate over it, so adding a transport needs no change in the driver.
+@Suite("Transport interface")
+struct TransportDoubleTests {
+    /// Where the double's peers meet: who advertises, and each one's transport.
+    final class Wire: Sendable {
+        let members = Mutex<[PeerID: PipeTransport]>([:])
+    }
+
+    /// Links as memory pipes; discovery by a registry instead of a radio. It records what the
+    /// driver asked of it.
+    final class PipeTransport: Transport, @unchecked Sendable {  // host set once in start(), before any thread
+        let kinds: Set<MeshTransport> = [.wifi]
+        let wire: Wire
+        let serverTLS: TLSContext
+        let clientTLS: TLSContext
+        var host: (any TransportHost)?
+        let asked = Mutex<[String]>([])
+
+        init(wire: Wire, identity: Identity, authenticator: PeerAuthenticator) throws {
+            self.wire = wire
+            serverTLS = try TLSContext(role: .server, identity: identity, authenticator: authenticator)
+            clientTLS = try TLSContext(role: .client, identity: identity, authenticator: authenticator)
+        }
+
+        func start(host: any TransportHost) throws { self.host = host }
+
+        func advertise(_ kind: MeshTransport, _ on: Bool) {
+            guard let host else { return }
+            asked.withLock { $0.append("advertise \(on)") }
+            wire.members.withLock { $0[host.me] = on ? self : nil }
+            if on { host.post(.advertising(kind, ok: true, reason: nil)) }
+        }
+
+        func scan(_ kind: MeshTransport, _ on: Bool) {
+            guard let host, on else { return }
+            asked.withLock { $0.append("scan") }
+            // Whoever advertises now is heard; one who starts later is heard on our next phase,
+            // or dials us itself.
+            for peer in wire.members.withLock({ Array($0.keys) }) where peer != host.me {
+                host.post(.discovered(peer, kind, probe: nil))
+            }
+        }
+
+        func dial(_ peer: PeerID, over kind: MeshTransport) {
+            guard let host else { return }
+            asked.withLock { $0.append("dial") }
+            guard let callee = wire.members.withLock({ $0[peer] }), let calleeHost = callee.host else {
+                return host.post(.dialFailed(peer, kind, reason: "not on the wire"))
+            }
+            let (mine, theirs) = MemoryPipe.pair()
+            calleeHost.spawn("test-accept") { calleeHost.acceptAndRun(theirs, over: kind, from: "over the test wire", context: callee.serverTLS) }
+            host.spawn("test-dial") {
+                guard let session = host.handshake(mine, expecting: peer, over: kind, at: "the test wire", context: self.clientTLS) else { return }
+                host.run(LinkIO(id: host.newLinkID(), session: session, stream: mine, address: nil, transport: kind), outgoing: true)
+            }
+        }
+
+        func stop() {
+            if let host { wire.members.withLock { $0[host.me] = nil } }
+        }
+    }
+
+    final class QuietHost: ReplicationHost {
+        let logger = Logger(sink: MemoryLogSink(), level: .none)
+        func updateCounters(_ body: (inout ReplicationCounters) -> Void) { var c = ReplicationCounters(); body(&c) }
+        func meshViewChanged(_ view: MeshView) {}
+        func meshEvent(_ event: MeshEvent) {}
+        func replicationEvent(_ event: ReplicationEvent) {}
+    }
+
+    @Test("two drivers find each other and replicate over a transport written in the test")
+    func newTransportNeedsNoDriverChange() async throws {
+        let tmp = TemporaryDirectory(prefix: "shoal-transport-double")
+        defer { tmp.remove() }
+        let ids = try ["a", "b"].map { try Identity.createSelfSigned(.init(commonName: "double-\($0)")) }
+        let auth = PeerAuthenticator.trust(allowedPeers: Set(ids.map(\.peerID)))
+        let wire = Wire()
+        var drivers: [ReplicationDriver] = []
+        var transports: [PipeTransport] = []
+        var stores: [DocumentStore] = []
+        for (i, id) in ids.enumerated() {
+            let store = try DocumentStore.open(StoreOptions(path: tmp.file("\(i).db")), logger: Logger(sink: MemoryLogSink(), level: .none))
+            try store.createCollection(.default)
+            var mesh = MeshSettings()
+            mesh.advertisingDelayMillis = 20
+            mesh.connectDelayMillis = 20
+            mesh.discoveryPauseMillis = 200
+            mesh.discoveryPauseJitterMillis = 0
+            mesh.discoveryMillis = 200
+            let core = GatewayCore(peer: id.peerID, group: "transport.double", store: store, clock: try NodeClock(store: store),
+                                   collections: [CollectionPolicy(name: .default)], replication: ReplicationSettings(), mesh: mesh,
+                                   sequenceBase: 1, fallbackSeed: UInt64(i + 1))
+            if i == 1 { for n in 0..<25 { _ = try core.node.writer.put(.default, id: DocumentID("d\(n)"), body: #"{"n":\#(n)}"#) } }
+            let transport = try PipeTransport(wire: wire, identity: id, authenticator: auth)
+            let driver = ReplicationDriver(core: core, host: QuietHost(), serverTLS: transport.serverTLS, clientTLS: transport.clientTLS)
+            try driver.start(transports: [transport], missing: [.bluetooth: "not in this test"])
+            drivers.append(driver)
+            transports.append(transport)
+            stores.append(store)
+        }
+        let replicated = await eventually(within: 60) { ((try? stores[0].stats().documents) ?? 0) == 25 }
+        for d in drivers { d.stop() }
+        #expect(replicated, "a pulled b's 25 documents over the test transport")
+        let asked = transports.flatMap { t in t.asked.withLock { $0 } }
+        #expect(asked.contains("advertise true") && asked.contains("scan") && asked.contains("dial"), "\(asked)")
+        for s in stores { s.close() }
+    }
+}
