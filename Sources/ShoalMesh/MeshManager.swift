@@ -201,145 +201,27 @@ public final class MeshManager {
 
     public func handle(_ input: MeshInput, now: UInt64) -> [MeshAction] {
         var out: [MeshAction] = []
+        let next: Next
         switch input {
-        case .start:
-            guard state == .created || state == .stopped else { return [] }
-            setState(.discovering, &out)
-            for t in settings.transports.sorted() where usable.contains(t) {
-                advertising[t] = Advertising(at: now + settings.advertisingDelayMillis)
-            }
-            startPhase(initial: true, now: now, &out)
-        case .stop:
-            guard isRunning else { return [] }
-            shutDown(now: now, &out)
-            setState(.stopped, &out)
-            return finish(out, now: now)
-        case .fatal(let reason):
-            guard state != .dead else { return [] }
-            if isRunning { shutDown(now: now, &out) }
-            for t in settings.transports.sorted() { out.append(.event(.transportStatus(t, active: false, error: reason))) }
-            setState(.dead, &out)
-            nextWake = nil
-            return out
-        case .tick:
-            break
-        case .retryNetworks:
-            guard isRunning else { return [] }
-            for t in settings.transports.sorted() where usable.contains(t) && advertising[t]?.active != true {
-                advertising[t] = Advertising(at: now)
-            }
-            for k in peers.keys { peers[k]!.failedAt = nil; peers[k]!.failures = 0 }
-            if !scanning { startPhase(initial: false, now: now, &out) }
-        case .transport(let t, let up):
-            guard settings.transports.contains(t) else { return [] }
-            if up {
-                guard !usable.contains(t) else { return [] }
-                usable.insert(t)
-                if isRunning {
-                    advertising[t] = Advertising(at: now)
-                    if scanning { out.append(.startScanning(t)) }
-                }
-            } else {
-                guard usable.remove(t) != nil else { return [] }
-                if advertising[t]?.active == true { out.append(.stopAdvertising(t)) }
-                advertising[t] = nil
-                if scanning { out.append(.stopScanning(t)) }
-                out.append(.event(.transportStatus(t, active: false, error: "\(t.rawValue) is down")))
-                for k in peers.keys where peers[k]!.heardOn.contains(t) {
-                    peers[k]!.heardOn.remove(t)
-                    out.append(.event(.peerDiscovery(k, t, online: false)))
-                }
-                for c in connections.values.sorted(by: { $0.id < $1.id }) where c.transport == t {
-                    out.append(.close(c.id, reason: "\(t.rawValue) went down"))
-                    dropConnection(c.id, now: now, &out)
-                }
-                pending = pending.filter { $0.value.transport != t }
-            }
-        case .advertisingStarted(let t):
-            guard isRunning, usable.contains(t) else { return [] }
-            advertising[t] = Advertising(active: true, failures: 0, at: nil)
-            out.append(.event(.transportStatus(t, active: true, error: nil)))
-        case .advertisingFailed(let t, let reason):
-            guard isRunning, usable.contains(t) else { return [] }
-            let failures = (advertising[t]?.failures ?? 0) + 1
-            advertising[t] = Advertising(active: false, failures: failures, at: now + advertisingBackoff(failures: failures))
-            out.append(.event(.transportStatus(t, active: false, error: reason)))
-        case .discovered(let peer, let t, let load):
-            guard isRunning, peer != me, usable.contains(t) else { return [] }
-            var r = peers[peer] ?? PeerRecord()
-            if let load { r.load = load }
-            if r.heardOn.insert(t).inserted {
-                out.append(.event(.peerDiscovery(peer, t, online: true)))
-                // Heard again after being lost: fresh evidence it is there, dial without waiting.
-                r.failedAt = nil
-                if t == .wifi { r.wifiFailures = 0 }
-                if t == .bluetooth { r.bluetoothYieldFrom = now }
-            }
-            peers[peer] = r
-        case .lost(let peer, let t):
-            guard peers[peer]?.heardOn.remove(t) != nil else { return [] }
-            out.append(.event(.peerDiscovery(peer, t, online: false)))
-        case .incoming(let id, let peer, let t):
-            guard isRunning, peer != me else { return [.close(id, reason: isRunning ? "a connection to ourselves" : "the mesh is not running")] }
-            admit(id, peer, t, now: now, &out)
-        case .outgoingOpened(let id, let peer, let t):
-            let dialled = pending.removeValue(forKey: peer) != nil
-            guard isRunning else { return [.close(id, reason: "the mesh is not running")] }
-            // A new peer needs a free slot. A dial normally brings its own; it has none if it took
-            // over 30 s or its peer was evicted meanwhile (eviction forgets the dial).
-            let linked = connections.values.contains { $0.peer == peer }
-            if !linked, slotsTaken >= settings.maxConnectionCount {
-                counters.refusedConnections += 1
-                out.append(.close(id, reason: dialled ? "no free connection slot (taken while dialling)" : "no free connection slot (the dial took over 30 s, or its peer was evicted meanwhile)"))
-                out.append(.event(.peerReplicator(peer, t, outgoing: true, activity: .offline, error: nil)))
-                return finish(out, now: now)
-            }
-            var r = peers[peer] ?? PeerRecord()
-            r.failures = 0
-            r.failedAt = nil
-            peers[peer] = r
-            open(Connection(id: id, peer: peer, transport: t, outgoing: true), now: now, &out)
-        case .outgoingFailed(let peer, let t, let reason):
-            pending[peer] = nil
-            counters.failedConnectionAttempts += 1
-            var r = peers[peer] ?? PeerRecord()
-            r.failures += 1
-            r.failedAt = now
-            r.failedOn = t
-            if t == .wifi { r.wifiFailures += 1; r.wifiFailedAt = now }
-            peers[peer] = r
-            out.append(.event(.peerReplicator(peer, t, outgoing: true, activity: .offline, error: reason)))
-        case .closed(let id):
-            if let c = connections[id], c.transport == .wifi, !c.replicating, var r = peers[c.peer] {
-                // A Wi-Fi link that ended before replicating counts as a Wi-Fi failure.
-                r.wifiFailures += 1
-                r.wifiFailedAt = now
-                peers[c.peer] = r
-            }
-            dropConnection(id, now: now, &out)
-        case .replicating(let id):
-            guard var c = connections[id], !c.replicating else { return [] }
-            c.replicating = true
-            connections[id] = c
-            guard c.transport == .wifi else { return finish(out, now: now) }
-            peers[c.peer]?.wifiFailures = 0
-            // Handover: the Bluetooth LE link to this peer closes once Wi-Fi replicates.
-            for old in connections.values.sorted(by: { $0.id < $1.id }) where old.peer == c.peer && old.transport == .bluetooth {
-                connections[old.id] = nil
-                componentCache = nil
-                out.append(.close(old.id, reason: "replication moved to wifi"))
-                out.append(.event(.peerReplicator(c.peer, .wifi, outgoing: c.outgoing, activity: c.busy ? .busy : .idle, error: nil)))
-            }
-        case .topology(let from, let origin, let seq, let neighbours):
-            guard connections[from] != nil else { return [] }
-            absorb(origin: origin, sequence: seq, neighbours: neighbours, from: from, &out)
-        case .activity(let id, let busy):
-            guard var c = connections[id], c.busy != busy else { return [] }
-            c.busy = busy
-            connections[id] = c
-            out.append(.event(.peerReplicator(c.peer, c.transport, outgoing: c.outgoing, activity: busy ? .busy : .idle, error: nil)))
+        case .start: next = startMesh(now: now, &out)
+        case .stop: next = stopMesh(now: now, &out)
+        case .fatal(let reason): next = die(reason, now: now, &out)
+        case .tick: next = .finish
+        case .retryNetworks: next = retry(now: now, &out)
+        case .transport(let t, let up): next = transportChanged(t, up: up, now: now, &out)
+        case .advertisingStarted(let t): next = advertisingStarted(t, now: now, &out)
+        case .advertisingFailed(let t, let reason): next = advertisingFailed(t, reason: reason, now: now, &out)
+        case .discovered(let peer, let t, let load): next = heard(peer, t, load: load, now: now, &out)
+        case .lost(let peer, let t): next = lost(peer, t, &out)
+        case .incoming(let id, let peer, let t): next = incoming(id, peer, t, now: now, &out)
+        case .outgoingOpened(let id, let peer, let t): next = outgoingOpened(id, peer, t, now: now, &out)
+        case .outgoingFailed(let peer, let t, let reason): next = outgoingFailed(peer, t, reason: reason, now: now, &out)
+        case .closed(let id): next = closed(id, now: now, &out)
+        case .replicating(let id): next = replicating(id, now: now, &out)
+        case .topology(let from, let origin, let seq, let neighbours): next = gossip(from: from, origin: origin, sequence: seq, neighbours: neighbours, &out)
+        case .activity(let id, let busy): next = activity(id, busy: busy, &out)
         }
-        return finish(out, now: now)
+        return next == .finish ? finish(out, now: now) : out
     }
 
     var isRunning: Bool { state == .discovering || state == .fullyConnected }

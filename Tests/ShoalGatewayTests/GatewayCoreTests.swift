@@ -91,7 +91,7 @@ struct GatewayCoreTests {
         #expect(pulled, "A pulled B's 40 documents over the in-process medium")
 
         let calls = recording.calls.withLock { $0 }
-        #expect(calls.count > 10)
+        #expect(calls.count >= 5, "a run has at least start, discovery, a link, frames and a close")
         #expect(calls.contains { if case .linkOpened = $0.input { return true }; return false })
         #expect(calls.contains { if case .frames = $0.input { return true }; return false })
         coreA.node.store.close()
