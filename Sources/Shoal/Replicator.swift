@@ -174,7 +174,7 @@ public final class MultipeerReplicator: Sendable {
                                    fallbackSeed: wall ^ UInt64(getpid()) ^ UInt64(truncatingIfNeeded: ObjectIdentifier(self).hashValue))
             let made: ReplicationDriver
             do {
-                made = ReplicationDriver(core: core, host: host,
+                made = try ReplicationDriver(core: core, host: host,
                                          serverTLS: try TLSContext(role: .server, identity: id, authenticator: config.authenticator.raw),
                                          clientTLS: try TLSContext(role: .client, identity: id, authenticator: config.authenticator.raw))
             } catch { throw ShoalError("cannot set up TLS: \(error)") }

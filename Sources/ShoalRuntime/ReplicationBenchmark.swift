@@ -81,7 +81,7 @@ public enum ReplicationBenchmark {
             let auth = PeerAuthenticator.trust(allowedPeers: [pusherID.peerID])
             let core = GatewayCore(peer: pullerID.peerID, group: "bench.replication", store: pullStore, clock: clock, collections: [policy],
                                    replication: ReplicationSettings(), mesh: MeshSettings(board.mesh), sequenceBase: NodeClock.systemWallMillis(), fallbackSeed: 1)
-            let driver = ReplicationDriver(core: core, host: gateway,
+            let driver = try ReplicationDriver(core: core, host: gateway,
                                            serverTLS: try TLSContext(role: .server, identity: pullerID, authenticator: auth),
                                            clientTLS: try TLSContext(role: .client, identity: pullerID, authenticator: auth))
             let start = ContinuousClock.now

@@ -15,12 +15,12 @@ extension ReplicationDriver {
     /// Runs one link on the calling thread until it closes. An accepted link is announced to the
     /// node only once its first frame (the peer's HELLO) arrived: a static-peer probe (a handshake,
     /// then goodbye) is not a link.
-    package func run(_ io: LinkIO, outgoing: Bool) {
+    package nonisolated func run(_ io: LinkIO, outgoing: Bool) {
         var announced = outgoing
         if outgoing { post(.opened(io.id, io, outgoing: true)) }
         var decoder = FrameDecoder(limit: ReplicationMessage.frameLimit)
         var buffer = [UInt8](repeating: 0, count: 64 * 1024)
-        let bodyLimit = node.store.options.maxBodyBytes
+        let bodyLimit = maxBodyBytes
         loop: while !isStopping && !io.isClosed {
             do {
                 for payload in io.takeOutbox() {

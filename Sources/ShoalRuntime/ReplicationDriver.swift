@@ -11,32 +11,44 @@ import ShoalWire
 import Synchronization
 
 /// Drives a gateway core with real links over its transports (`Transport`: TCP with static peers
-/// and DNS-SD, Bluetooth LE, the in-process medium). Threads, never the cooperative pool:
-/// - one node thread owns the gateway core (mesh manager + replicator + their glue) and the
-///   transports' own state: link events, frames and what transports find come to it through an
-///   inbox; it feeds them to the core and carries out what the core answers — hands frames to
-///   links, asks the transport of each kind to advertise, scan and dial, closes what the mesh
-///   refuses;
+/// and DNS-SD, Bluetooth LE, the in-process medium). An actor whose executor is one dedicated
+/// thread (`ThreadExecutor`), never Swift's cooperative pool, since the core calls SQLite
+/// synchronously:
+/// - the actor owns the gateway core (mesh manager + replicator + their glue) and every link:
+///   link events, frames and what transports find come to it through an inbox (one turn drains
+///   it, so frames that arrived together are applied together); it feeds them to the core and
+///   carries out what the core answers — hands frames to links, asks the transport of each kind
+///   to advertise, scan and dial, closes what the mesh refuses;
 /// - one thread per link owns that link's TLS session (mbedTLS sessions are single-threaded): it
-///   sends what the node queued (a wake-up interrupts its read) and posts what it reads;
-/// - the transports' threads (accepting, dialling, probing, DNS-SD, HCI), started through this
-///   driver so that stopping joins them.
-package final class ReplicationDriver: TransportHost, @unchecked Sendable {  // node-thread state: see above; the rest is atomics and locks
+///   sends what the actor queued (a wake-up interrupts its read) and posts what it reads;
+/// - the transports' threads (accepting, dialling, probing, DNS-SD, HCI) are workers of this
+///   driver, joined with a deadline when it stops; a transport's own state lives on the actor's
+///   thread (`onNodeThread`).
+package actor ReplicationDriver: TransportHost {
     let core: GatewayCore
     var node: ReplicationNode { core.node }
     var mesh: MeshManager { core.mesh }
-    let host: any ReplicationHost
-    let serverTLS: TLSContext
-    let clientTLS: TLSContext
+    nonisolated let host: any ReplicationHost
+    nonisolated let serverTLS: TLSContext
+    nonisolated let clientTLS: TLSContext
+    nonisolated let executor: ThreadExecutor
+    nonisolated let workers = WorkerGroup()
+    package nonisolated let me: PeerID
+    package nonisolated let group: String
+    /// The largest body a received document may have (checked on the link's thread).
+    nonisolated let maxBodyBytes: Int
+    /// Sees every input the core gets, when, and what it answered (tests record a run with it and
+    /// replay it through a fresh core).
+    nonisolated let tap: (@Sendable (GatewayCore.Input, UInt64, [GatewayCore.Action]) -> Void)?
 
-    enum Input {
+    package nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
+
+    enum Input: Sendable {
         /// An authenticated link: dialled by us (outgoing) or accepted.
         case opened(LinkID, LinkIO, outgoing: Bool)
         case frame(LinkID, PreparedFrame, bytes: Int)
         case closed(LinkID)
         case transport(TransportEvent)
-        /// Work a transport runs on the node thread, where its state lives.
-        case call(@Sendable () -> Void)
         case retryNetworks
         case radios(RadioSnapshot)
     }
@@ -53,36 +65,37 @@ package final class ReplicationDriver: TransportHost, @unchecked Sendable {  // 
 
     package typealias WifiDiscovery = TCPTransport.WifiDiscovery
 
-    let lock = ConditionLock()
-    var inbox: [Input] = []
-    let stopping = Atomic<Bool>(false)
-    let nextLink = Atomic<Int>(1)
-    let threadsRunning = Atomic<Int>(0)
-    /// The transports, and the one that carries each of the mesh's radios.
-    var transports: [any Transport] = []
-    var carrier: [MeshTransport: any Transport] = [:]
-    /// Why a radio has no transport here (advertising over it fails with this reason).
-    var missing: [MeshTransport: String] = [:]
-    /// Heartbeat of the node thread (monotonic ms), for the service's hang check.
-    let nodeBeat = Atomic<Int>(0)
+    /// What the link and transport threads posted, and whether a turn to drain it is queued.
+    nonisolated let inbox = Locked<(inputs: [Input], turnQueued: Bool)>(([], false))
+    nonisolated let stopping = Atomic<Bool>(false)
+    nonisolated let nextLink = Atomic<Int>(1)
+    /// The transports, and the one that carries each of the mesh's radios (set once by `start`).
+    nonisolated let started = Locked<(transports: [any Transport], carrier: [MeshTransport: any Transport], missing: [MeshTransport: String])>(([], [:], [:]))
+    /// Heartbeat of the actor's thread (monotonic ms), for the service's hang check.
+    nonisolated let nodeBeat = Atomic<Int>(0)
 
-    package init(core: GatewayCore, host: any ReplicationHost, serverTLS: TLSContext, clientTLS: TLSContext) {
+    /// Fails only if the system refuses to make the driver's thread.
+    package init(core: GatewayCore, host: any ReplicationHost, serverTLS: TLSContext, clientTLS: TLSContext,
+                 tap: (@Sendable (GatewayCore.Input, UInt64, [GatewayCore.Action]) -> Void)? = nil) throws(SystemError) {
+        guard let executor = ThreadExecutor(name: "repl-node") else { throw SystemError(call: "pthread_create", code: EAGAIN) }
+        self.executor = executor
         self.core = core
         self.host = host
         self.serverTLS = serverTLS
         self.clientTLS = clientTLS
+        self.tap = tap
+        me = core.node.peer
+        group = core.node.group
+        maxBodyBytes = core.node.store.options.maxBodyBytes
+        lastSequence = core.node.store.lastSequence
     }
 
-    /// Sees every input the core gets, when, and what it answered (set before `start`; tests
-    /// record a run with it and replay it through a fresh core).
-    package var tap: (@Sendable (GatewayCore.Input, UInt64, [GatewayCore.Action]) -> Void)?
-
-    package var log: Logger { host.logger }
-    package var isStopping: Bool { stopping.load(ordering: .relaxed) }
+    package nonisolated var log: Logger { host.logger }
+    package nonisolated var isStopping: Bool { stopping.load(ordering: .relaxed) }
 
     /// The network transports a site file asks for: TCP (listening, static peers, DNS-SD with
     /// `wifi`) and, with `bluetooth`, Bluetooth LE.
-    package func start(listen: HostPort?, peers: [HostPort], wifi: WifiDiscovery? = nil, bluetooth: BluetoothDiscovery? = nil) throws {
+    package nonisolated func start(listen: HostPort?, peers: [HostPort], wifi: WifiDiscovery? = nil, bluetooth: BluetoothDiscovery? = nil) throws {
         var list: [any Transport] = []
         if let bluetooth {
             list.append(try BluetoothTransport(adapter: bluetooth.adapter, serviceUUID: bluetooth.serviceUUID,
@@ -93,122 +106,143 @@ package final class ReplicationDriver: TransportHost, @unchecked Sendable {  // 
     }
 
     /// Runs on an in-process medium instead of TCP and DNS-SD.
-    package func start(medium: LocalMedium) {
+    package nonisolated func start(medium: LocalMedium) {
         try? start(transports: [MediumTransport(medium: medium, serverTLS: serverTLS, clientTLS: clientTLS)], missing: [:])
     }
 
     /// Starts the transports (each carries the radios it names; the first named wins), then the
-    /// node thread. `missing` says why a radio no transport carries cannot be used.
-    package func start(transports list: [any Transport], missing: [MeshTransport: String]) throws {
-        transports = list
+    /// core on the actor's thread. `missing` says why a radio no transport carries cannot be used.
+    package nonisolated func start(transports list: [any Transport], missing: [MeshTransport: String]) throws {
+        var carrier: [MeshTransport: any Transport] = [:]
         for t in list { for kind in t.kinds.sorted() where carrier[kind] == nil { carrier[kind] = t } }
-        self.missing = missing
+        started.withLock { $0 = (list, carrier, missing) }
         for t in list { try t.start(host: self) }
-        spawn("repl-node") { self.nodeLoop() }
+        executor.execute { self.assumeIsolated { $0.begin() } }
     }
 
     /// The port the TCP listener got (useful with port 0).
-    package var listenPort: UInt16? { transports.lazy.compactMap(\.listenPort).first }
+    package nonisolated var listenPort: UInt16? { started.withLock { $0.transports }.lazy.compactMap(\.listenPort).first }
 
     /// `retryNetworks()`.
-    package func retryNetworks() { post(.retryNetworks) }
+    package nonisolated func retryNetworks() { post(.retryNetworks) }
 
     /// The radio manager saw a change.
-    package func radiosChanged(_ s: RadioSnapshot) { post(.radios(s)) }
+    package nonisolated func radiosChanged(_ s: RadioSnapshot) { post(.radios(s)) }
 
-    package func stop() {
-        stopping.store(true, ordering: .relaxed)
+    /// Stops the core (its links close), then the transports; joins every thread of the driver
+    /// for up to 3 s and logs those it had to abandon. Blocks: call it from a thread of your own.
+    package nonisolated func stop() {
+        guard !stopping.exchange(true, ordering: .relaxed) else { return }
+        let transports = started.withLock { $0.transports }
+        executor.execute { self.assumeIsolated { $0.end() } }
         for t in transports { t.stop() }
-        lock.withLock { lock.broadcast() }
-        // Threads notice within a read timeout; wait a little for them, but never forever. The
-        // listeners close after their accept loops ended.
-        let deadline = monotonicMillis() + 3000
-        while threadsRunning.load(ordering: .acquiring) > 0 && monotonicMillis() < deadline { usleep(10_000) }
+        executor.shutdown()
+        let abandoned = workers.join(timeoutMillis: 3000)
+        if !abandoned.isEmpty { log.warning(.replication, "stopping: abandoned threads still blocked after 3 s: \(abandoned.joined(separator: ", "))") }
+        if !executor.join(timeoutMillis: 1000) { log.warning(.replication, "stopping: abandoned the driver's thread (its current job did not return in 1 s)") }
+        // The listeners close after their accept loops ended.
         for t in transports { t.close() }
     }
 
-    package func spawn(_ name: String, _ body: @escaping @Sendable () -> Void) {
-        threadsRunning.add(1, ordering: .relaxed)
-        let ok = DetachedThread.start(name: name) {
-            body()
-            self.threadsRunning.subtract(1, ordering: .releasing)
-        }
-        if !ok {
-            threadsRunning.subtract(1, ordering: .relaxed)
-            log.error(.mesh, "cannot start a replication thread")
-        }
+    package nonisolated func spawn(_ name: String, _ body: @escaping @Sendable () -> Void) {
+        if !workers.spawn(name, body) { log.error(.mesh, "cannot start a replication thread (\(name))") }
     }
 
-    func post(_ input: Input) {
-        lock.withLock {
-            inbox.append(input)
-            lock.broadcast()
+    nonisolated func post(_ input: Input) {
+        let queueTurn = inbox.withLock { box -> Bool in
+            box.inputs.append(input)
+            defer { box.turnQueued = true }
+            return !box.turnQueued
         }
+        if queueTurn { executor.execute { self.assumeIsolated { $0.turn() } } }
     }
 
     // MARK: TransportHost
 
-    package var me: PeerID { node.peer }
-    package var group: String { node.group }
-    package func post(_ event: TransportEvent) { post(.transport(event)) }
-    package func onNodeThread(_ body: @escaping @Sendable () -> Void) { post(.call(body)) }
-    package func newLinkID() -> LinkID { nextLink.add(1, ordering: .relaxed).oldValue }
-    package func countFailedConnection() { host.updateCounters { $0.failedConnections += 1 } }
+    package nonisolated func post(_ event: TransportEvent) { post(.transport(event)) }
+    package nonisolated func onNodeThread(_ body: @escaping @Sendable () -> Void) { executor.execute(body) }
+    package nonisolated func newLinkID() -> LinkID { nextLink.add(1, ordering: .relaxed).oldValue }
+    package nonisolated func countFailedConnection() { host.updateCounters { $0.failedConnections += 1 } }
 
-    // MARK: node thread
+    // MARK: On the actor
 
-    /// Node-thread state.
+    var transports: [any Transport] = []
+    var carrier: [MeshTransport: any Transport] = [:]
+    /// Why a radio has no transport here (advertising over it fails with this reason).
+    var missing: [MeshTransport: String] = [:]
     var links: [LinkID: LinkIO] = [:]
     var transportState: [MeshTransport: (active: Bool, error: String?)] = [:]
     var discoveryDetail: [MeshTransport: String] = [:]
     /// The last problem each transport reported (logged once, not at every retry).
     var lastTransportError: [MeshTransport: String] = [:]
+    var lastSequence: Int64
+    var lastPublish = 0
+    /// When the next timed turn is queued for (nil: none).
+    var timedTurnAt: Int?
 
-    func nodeLoop() {
-        var lastSequence = node.store.lastSequence
-        var lastPublish = 0
+    func begin() {
+        (transports, carrier, missing) = started.withLock { $0 }
         feed(.start, now: monotonicMillis())
-        while !isStopping {
-            let wakeIn: Int = core.nextWake.map { max(0, min(100, Int($0) - monotonicMillis())) } ?? 100
-            let batch: [Input] = lock.withLock {
-                if inbox.isEmpty && wakeIn > 0 { lock.wait(timeoutMillis: wakeIn) }
-                let b = inbox
-                inbox.removeAll(keepingCapacity: true)
-                return b
-            }
-            let now = monotonicMillis()
-            nodeBeat.store(now, ordering: .relaxed)
-            // Frames that arrived together on one link go to the core together (the replicator
-            // applies consecutive document frames in one transaction).
-            var run: (link: LinkID, frames: [PreparedFrame])?
-            func flush() {
-                if let r = run { feed(.frames(r.link, r.frames), now: now) }
-                run = nil
-            }
-            for input in batch {
-                if case .frame(let id, let frame, let bytes) = input {
-                    host.updateCounters { $0.messagesReceived += 1; $0.bytesReceived += bytes + 4 }
-                    if run?.link == id { run!.frames.append(frame) } else { flush(); run = (id, [frame]) }
-                    continue
-                }
-                flush()
-                handle(input, now: now)
-            }
-            flush()
-            if let w = core.nextWake, UInt64(now) >= w { feed(.tick, now: now) }
-            let seq = node.store.lastSequence
-            if seq != lastSequence {
-                lastSequence = seq
-                feed(.localChangesCommitted, now: now)
-            }
-            if now - lastPublish >= 250 {
-                lastPublish = now
-                publish()
-            }
-        }
+        turn()
+    }
+
+    func end() {
         feed(.stop, now: monotonicMillis())
         for io in links.values { io.close() }
         publish()
+    }
+
+    /// One turn: what was posted (frames of one link together), then timers, local commits and
+    /// status; then the next timed turn (at the core's next wake, at most 100 ms away).
+    func turn() {
+        guard !isStopping else { return }
+        let now = monotonicMillis()
+        nodeBeat.store(now, ordering: .relaxed)
+        let batch = inbox.withLock { box -> [Input] in
+            defer { box = ([], false) }
+            return box.inputs
+        }
+        drain(batch, now: now)
+        if let w = core.nextWake, UInt64(now) >= w { feed(.tick, now: now) }
+        let seq = node.store.lastSequence
+        if seq != lastSequence {
+            lastSequence = seq
+            feed(.localChangesCommitted, now: now)
+        }
+        if now - lastPublish >= 250 {
+            lastPublish = now
+            publish()
+        }
+        let next = min(now + 100, core.nextWake.map { max(now + 1, Int($0)) } ?? now + 100)
+        if timedTurnAt.map({ next < $0 || $0 <= now }) ?? true {
+            timedTurnAt = next
+            executor.at(next) {
+                self.assumeIsolated { me in
+                    if me.timedTurnAt == next { me.timedTurnAt = nil }
+                    me.turn()
+                }
+            }
+        }
+    }
+
+    /// Frames that arrived together on one link go to the core together (the replicator applies
+    /// consecutive document frames in one transaction).
+    func drain(_ batch: [Input], now: Int) {
+        var run: (link: LinkID, frames: [PreparedFrame])?
+        func flush() {
+            if let r = run { feed(.frames(r.link, r.frames), now: now) }
+            run = nil
+        }
+        for input in batch {
+            if case .frame(let id, let frame, let bytes) = input {
+                host.updateCounters { $0.messagesReceived += 1; $0.bytesReceived += bytes + 4 }
+                if run?.link == id { run!.frames.append(frame) } else { flush(); run = (id, [frame]) }
+                continue
+            }
+            flush()
+            handle(input, now: now)
+        }
+        flush()
     }
 
     /// One input from the inbox (frames are batched by the loop).
@@ -225,8 +259,6 @@ package final class ReplicationDriver: TransportHost, @unchecked Sendable {  // 
             feed(.linkClosed(id), now: now)
         case .transport(let event):
             handle(event, now: now)
-        case .call(let body):
-            body()
         case .retryNetworks:
             log.info(.mesh, "retrying the radios now (retryNetworks)")
             feed(.retryNetworks, now: now)

@@ -58,7 +58,7 @@ struct ReplicationService: Service {
             let core = GatewayCore(peer: identity.peerID, group: site.group, store: store, clock: clock, collections: collections,
                                    replication: limits, mesh: MeshSettings(mesh, transports: transports), sequenceBase: wall,
                                    fallbackSeed: wall ^ UInt64(getpid()))
-            let driver = ReplicationDriver(
+            let driver = try ReplicationDriver(
                 core: core, host: gw,
                 serverTLS: try TLSContext(role: .server, identity: identity, authenticator: authenticator),
                 clientTLS: try TLSContext(role: .client, identity: identity, authenticator: authenticator))

@@ -78,14 +78,15 @@ struct GatewayCoreTests {
         let medium = LocalMedium()
         let recording = Recording()
         let host = QuietHost()
-        let driverA = ReplicationDriver(core: coreA, host: host, serverTLS: try TLSContext(role: .server, identity: a, authenticator: auth),
-                                        clientTLS: try TLSContext(role: .client, identity: a, authenticator: auth))
-        driverA.tap = { input, now, actions in recording.calls.withLock { $0.append((input, now, actions.map { "\($0)" })) } }
-        let driverB = ReplicationDriver(core: coreB, host: host, serverTLS: try TLSContext(role: .server, identity: b, authenticator: auth),
+        let storeA = coreA.node.store
+        let driverA = try ReplicationDriver(core: coreA, host: host, serverTLS: try TLSContext(role: .server, identity: a, authenticator: auth),
+                                            clientTLS: try TLSContext(role: .client, identity: a, authenticator: auth),
+                                            tap: { input, now, actions in recording.calls.withLock { $0.append((input, now, actions.map { "\($0)" })) } })
+        let driverB = try ReplicationDriver(core: coreB, host: host, serverTLS: try TLSContext(role: .server, identity: b, authenticator: auth),
                                         clientTLS: try TLSContext(role: .client, identity: b, authenticator: auth))
         driverA.start(medium: medium)
         driverB.start(medium: medium)
-        let pulled = await eventually(within: 60) { ((try? coreA.node.store.stats().documents) ?? 0) >= 40 }
+        let pulled = await eventually(within: 60) { ((try? storeA.stats().documents) ?? 0) >= 40 }
         driverA.stop()
         driverB.stop()
         #expect(pulled, "A pulled B's 40 documents over the in-process medium")
@@ -94,7 +95,7 @@ struct GatewayCoreTests {
         #expect(calls.count >= 5, "a run has at least start, discovery, a link, frames and a close")
         #expect(calls.contains { if case .linkOpened = $0.input { return true }; return false })
         #expect(calls.contains { if case .frames = $0.input { return true }; return false })
-        coreA.node.store.close()
+        storeA.close()
 
         let replay = try Self.core(a, dir: tmp.file("replay"), wall: wall)
         var differences: [String] = []

@@ -80,6 +80,30 @@ struct TransportDoubleTests {
         func replicationEvent(_ event: ReplicationEvent) {}
     }
 
+    /// A gateway core with quick mesh timings (dials and discovery phases in tens of ms).
+    static func core(_ peer: PeerID, store: DocumentStore, seed: UInt64) throws -> GatewayCore {
+        var mesh = MeshSettings()
+        mesh.advertisingDelayMillis = 20
+        mesh.connectDelayMillis = 20
+        mesh.discoveryPauseMillis = 200
+        mesh.discoveryPauseJitterMillis = 0
+        mesh.discoveryMillis = 200
+        return GatewayCore(peer: peer, group: "transport.double", store: store, clock: try NodeClock(store: store),
+                           collections: [CollectionPolicy(name: .default)], replication: ReplicationSettings(), mesh: mesh,
+                           sequenceBase: 1, fallbackSeed: seed)
+    }
+
+    /// One gateway on the test transport, started, with `documents` written before it starts.
+    static func gateway(_ id: Identity, store: DocumentStore, seed: UInt64, documents: Int, wire: Wire,
+                        authenticator: PeerAuthenticator) throws -> (ReplicationDriver, PipeTransport) {
+        let core = try Self.core(id.peerID, store: store, seed: seed)
+        for n in 0..<documents { _ = try core.node.writer.put(.default, id: DocumentID("d\(n)"), body: #"{"n":\#(n)}"#) }
+        let transport = try PipeTransport(wire: wire, identity: id, authenticator: authenticator)
+        let driver = try ReplicationDriver(core: core, host: QuietHost(), serverTLS: transport.serverTLS, clientTLS: transport.clientTLS)
+        try driver.start(transports: [transport], missing: [.bluetooth: "not in this test"])
+        return (driver, transport)
+    }
+
     @Test("two drivers find each other and replicate over a transport written in the test")
     func newTransportNeedsNoDriverChange() async throws {
         let tmp = TemporaryDirectory(prefix: "shoal-transport-double")
@@ -93,19 +117,7 @@ struct TransportDoubleTests {
         for (i, id) in ids.enumerated() {
             let store = try DocumentStore.open(StoreOptions(path: tmp.file("\(i).db")), logger: Logger(sink: MemoryLogSink(), level: .none))
             try store.createCollection(.default)
-            var mesh = MeshSettings()
-            mesh.advertisingDelayMillis = 20
-            mesh.connectDelayMillis = 20
-            mesh.discoveryPauseMillis = 200
-            mesh.discoveryPauseJitterMillis = 0
-            mesh.discoveryMillis = 200
-            let core = GatewayCore(peer: id.peerID, group: "transport.double", store: store, clock: try NodeClock(store: store),
-                                   collections: [CollectionPolicy(name: .default)], replication: ReplicationSettings(), mesh: mesh,
-                                   sequenceBase: 1, fallbackSeed: UInt64(i + 1))
-            if i == 1 { for n in 0..<25 { _ = try core.node.writer.put(.default, id: DocumentID("d\(n)"), body: #"{"n":\#(n)}"#) } }
-            let transport = try PipeTransport(wire: wire, identity: id, authenticator: auth)
-            let driver = ReplicationDriver(core: core, host: QuietHost(), serverTLS: transport.serverTLS, clientTLS: transport.clientTLS)
-            try driver.start(transports: [transport], missing: [.bluetooth: "not in this test"])
+            let (driver, transport) = try Self.gateway(id, store: store, seed: UInt64(i + 1), documents: i == 1 ? 25 : 0, wire: wire, authenticator: auth)
             drivers.append(driver)
             transports.append(transport)
             stores.append(store)
