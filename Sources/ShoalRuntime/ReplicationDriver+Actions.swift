@@ -128,6 +128,7 @@ extension ReplicationDriver {
             break  // the core hands gossip to the mesh
         case .linkClosed(let link, let peer, let error):
             host.updateCounters { _ = $0.peers.removeValue(forKey: String(link)) }
+            if let error { linkChildren.failed(link, because: "\(error)") }
             if let error {
                 log.warning(.replication, "link \(link) to \(peer?.description ?? "unknown peer") closed: \(error)")
             } else {

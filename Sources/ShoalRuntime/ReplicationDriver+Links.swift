@@ -21,6 +21,7 @@ extension ReplicationDriver {
         var decoder = FrameDecoder(limit: ReplicationMessage.frameLimit)
         var buffer = [UInt8](repeating: 0, count: 64 * 1024)
         let bodyLimit = maxBodyBytes
+        var failure: String?
         loop: while !isStopping && !io.isClosed {
             do {
                 for payload in io.takeOutbox() {
@@ -42,6 +43,7 @@ extension ReplicationDriver {
                 continue
             } catch {
                 log.verbose(.replication, "link \(io.id): \(error)")
+                if !io.isClosed && !isStopping { failure = "\(error)" }
                 break loop
             }
         }
@@ -53,7 +55,7 @@ extension ReplicationDriver {
         if let drained = (io.stream as? L2CAPStream)?.drainedWhileWriting ?? (io.stream as? TCPStream)?.drainedWhileWriting, drained > 0 {
             log.verbose(.replication, "link \(io.id) (\(io.transport.rawValue)) read \(drained) bytes while its writes waited for the peer")
         }
-        if announced { post(.closed(io.id)) } else { log.debug(.mesh, "a peer probed us (\(io.session.peerID.short))") }
+        if announced { post(.closed(io.id, error: failure)) } else { log.debug(.mesh, "a peer probed us (\(io.session.peerID.short))") }
     }
 }
 

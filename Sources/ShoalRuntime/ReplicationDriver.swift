@@ -6,6 +6,7 @@ import ShoalLinux
 import ShoalMesh
 import ShoalReplication
 import ShoalStore
+import ShoalSupervision
 import ShoalTLS
 import ShoalWire
 import Synchronization
@@ -47,7 +48,8 @@ package actor ReplicationDriver: TransportHost {
         /// An authenticated link: dialled by us (outgoing) or accepted.
         case opened(LinkID, LinkIO, outgoing: Bool)
         case frame(LinkID, PreparedFrame, bytes: Int)
-        case closed(LinkID)
+        /// The link's I/O ended: `error` says why when it broke (nil: closed by us or the peer).
+        case closed(LinkID, error: String?)
         case transport(TransportEvent)
         case retryNetworks
         case radios(RadioSnapshot)
@@ -75,7 +77,10 @@ package actor ReplicationDriver: TransportHost {
     nonisolated let nodeBeat = Atomic<Int>(0)
 
     /// Fails only if the system refuses to make the driver's thread.
+    /// `children`: where the links appear in the supervision tree (the replication service's
+    /// report and path); nil: nowhere.
     package init(core: GatewayCore, host: any ReplicationHost, serverTLS: TLSContext, clientTLS: TLSContext,
+                 children: (report: SupervisionReport, path: String)? = nil,
                  tap: (@Sendable (GatewayCore.Input, UInt64, [GatewayCore.Action]) -> Void)? = nil) throws(SystemError) {
         guard let executor = ThreadExecutor(name: "repl-node") else { throw SystemError(call: "pthread_create", code: EAGAIN) }
         self.executor = executor
@@ -88,6 +93,7 @@ package actor ReplicationDriver: TransportHost {
         group = core.node.group
         maxBodyBytes = core.node.store.options.maxBodyBytes
         lastSequence = core.node.store.lastSequence
+        linkChildren = LinkChildren(report: children?.report, path: children?.path ?? "replication")
     }
 
     package nonisolated var log: Logger { host.logger }
@@ -176,9 +182,16 @@ package actor ReplicationDriver: TransportHost {
     /// The last problem each transport reported (logged once, not at every retry).
     var lastTransportError: [MeshTransport: String] = [:]
     var lastSequence: Int64
+    /// One child per linked peer, in the supervision tree.
+    var linkChildren: LinkChildren
     var lastPublish = 0
     /// When the next timed turn is queued for (nil: none).
     var timedTurnAt: Int?
+
+    /// The links held to `peer` now, in order (what tests compare before and after a fault).
+    package func links(to peer: PeerID) -> [LinkID] {
+        links.filter { core.keeps($0.key) && $0.value.session.peerID == peer }.map(\.key).sorted()
+    }
 
     func begin() {
         (transports, carrier, missing) = started.withLock { $0 }
@@ -251,11 +264,17 @@ package actor ReplicationDriver: TransportHost {
         case .opened(let id, let io, let outgoing):
             links[id] = io
             feed(.linkOpened(id, peer: io.session.peerID, io.transport, outgoing: outgoing), now: now)
-            if core.keeps(id) { carrier[io.transport]?.linkKept(io) }
+            if core.keeps(id) {
+                carrier[io.transport]?.linkKept(io)
+                linkChildren.opened(id, peer: io.session.peerID)
+            }
         case .frame(let id, let frame, _):
             feed(.frames(id, [frame]), now: now)
-        case .closed(let id):
-            if let io = links.removeValue(forKey: id) { carrier[io.transport]?.linkEnded(io) }
+        case .closed(let id, let error):
+            if let io = links.removeValue(forKey: id) {
+                carrier[io.transport]?.linkEnded(io)
+                linkChildren.ended(id, peer: io.session.peerID, error: error, now: now)
+            }
             feed(.linkClosed(id), now: now)
         case .transport(let event):
             handle(event, now: now)

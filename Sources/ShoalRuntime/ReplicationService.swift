@@ -49,6 +49,7 @@ struct ReplicationService: Service {
         }
         let authenticator = PeerAuthenticator.trust(roots: roots, allowedPeers: config.allowedPeers)
         let gw = gateway
+        let report = gateway.report, path = context.path
         // Seeding the TLS random generators can wait for kernel entropy on a freshly booted board,
         // and stopping waits for threads: both happen on a thread of their own, never on the pool.
         let collections = policies, limits = settings
@@ -61,7 +62,8 @@ struct ReplicationService: Service {
             let driver = try ReplicationDriver(
                 core: core, host: gw,
                 serverTLS: try TLSContext(role: .server, identity: identity, authenticator: authenticator),
-                clientTLS: try TLSContext(role: .client, identity: identity, authenticator: authenticator))
+                clientTLS: try TLSContext(role: .client, identity: identity, authenticator: authenticator),
+                children: (report, path))
             try driver.start(listen: site.listenAddress, peers: site.staticPeers, wifi: wifi, bluetooth: bluetooth)
             return driver
         }

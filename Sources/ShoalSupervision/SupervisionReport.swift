@@ -30,6 +30,21 @@ public final class SupervisionReport: Sendable {
         }
     }
 
+    /// A dynamic child (started by its parent at run time, such as one link per peer) as its
+    /// parent sees it now.
+    public func record(_ path: String, state: ChildState, restarts: Int, lastError: String?) {
+        update(path) { c in
+            c.state = state
+            c.restarts = restarts
+            c.lastError = lastError
+        }
+    }
+
+    /// A dynamic child is gone for good.
+    public func remove(_ path: String) {
+        _ = children.withLock { $0.removeValue(forKey: path) }
+    }
+
     func remove(prefix: String) {
         children.withLock { all in all = all.filter { !$0.key.hasPrefix(prefix + "/") } }
     }

@@ -161,7 +161,11 @@ public final class TLSSession: @unchecked Sendable {
             if rc == 0 || rc == MBEDTLS_ERR_SSL_PEER_CLOSE_NOTIFY || rc == MBEDTLS_ERR_SSL_CONN_EOF { return 0 }
             if rc == MBEDTLS_ERR_SSL_WANT_READ || rc == MBEDTLS_ERR_SSL_WANT_WRITE { continue }
             if rc == MBEDTLS_ERR_SSL_TIMEOUT { throw .timeout }
-            if rc == MBEDTLS_ERR_NET_CONN_RESET { return 0 }
+            if rc == MBEDTLS_ERR_NET_CONN_RESET {
+                // The stream ended: closed (end of stream), or broken (an I/O error, said as one).
+                if case .failed(let why)? = io.failure { throw .io(why) }
+                return 0
+            }
             throw .protocolError(MbedTLS.describe(rc))
         }
     }
@@ -176,7 +180,10 @@ public final class TLSSession: @unchecked Sendable {
             if rc > 0 { offset += Int(rc); continue }
             if rc == MBEDTLS_ERR_SSL_WANT_READ || rc == MBEDTLS_ERR_SSL_WANT_WRITE { continue }
             if rc == MBEDTLS_ERR_SSL_TIMEOUT { throw .timeout }
-            if rc == MBEDTLS_ERR_NET_CONN_RESET { throw .closed }
+            if rc == MBEDTLS_ERR_NET_CONN_RESET {
+                if case .failed(let why)? = io.failure { throw .io(why) }
+                throw .closed
+            }
             throw .protocolError(MbedTLS.describe(rc))
         }
     }

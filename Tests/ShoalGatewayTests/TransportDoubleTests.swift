@@ -6,6 +6,7 @@ import ShoalMesh
 import ShoalReplication
 import ShoalRuntime
 import ShoalStore
+import ShoalSupervision
 import ShoalTesting
 import ShoalTLS
 
@@ -27,6 +28,8 @@ struct TransportDoubleTests {
         let clientTLS: TLSContext
         var host: (any TransportHost)?
         let asked = Mutex<[String]>([])
+        /// Our ends of the links to each peer (`breakLinks` fails them).
+        let ends = Mutex<[PeerID: [BreakableStream]]>([:])
 
         init(wire: Wire, identity: Identity, authenticator: PeerAuthenticator) throws {
             self.wire = wire
@@ -59,7 +62,10 @@ struct TransportDoubleTests {
             guard let callee = wire.members.withLock({ $0[peer] }), let calleeHost = callee.host else {
                 return host.post(.dialFailed(peer, kind, reason: "not on the wire"))
             }
-            let (mine, theirs) = MemoryPipe.pair()
+            let (a, b) = MemoryPipe.pair()
+            let mine = BreakableStream(a), theirs = BreakableStream(b)
+            ends.withLock { $0[peer, default: []].append(mine) }
+            callee.ends.withLock { $0[host.me, default: []].append(theirs) }
             calleeHost.spawn("test-accept") { calleeHost.acceptAndRun(theirs, over: kind, from: "over the test wire", context: callee.serverTLS) }
             host.spawn("test-dial") {
                 guard let session = host.handshake(mine, expecting: peer, over: kind, at: "the test wire", context: self.clientTLS) else { return }
@@ -70,6 +76,33 @@ struct TransportDoubleTests {
         func stop() {
             if let host { wire.members.withLock { $0[host.me] = nil } }
         }
+
+        /// Our links to `peer` fail with an I/O error at their next read or write.
+        func breakLinks(to peer: PeerID) {
+            for end in ends.withLock({ $0.removeValue(forKey: peer) ?? [] }) { end.broken.store(true, ordering: .relaxed) }
+        }
+    }
+
+    /// A pipe end that fails on demand, as a link whose radio or TCP connection broke.
+    final class BreakableStream: LinkStream {
+        let pipe: MemoryPipeEnd
+        let broken = Atomic<Bool>(false)
+        init(_ pipe: MemoryPipeEnd) { self.pipe = pipe }
+
+        func read(into buffer: UnsafeMutableRawBufferPointer, timeoutMillis: Int) throws(StreamError) -> Int {
+            if broken.load(ordering: .relaxed) { throw .failed("connection reset (test)") }
+            let n = try pipe.read(into: buffer, timeoutMillis: timeoutMillis)
+            if broken.load(ordering: .relaxed) { throw .failed("connection reset (test)") }
+            return n
+        }
+
+        func write(_ bytes: UnsafeRawBufferPointer, timeoutMillis: Int) throws(StreamError) -> Int {
+            if broken.load(ordering: .relaxed) { throw .failed("connection reset (test)") }
+            return try pipe.write(bytes, timeoutMillis: timeoutMillis)
+        }
+
+        func close() { pipe.close() }
+        func wake() { pipe.wake() }
     }
 
     final class QuietHost: ReplicationHost {
@@ -88,6 +121,7 @@ struct TransportDoubleTests {
         mesh.discoveryPauseMillis = 200
         mesh.discoveryPauseJitterMillis = 0
         mesh.discoveryMillis = 200
+        mesh.initialDiscoveryMillis = 200
         return GatewayCore(peer: peer, group: "transport.double", store: store, clock: try NodeClock(store: store),
                            collections: [CollectionPolicy(name: .default)], replication: ReplicationSettings(), mesh: mesh,
                            sequenceBase: 1, fallbackSeed: seed)
@@ -95,11 +129,12 @@ struct TransportDoubleTests {
 
     /// One gateway on the test transport, started, with `documents` written before it starts.
     static func gateway(_ id: Identity, store: DocumentStore, seed: UInt64, documents: Int, wire: Wire,
-                        authenticator: PeerAuthenticator) throws -> (ReplicationDriver, PipeTransport) {
+                        authenticator: PeerAuthenticator, report: SupervisionReport? = nil) throws -> (ReplicationDriver, PipeTransport) {
         let core = try Self.core(id.peerID, store: store, seed: seed)
         for n in 0..<documents { _ = try core.node.writer.put(.default, id: DocumentID("d\(n)"), body: #"{"n":\#(n)}"#) }
         let transport = try PipeTransport(wire: wire, identity: id, authenticator: authenticator)
-        let driver = try ReplicationDriver(core: core, host: QuietHost(), serverTLS: transport.serverTLS, clientTLS: transport.clientTLS)
+        let driver = try ReplicationDriver(core: core, host: QuietHost(), serverTLS: transport.serverTLS, clientTLS: transport.clientTLS,
+                                           children: report.map { ($0, "root/replication-\(id.peerID.short)") })
         try driver.start(transports: [transport], missing: [.bluetooth: "not in this test"])
         return (driver, transport)
     }
