@@ -47,7 +47,7 @@ public struct BoardConfig: Sendable, Equatable {
     /// The Bluetooth adapter (`hci0`), or nil for none.
     public var bluetoothAdapter: String?
     public var storagePath: String
-    public var durability: String
+    public var durability: StorageDurability
     public var controlSocket: String
     public var mesh = MeshOptions()
     public var log = LogSettings()
@@ -85,4 +85,10 @@ public struct LogSettings: Sendable, Equatable {
         }
         try reader.finish()
     }
+}
+
+/// How hard the store works to keep an acknowledged write (`storage.durability`): `full` survives
+/// power loss; `normal` is faster and may lose the last commits.
+public enum StorageDurability: String, Sendable, Equatable, CaseIterable {
+    case full, normal
 }

@@ -74,7 +74,7 @@ public struct ConfigLoader: Sendable {
         try b.finish()
 
         var board = BoardConfig(id: id, name: boardName, support: support, model: model,
-                                storagePath: "/var/lib/shoal", durability: "full", controlSocket: "/run/shoal/control.sock")
+                                storagePath: "/var/lib/shoal", durability: .full, controlSocket: "/run/shoal/control.sock")
         board.sources = sources
 
         if var r = try top.mapping("led") {
@@ -122,10 +122,10 @@ public struct ConfigLoader: Sendable {
         if var r = try top.mapping("storage") {
             board.storagePath = try r.requiredString("path")
             let d = try r.string("durability", default: "full")
-            guard d == "full" || d == "normal" else {
+            guard let durability = StorageDurability(rawValue: d) else {
                 throw ConfigError(mark: r.mark(of: "durability"), key: "storage.durability", message: "\"\(d)\" is not one of: full, normal")
             }
-            board.durability = d
+            board.durability = durability
             try r.finish()
         }
         if var r = try top.mapping("control") {
@@ -224,14 +224,14 @@ public struct ConfigLoader: Sendable {
             }
             try r.finish()
         }
-        var transports = ["wifi"]
+        var transports: [SiteTransport] = [.wifi]
         if let list = try top.sequence("transports") {
             transports = []
             for (i, item) in list.enumerated() {
-                guard case .scalar(let text, _) = item.value, text == "wifi" || text == "bluetooth" else {
+                guard case .scalar(let text, _) = item.value, let transport = SiteTransport(rawValue: text) else {
                     throw ConfigError(mark: item.mark, key: "transports[\(i)]", message: "expected wifi or bluetooth")
                 }
-                if !transports.contains(text) { transports.append(text) }
+                if !transports.contains(transport) { transports.append(transport) }
             }
             guard !transports.isEmpty else {
                 throw ConfigError(mark: top.mark(of: "transports"), key: "transports", message: "name at least one transport: [wifi], [bluetooth] or [wifi, bluetooth]")
@@ -245,7 +245,7 @@ public struct ConfigLoader: Sendable {
                               meshNode: mesh, logNode: log, source: file)
         site.transports = transports
         // Validate the overrides now, so a bad site file fails at load, not at first use.
-        _ = try applying(site, to: BoardConfig(id: "check", name: "check", support: .simulated, storagePath: "/", durability: "full", controlSocket: "/"))
+        _ = try applying(site, to: BoardConfig(id: "check", name: "check", support: .simulated, storagePath: "/", durability: .full, controlSocket: "/"))
         site.source = file
         return site
     }

@@ -20,7 +20,7 @@ public struct SiteConfig: Sendable, Equatable {
     /// The radios this site syncs over (the Couchbase seed's `transports`; default Wi-Fi only).
     /// Wi-Fi means TCP to static peers and, where the board names a Wi-Fi interface, DNS-SD
     /// discovery through avahi-daemon.
-    public var transports: [String] = ["wifi"]
+    public var transports: [SiteTransport] = [.wifi]
     /// Days of validity for an identity the gateway creates for itself.
     public var identityValidDays: Int64 = 365
     /// The site's `mesh:` and `log:` mappings, applied over the board's.
@@ -84,4 +84,9 @@ public struct HostPort: Sendable, Equatable, CustomStringConvertible {
 
     public var isIPv6: Bool { host.contains(":") }
     public var description: String { isIPv6 ? "[\(host)]:\(port)" : "\(host):\(port)" }
+}
+
+/// A radio a site syncs over (`transports:` in the site file).
+public enum SiteTransport: String, Sendable, Equatable, CaseIterable {
+    case wifi, bluetooth
 }

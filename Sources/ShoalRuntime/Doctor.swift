@@ -106,7 +106,7 @@ public enum Doctor {
 
     static func radioChecks(_ board: BoardConfig, _ site: SiteConfig, _ env: Environment) -> [Check] {
         var out: [Check] = []
-        let wifi = site.transports.contains("wifi")
+        let wifi = site.transports.contains(.wifi)
         if let i = board.wifiInterface {
             let s = env.interfaceState(i)
             switch s {
@@ -128,7 +128,7 @@ public enum Doctor {
                              fix: wifi ? "only static peers (replication.peers) can link this gateway" : nil))
         }
         if let a = board.bluetoothAdapter {
-            let wanted = site.transports.contains("bluetooth")
+            let wanted = site.transports.contains(.bluetooth)
             out.append(env.bluetoothAdapter(a) != nil
                 ? Check(name: "bluetooth adapter", outcome: .pass, detail: "\(a) present")
                 : Check(name: "bluetooth adapter", outcome: wanted ? .fail : .warn, detail: "no adapter \(a)",

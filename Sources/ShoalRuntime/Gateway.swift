@@ -102,7 +102,7 @@ public final class Gateway: Sendable {
         var status = GatewayStatus(
             state: state, version: ShoalVersion.current, boardID: board.id, boardName: board.name,
             boardSupport: board.support.rawValue, group: site.group, serviceType: GroupID(site.group).serviceType,
-            uptimeSeconds: uptimeSeconds, storePath: storePath, durability: board.durability,
+            uptimeSeconds: uptimeSeconds, storePath: storePath, durability: board.durability.rawValue,
             documents: stats?.documents ?? 0, tombstones: stats?.tombstones ?? 0, collections: collections,
             lastSequence: stats?.lastSequence ?? 0, meshState: mesh.state.rawValue,
             connectedPeers: mesh.counters.connectedPeers,

@@ -21,29 +21,36 @@ struct IdentityService: Service {
         var lastPeer: PeerID?
         repeat {
             context.heartbeat()
-            let outcome: Result<(Identity, String?), TLSError> = (try? await gateway.storeThread.run { () -> Result<(Identity, String?), TLSError> in
+            let outcome: Result<(Identity, IdentityOutcome), TLSError> = (try? await gateway.storeThread.run { () -> Result<(Identity, IdentityOutcome), TLSError> in
                 do throws(TLSError) {
                     let now = Identity.now()
                     if let existing = try store.find(label) {
                         let selfSigned = existing.certificate.issuer == existing.certificate.subject
-                        if now + 86_400 < existing.certificate.notAfter { return .success((existing, nil)) }
+                        if now + 86_400 < existing.certificate.notAfter { return .success((existing, .kept)) }
                         if !selfSigned {
                             let state = now >= existing.certificate.notAfter ? "has expired" : "expires within a day"
-                            return .success((existing, "CA-signed identity \(label) \(state); re-issue it with `shoal identity create --force --ca-key … --ca-cert …`"))
+                            return .success((existing, .problem("CA-signed identity \(label) \(state); re-issue it with `shoal identity create --force --ca-key … --ca-cert …`")))
                         }
                     }
                     let fresh = try Identity.createSelfSigned(.init(commonName: commonName, validDays: days))
                     try store.save(fresh, label: label)
-                    return .success((fresh, "created"))
+                    return .success((fresh, .created))
                 } catch {
                     return .failure(error)
                 }
             }) ?? .failure(.io("the store thread is overloaded"))
             switch outcome {
             case .success(let (identity, note)):
-                gateway.setIdentity(identity, problem: note == "created" ? nil : note)
-                if note == "created" { gateway.logger.info(.tls, "created identity \(label) in \(gateway.identityDirectory): peer id \(identity.peerID)") }
-                else if let note { gateway.logger.error(.tls, note) }
+                switch note {
+                case .kept:
+                    gateway.setIdentity(identity, problem: nil)
+                case .created:
+                    gateway.setIdentity(identity, problem: nil)
+                    gateway.logger.info(.tls, "created identity \(label) in \(gateway.identityDirectory): peer id \(identity.peerID)")
+                case .problem(let why):
+                    gateway.setIdentity(identity, problem: why)
+                    gateway.logger.error(.tls, why)
+                }
                 if lastPeer != identity.peerID {
                     gateway.logger.info(.tls, "identity \(label): peer id \(identity.peerID), valid until \(IdentityText.date(identity.certificate.notAfter))")
                     lastPeer = identity.peerID
@@ -88,4 +95,12 @@ public enum IdentityDefaults {
         }
         return "shoal-\(label)"
     }
+}
+
+/// What the identity service found at one look: the identity kept as it is, a new one created
+/// (first boot, or a self-signed one renewed), or one it cannot fix by itself.
+enum IdentityOutcome: Sendable {
+    case kept
+    case created
+    case problem(String)
 }

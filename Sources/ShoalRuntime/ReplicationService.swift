@@ -37,11 +37,11 @@ struct ReplicationService: Service {
             roots = [ca]  // a CA-signed gateway with no authenticator trusts its own CA
         }
         // Wi-Fi discovery runs where the site syncs over Wi-Fi and the board names a Wi-Fi interface.
-        let wifi: ReplicationDriver.WifiDiscovery? = site.transports.contains("wifi") && gateway.board.wifiInterface != nil
+        let wifi: ReplicationDriver.WifiDiscovery? = site.transports.contains(.wifi) && gateway.board.wifiInterface != nil
             ? .init(serviceType: GroupID(site.group).serviceType, serviceName: "shoal-\(identity.peerID.short)", interface: gateway.board.wifiInterface)
             : nil
         // Bluetooth LE where the site syncs over it and the board names an adapter.
-        let bluetooth: ReplicationDriver.BluetoothDiscovery? = site.transports.contains("bluetooth")
+        let bluetooth: ReplicationDriver.BluetoothDiscovery? = site.transports.contains(.bluetooth)
             ? gateway.board.bluetoothAdapter.map { .init(adapter: $0, serviceUUID: GroupID(site.group).bleServiceUUID) }
             : nil
         if roots.isEmpty && config.allowedPeers.isEmpty && (site.listenAddress != nil || !site.staticPeers.isEmpty || wifi != nil || bluetooth != nil) {
@@ -55,7 +55,7 @@ struct ReplicationService: Service {
         let collections = policies, limits = settings
         let driver = try await gateway.storeThread.run { () throws -> ReplicationDriver in
             let wall = NodeClock.systemWallMillis()
-            let transports = Set(site.transports.compactMap(MeshTransport.init(rawValue:)))
+            let transports = Set(site.transports.map { t -> MeshTransport in t == .wifi ? .wifi : .bluetooth })
             let core = GatewayCore(peer: identity.peerID, group: site.group, store: store, clock: clock, collections: collections,
                                    replication: limits, mesh: MeshSettings(mesh, transports: transports), sequenceBase: wall,
                                    fallbackSeed: wall ^ UInt64(getpid()))

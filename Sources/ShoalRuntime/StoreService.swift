@@ -12,7 +12,7 @@ struct StoreService: Service {
     let gateway: Gateway
 
     func run(context: ServiceContext) async throws {
-        let options = StoreOptions(path: gateway.storePath, durability: gateway.board.durability == "normal" ? .normal : .full)
+        let options = StoreOptions(path: gateway.storePath, durability: gateway.board.durability == .normal ? .normal : .full)
         let logger = gateway.logger
         let collections = gateway.site.collections.map(\.name)
         let (store, clock) = try await gateway.storeThread.run { () throws -> (DocumentStore, NodeClock) in

@@ -69,7 +69,7 @@ extension CLI {
             "console": ["device": .string(b.console.device), "baud": .int(b.console.baud), "statusIntervalSeconds": .int(b.console.statusIntervalSeconds)],
             "wifi": ["interface": .string(b.wifiInterface ?? "none")],
             "bluetooth": ["adapter": .string(b.bluetoothAdapter ?? "none")],
-            "storage": ["path": .string(b.storagePath), "durability": .string(b.durability)],
+            "storage": ["path": .string(b.storagePath), "durability": .string(b.durability.rawValue)],
             "control": ["socket": .string(b.controlSocket)],
             "mesh": .object(mesh),
             "log": ["level": .string(b.log.level.name), "domains": .object(domains)],

@@ -226,7 +226,7 @@ struct SiteConfigTests {
     @Test("transports and IPv6 addresses: the seed's default is Wi-Fi only; [::] and link-local with a zone parse")
     func transportsAndAddresses() throws {
         let plain = try repoLoader.loadSite(text: "group: g\n", file: "site.yaml")
-        #expect(plain.transports == ["wifi"])
+        #expect(plain.transports == [.wifi])
         let site = try repoLoader.loadSite(text: """
             group: g
             transports: [bluetooth, wifi, wifi]
@@ -234,7 +234,7 @@ struct SiteConfigTests {
               listen: "[::]:4984"
               peers: ["[fe80::2%eth0]:4984", 192.168.1.20:4984]
             """, file: "site.yaml")
-        #expect(site.transports == ["bluetooth", "wifi"])
+        #expect(site.transports == [.bluetooth, .wifi])
         #expect(site.listenAddress == HostPort(host: "::", port: 4984))
         #expect(site.staticPeers == [HostPort(host: "fe80::2%eth0", port: 4984), HostPort(host: "192.168.1.20", port: 4984)])
         #expect(site.staticPeers[0].description == "[fe80::2%eth0]:4984" && site.staticPeers[1].description == "192.168.1.20:4984")
