@@ -15,7 +15,8 @@ import ShoalWire
 /// - gossip received by the replicator goes to the mesh; a link whose HELLOs are done tells the
 ///   mesh it replicates (a Wi-Fi handover then closes the Bluetooth LE link);
 /// - documents moving mark the link busy until `busyQuietMillis` pass quietly;
-/// - only links on the mesh's spanning tree carry our changes (refreshed after every input);
+/// - only links on the mesh's spanning tree carry our changes (refreshed when a link opens or
+///   closes, and at every replication tick for what gossip moved);
 /// - a link closed by either part is closed in both at once; the driver tears down its I/O and
 ///   may report `.linkClosed` later, which is then a no-op;
 /// - slow links (Bluetooth LE) get our gossip again when quiet and are closed when silent, since
@@ -158,17 +159,18 @@ public final class GatewayCore {
         case .localChangesCommitted: run.replication(node.localChangesCommitted(), self)
         case .fatal(let why): run.mesh(mesh.handle(.fatal(why), now: now), self)
         }
-        refreshTree(&run)
-        assert(mesh.linkedPeerCount <= mesh.settings.maxConnectionCount, "linked to more peers than maxConnectionCount")
+        if run.linksChanged { refreshTree(&run) }
         return run.out
     }
 
     func opened(_ id: LinkID, _ peer: PeerID, _ t: MeshTransport, outgoing: Bool, _ run: inout Run) {
         let decided = mesh.handle(outgoing ? .outgoingOpened(id, peer, t) : .incoming(id, peer, t), now: run.now)
+        precondition(mesh.linkedPeerCount <= mesh.settings.maxConnectionCount, "linked to more peers than maxConnectionCount")
         if mesh.keeps(id) {
             links[id] = LinkState(transport: t, heardAt: t == .bluetooth ? run.now : nil, keptAliveAt: t == .bluetooth ? run.now : nil)
             // HELLO goes first; the mesh's gossip for this link after it.
             run.replication(node.linkOpened(id, neighbours: mesh.neighbours, slow: t == .bluetooth), self)
+            run.linksChanged = true
         } else if !decided.contains(where: { if case .close(id, _) = $0 { return true }; return false }) {
             run.out.append(.close(id, reason: "the mesh did not keep it"))
         }
@@ -183,7 +185,7 @@ public final class GatewayCore {
 
     /// A link is gone (closed by its I/O, or by one of the parts): both parts forget it.
     func forget(_ id: LinkID, _ run: inout Run) {
-        links[id] = nil
+        if links.removeValue(forKey: id) != nil { run.linksChanged = true }
         run.replication(node.linkClosed(id, now: run.now), self)
         run.mesh(mesh.handle(.closed(id), now: run.now), self)
     }
@@ -195,6 +197,7 @@ public final class GatewayCore {
         run.replication(node.tick(now: run.now), self)
         quietLinks(&run)
         keepSlowLinksAlive(&run)
+        refreshTree(&run)
     }
 
     func stop(_ run: inout Run) {
@@ -243,6 +246,9 @@ public final class GatewayCore {
     struct Run {
         let now: UInt64
         var out: [Action] = []
+        /// A link opened or closed during this run: its spanning-tree flags are refreshed at once
+        /// (gossip moves the tree too, but that is caught up at the next replication tick).
+        var linksChanged = false
 
         mutating func mesh(_ actions: [MeshAction], _ core: GatewayCore) {
             for a in actions {
@@ -255,7 +261,10 @@ public final class GatewayCore {
                 case .close(let id, let reason):
                     // The mesh forgot it already; replication forgets it now.
                     out.append(.close(id, reason: reason))
-                    if core.links.removeValue(forKey: id) != nil { replication(core.node.linkClosed(id, now: now), core) }
+                    if core.links.removeValue(forKey: id) != nil {
+                        linksChanged = true
+                        replication(core.node.linkClosed(id, now: now), core)
+                    }
                 case .sendTopology(let id, let origin, let sequence, let neighbours):
                     out.append(.send(id, ReplicationMessage.topology(origin: origin, sequence: sequence, neighbours: neighbours).encoded()))
                 case .event(let e): out.append(.mesh(e))
@@ -270,7 +279,10 @@ public final class GatewayCore {
                 case .close(let id):
                     // The replicator forgot it already (it failed the link); the mesh forgets it now.
                     out.append(.close(id, reason: "replication closed it"))
-                    if core.links.removeValue(forKey: id) != nil { mesh(core.mesh.handle(.closed(id), now: now), core) }
+                    if core.links.removeValue(forKey: id) != nil {
+                        linksChanged = true
+                        mesh(core.mesh.handle(.closed(id), now: now), core)
+                    }
                 case .event(.topology(let link, _, let origin, let sequence, let neighbours)):
                     mesh(core.mesh.handle(.topology(from: link, origin: origin, sequence: sequence, neighbours: neighbours), now: now), core)
                 case .event(let e):

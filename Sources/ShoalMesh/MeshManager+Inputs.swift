@@ -182,6 +182,8 @@ extension MeshManager {
         c.busy = busy
         connections[id] = c
         out.append(.event(.peerReplicator(c.peer, c.transport, outgoing: c.outgoing, activity: busy ? .busy : .idle, error: nil)))
-        return .finish
+        // Busy or idle is what PeerInfo shows; planning never reads it, so no re-plan (timers
+        // still run at nextWake).
+        return .skip
     }
 }
