@@ -69,6 +69,7 @@ let package = Package(
         .testTarget(name: "ShoalGatewayTests", dependencies: ["ShoalGateway", "ShoalRuntime", "ShoalSim", "ShoalMesh", "ShoalReplication", "ShoalStore", "ShoalTLS", "ShoalWire", "ShoalCore", "ShoalTesting"]),
         .testTarget(name: "ShoalReplicationTests", dependencies: ["ShoalReplication", "ShoalStore", "ShoalWire", "ShoalTesting", "ShoalCore"]),
         .testTarget(name: "ShoalTLSTests", dependencies: ["ShoalTLS", "ShoalLinux", "ShoalTesting", "ShoalCore"]),
+        .testTarget(name: "ShoalLinuxTests", dependencies: ["ShoalLinux", "ShoalCore", "ShoalTesting"]),
         .testTarget(name: "ShoalLibraryTests", dependencies: ["Shoal"]),
         .testTarget(name: "ShoalCLITests", dependencies: ["shoal", "ShoalStore", "ShoalTesting", "ShoalLinux"]),
     ],

@@ -10,7 +10,7 @@ import ShoalWire
 import Synchronization
 
 /// One link's session, its outbox, and the wake-up that interrupts its read.
-package final class LinkIO: @unchecked Sendable {  // a session used by its link's thread only; the rest atomics and a lock
+package final class LinkIO: Sendable {
     package let id: LinkID
     package let session: TLSSession
     package let stream: any LinkStream
