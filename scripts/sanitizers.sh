@@ -18,7 +18,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 kinds=${*:-thread address}
-inprocess="ShoalCoreTests|ShoalStoreTests|ShoalReplicationTests|ShoalMeshTests|ShoalTLSTests|ShoalConfigTests|ShoalLibraryTests"
+inprocess="ShoalCoreTests|ShoalStoreTests|ShoalReplicationTests|ShoalMeshTests|ShoalGatewayTests|ShoalTLSTests|ShoalLinuxTests|ShoalConfigTests|ShoalLibraryTests"
 status=0
 for kind in $kinds; do
   case $kind in

@@ -148,6 +148,8 @@ package actor ReplicationDriver: TransportHost {
         if !executor.join(timeoutMillis: 1000) { log.warning(.replication, "stopping: abandoned the driver's thread (its current job did not return in 1 s)") }
         // The listeners close after their accept loops ended.
         for t in transports { t.close() }
+        // Each transport holds this driver as its host: let go of them, or neither is ever freed.
+        started.withLock { $0 = ([], [:], [:]) }
     }
 
     package nonisolated func spawn(_ name: String, _ body: @escaping @Sendable () -> Void) {
@@ -203,6 +205,8 @@ package actor ReplicationDriver: TransportHost {
         feed(.stop, now: monotonicMillis())
         for io in links.values { io.close() }
         publish()
+        transports = []
+        carrier = [:]
     }
 
     /// One turn: what was posted (frames of one link together), then timers, local commits and
