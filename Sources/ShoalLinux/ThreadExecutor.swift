@@ -75,7 +75,8 @@ public final class ThreadExecutor: SerialExecutor, @unchecked Sendable {  // que
     }
 
     /// Stops taking work: what is queued still runs (timers do not), then the thread ends. `join`
-    /// waits for that.
+    /// waits for that. An actor job enqueued after the thread ended never runs, so an `await` on
+    /// the actor then never returns: stop calling into an actor before shutting its executor down.
     public func shutdown() {
         lock.withLock {
             stopping = true

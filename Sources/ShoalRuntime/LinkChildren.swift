@@ -78,6 +78,13 @@ struct LinkChildren {
         report.record(childPath(peer), state: c.links.isEmpty ? .stopped : .running, restarts: c.restarts, lastError: c.lastError)
     }
 
+    /// The service stops: its links are gone, and so are their children.
+    mutating func removeAll() {
+        for peer in children.keys { report?.remove(childPath(peer)) }
+        children = [:]
+        failures = [:]
+    }
+
     mutating func trim() {
         let ended = children.filter { $0.value.endedAt != nil }.sorted { $0.value.endedAt! < $1.value.endedAt! }
         for (peer, _) in ended.prefix(max(0, ended.count - Self.maxEnded)) {

@@ -122,7 +122,13 @@ package actor ReplicationDriver: TransportHost {
         var carrier: [MeshTransport: any Transport] = [:]
         for t in list { for kind in t.kinds.sorted() where carrier[kind] == nil { carrier[kind] = t } }
         started.withLock { $0 = (list, carrier, missing) }
-        for t in list { try t.start(host: self) }
+        do {
+            for t in list { try t.start(host: self) }
+        } catch {
+            // Those that started (a BLE agent, a listener) and the driver's thread end here.
+            stop()
+            throw error
+        }
         executor.execute { self.assumeIsolated { $0.begin() } }
     }
 
@@ -189,6 +195,8 @@ package actor ReplicationDriver: TransportHost {
     var lastPublish = 0
     /// When the next timed turn is queued for (nil: none).
     var timedTurnAt: Int?
+    /// The core started: turns may drain the inbox (transport threads can post before that).
+    var began = false
 
     /// The links held to `peer` now, in order (what tests compare before and after a fault).
     package func links(to peer: PeerID) -> [LinkID] {
@@ -197,6 +205,7 @@ package actor ReplicationDriver: TransportHost {
 
     func begin() {
         (transports, carrier, missing) = started.withLock { $0 }
+        began = true
         feed(.start, now: monotonicMillis())
         turn()
     }
@@ -207,12 +216,14 @@ package actor ReplicationDriver: TransportHost {
         publish()
         transports = []
         carrier = [:]
+        linkChildren.removeAll()
     }
 
     /// One turn: what was posted (frames of one link together), then timers, local commits and
     /// status; then the next timed turn (at the core's next wake, at most 100 ms away).
     func turn() {
-        guard !isStopping else { return }
+        // Before begin() what was posted waits in the inbox; begin's own turn drains it.
+        guard began, !isStopping else { return }
         let now = monotonicMillis()
         nodeBeat.store(now, ordering: .relaxed)
         let batch = inbox.withLock { box -> [Input] in
@@ -271,6 +282,8 @@ package actor ReplicationDriver: TransportHost {
             if core.keeps(id) {
                 carrier[io.transport]?.linkKept(io)
                 linkChildren.opened(id, peer: io.session.peerID)
+            } else {
+                links[id] = nil  // refused: the core asked for its close already; it was never a link
             }
         case .frame(let id, let frame, _):
             feed(.frames(id, [frame]), now: now)

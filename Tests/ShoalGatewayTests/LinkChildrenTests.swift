@@ -45,12 +45,14 @@ struct LinkChildrenTests {
         try #require(linked, "no gateway linked to both others: \(gateways.map { $0.report.snapshot.map { "\($0.path) \($0.state)" } })")
         let others = (0..<3).filter { $0 != x }
         let (y, z) = (others[0], others[1])
-        // Once a crossing dial (both ends dialled) is settled: one link to each.
-        for _ in 0..<500 {
-            linksToZ = await gateways[x].driver.links(to: ids[z].peerID)
-            linksToY = await gateways[x].driver.links(to: ids[y].peerID)
-            if linksToZ.count == 1 && linksToY.count == 1 { break }
-            try await Task.sleep(for: .milliseconds(20))
+        // Once crossing dials (both ends dialled; the mesh keeps one and closes the other) are
+        // settled: one link to each, the same ones for a whole second.
+        var steady = 0
+        for _ in 0..<400 where steady < 20 {
+            let nowZ = await gateways[x].driver.links(to: ids[z].peerID), nowY = await gateways[x].driver.links(to: ids[y].peerID)
+            steady = nowZ.count == 1 && nowY.count == 1 && nowZ == linksToZ && nowY == linksToY ? steady + 1 : 0
+            (linksToZ, linksToY) = (nowZ, nowY)
+            try await Task.sleep(for: .milliseconds(50))
         }
         try #require(linksToZ.count == 1 && linksToY.count == 1, "links to z \(linksToZ), to y \(linksToY)")
         print("link children: linked after \(monotonicMillis() - began) ms")
