@@ -19,14 +19,6 @@ struct GatewayCoreTests {
         let calls = Mutex<[(input: GatewayCore.Input, now: UInt64, actions: [String])]>([])
     }
 
-    final class QuietHost: ReplicationHost {
-        let logger = Logger(sink: MemoryLogSink(), level: .none)
-        func updateCounters(_ body: (inout ReplicationCounters) -> Void) { var c = ReplicationCounters(); body(&c) }
-        func meshViewChanged(_ view: MeshView) {}
-        func meshEvent(_ event: MeshEvent) {}
-        func replicationEvent(_ event: ReplicationEvent) {}
-    }
-
     static let collection = CollectionName.default
 
     /// A gateway's parts: its store (under `dir`), clock and core. `wall` fixes the wall clock, so

@@ -105,14 +105,6 @@ struct TransportDoubleTests {
         func wake() { pipe.wake() }
     }
 
-    final class QuietHost: ReplicationHost {
-        let logger = Logger(sink: MemoryLogSink(), level: .none)
-        func updateCounters(_ body: (inout ReplicationCounters) -> Void) { var c = ReplicationCounters(); body(&c) }
-        func meshViewChanged(_ view: MeshView) {}
-        func meshEvent(_ event: MeshEvent) {}
-        func replicationEvent(_ event: ReplicationEvent) {}
-    }
-
     /// A gateway core with quick mesh timings (dials and discovery phases in tens of ms).
     static func core(_ peer: PeerID, store: DocumentStore, seed: UInt64) throws -> GatewayCore {
         var mesh = MeshSettings()
