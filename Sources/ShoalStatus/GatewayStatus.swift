@@ -131,8 +131,9 @@ public struct GatewayStatus: Sendable {
         lines.append("documents   \(documents) live, \(tombstones) tombstones, last sequence \(lastSequence)")
         lines.append("collections \(collections.joined(separator: ", "))")
         lines.append("supervision")
+        let pathWidth = max(28, children.map(\.path.count).max() ?? 0)
         for c in children {
-            var line = "  \(c.path.padding(to: 28)) \(c.state.padding(to: 10)) restarts \(c.restarts)"
+            var line = "  \(c.path.padding(to: pathWidth)) \(c.state.padding(to: 10)) restarts \(c.restarts)"
             if let e = c.lastError { line += "  last error: \(e)" }
             lines.append(line)
         }
