@@ -50,9 +50,12 @@ let package = Package(
             "ShoalStore", "ShoalTLS", "ShoalLinux", "ShoalReplication", "ShoalMesh", "ShoalGateway",
         ]),
         .target(name: "ShoalTesting", dependencies: ["ShoalCore", "ShoalSupervision"]),
+        // The in-process medium in real time, as a transport: `import Shoal`'s simulated medium,
+        // tests and the example firmware (not part of the runtime).
+        .target(name: "ShoalMedium", dependencies: ["ShoalCore", "ShoalMesh", "ShoalRuntime", "ShoalTLS"]),
 
         // The library product: a public API over the runtime's driver (network or in-process medium).
-        .target(name: "Shoal", dependencies: ["ShoalCore", "ShoalConfig", "ShoalGateway", "ShoalMesh", "ShoalReplication", "ShoalRuntime", "ShoalStore", "ShoalTLS", "ShoalLinux"]),
+        .target(name: "Shoal", dependencies: ["ShoalCore", "ShoalConfig", "ShoalMedium", "ShoalMesh", "ShoalReplication", "ShoalRuntime", "ShoalStore", "ShoalTLS", "ShoalLinux"]),
         // A custom firmware built on the library only (Examples/Firmware; built and run in make test).
         .executableTarget(name: "shoal-example-firmware", dependencies: ["Shoal"], path: "Examples/Firmware"),
 
@@ -66,7 +69,7 @@ let package = Package(
         .testTarget(name: "ShoalStoreTests", dependencies: ["ShoalStore", "ShoalTesting"]),
         .testTarget(name: "ShoalConfigTests", dependencies: ["ShoalConfig", "ShoalYAML", "ShoalRuntime", "ShoalTLS", "ShoalReplication"]),
         .testTarget(name: "ShoalMeshTests", dependencies: ["ShoalMesh", "ShoalGateway", "ShoalSim", "ShoalCore", "ShoalConfig", "ShoalRuntime"]),
-        .testTarget(name: "ShoalGatewayTests", dependencies: ["ShoalGateway", "ShoalRuntime", "ShoalSim", "ShoalMesh", "ShoalReplication", "ShoalStore", "ShoalTLS", "ShoalWire", "ShoalCore", "ShoalTesting"]),
+        .testTarget(name: "ShoalGatewayTests", dependencies: ["ShoalGateway", "ShoalMedium", "ShoalRuntime", "ShoalSim", "ShoalMesh", "ShoalReplication", "ShoalStore", "ShoalTLS", "ShoalWire", "ShoalCore", "ShoalTesting"]),
         .testTarget(name: "ShoalReplicationTests", dependencies: ["ShoalReplication", "ShoalStore", "ShoalWire", "ShoalTesting", "ShoalCore"]),
         .testTarget(name: "ShoalTLSTests", dependencies: ["ShoalTLS", "ShoalLinux", "ShoalTesting", "ShoalCore"]),
         .testTarget(name: "ShoalLinuxTests", dependencies: ["ShoalLinux", "ShoalCore", "ShoalTesting"]),

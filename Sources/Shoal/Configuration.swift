@@ -1,5 +1,6 @@
 import ShoalConfig
 import ShoalCore
+import ShoalMedium
 import ShoalMesh
 import ShoalReplication
 import ShoalRuntime

@@ -1,8 +1,8 @@
 import Glibc
 import ShoalConfig
 import ShoalCore
-import ShoalGateway
 import ShoalLinux
+import ShoalMedium
 import ShoalMesh
 import ShoalReplication
 import ShoalRuntime
@@ -162,33 +162,12 @@ public final class MultipeerReplicator: Sendable {
         let config = configuration
         let made = try driver.withLock { (d: inout ReplicationDriver?) throws(ShoalError) -> ReplicationDriver? in
             guard d == nil else { return nil }
-            let id = config.identity.raw
-            let db = config.database
-            var settings = ReplicationSettings()
-            settings.batchSizeBytes = config.mesh.txLogBatchSizeKb * 1024
-            settings.batchMaxCount = config.mesh.txLogBatchMaxCount
-            settings.requestTimeoutMillis = UInt64(config.mesh.requestTimeoutMillis)
-            let wall = NodeClock.systemWallMillis()
-            let core = GatewayCore(peer: id.peerID, group: config.peerGroupID, store: db.store, clock: db.clock, collections: policies,
-                                   replication: settings, mesh: config.mesh.settings(config.transports), sequenceBase: wall,
-                                   fallbackSeed: wall ^ UInt64(getpid()) ^ UInt64(truncatingIfNeeded: ObjectIdentifier(self).hashValue))
             let made: ReplicationDriver
-            do {
-                made = try ReplicationDriver(core: core, host: host,
-                                         serverTLS: try TLSContext(role: .server, identity: id, authenticator: config.authenticator.raw),
-                                         clientTLS: try TLSContext(role: .client, identity: id, authenticator: config.authenticator.raw))
-            } catch { throw ShoalError("cannot set up TLS: \(error)") }
-            switch config.medium {
-            case .simulated(let medium):
-                made.start(medium: medium.raw)
-            case .network(let n):
-                let wifi: ReplicationDriver.WifiDiscovery? = n.dnssd && config.transports.contains(.wifi)
-                    ? .init(serviceType: GroupID(config.peerGroupID).serviceType, serviceName: "shoal-\(id.peerID.short)", interface: n.wifiInterface)
-                    : nil
-                let bluetooth: ReplicationDriver.BluetoothDiscovery? = config.transports.contains(.bluetooth)
-                    ? n.bluetoothAdapter.map { .init(adapter: $0, serviceUUID: GroupID(config.peerGroupID).bleServiceUUID) }
-                    : nil
-                do { try made.start(listen: listen, peers: staticPeers, wifi: wifi, bluetooth: bluetooth) } catch { throw ShoalError("cannot listen on \(listen?.description ?? "any address"): \(error)") }
+            do throws(ReplicationAssembly.Failure) { made = try assembly().start(host: host) } catch {
+                if case .transport = error, case .network = config.medium {
+                    throw ShoalError("cannot listen on \(listen?.description ?? "any address"): \(error)")
+                }
+                throw ShoalError("\(error)")
             }
             d = made
             return made
@@ -197,6 +176,36 @@ public final class MultipeerReplicator: Sendable {
         let w = RadioWatcher(wifiInterface: n.wifiInterface, bluetoothAdapter: n.bluetoothAdapter) { made.radiosChanged($0) }
         w.start()
         watcher.withLock { $0 = w }
+    }
+
+    /// This replicator as the runtime assembles a gateway (the same core, driver and transports as
+    /// `shoal run`).
+    func assembly() -> ReplicationAssembly {
+        let config = configuration
+        let id = config.identity.raw
+        var settings = ReplicationSettings()
+        settings.batchSizeBytes = config.mesh.txLogBatchSizeKb * 1024
+        settings.batchMaxCount = config.mesh.txLogBatchMaxCount
+        settings.requestTimeoutMillis = UInt64(config.mesh.requestTimeoutMillis)
+        let links: ReplicationAssembly.Links
+        switch config.medium {
+        case .simulated(let medium):
+            links = .transports { server, client in [MediumTransport(medium: medium.raw, serverTLS: server, clientTLS: client)] }
+        case .network(let n):
+            let group = GroupID(config.peerGroupID)
+            let wifi: ReplicationDriver.WifiDiscovery? = n.dnssd && config.transports.contains(.wifi)
+                ? .init(serviceType: group.serviceType, serviceName: "shoal-\(id.peerID.short)", interface: n.wifiInterface)
+                : nil
+            let bluetooth: ReplicationDriver.BluetoothDiscovery? = config.transports.contains(.bluetooth)
+                ? n.bluetoothAdapter.map { .init(adapter: $0, serviceUUID: group.bleServiceUUID) }
+                : nil
+            links = .network(listen: listen, peers: staticPeers, wifi: wifi, bluetooth: bluetooth)
+        }
+        var a = ReplicationAssembly(identity: id, group: config.peerGroupID, store: config.database.store, clock: config.database.clock,
+                                    collections: policies, replication: settings, mesh: config.mesh.settings(config.transports),
+                                    authenticator: config.authenticator.raw, links: links)
+        a.salt = UInt64(truncatingIfNeeded: ObjectIdentifier(self).hashValue)
+        return a
     }
 
     /// Stops replication: links close, advertising and discovery stop. It can start again.
@@ -276,25 +285,6 @@ public final class MultipeerReplicator: Sendable {
 
     /// Documents pushed and pulled (the seed's peer document replication listener).
     public func documentReplications() -> AsyncStream<PeerDocumentReplication> { host.documents.subscribe().0 }
-}
-
-/// Many subscribers, each with its own stream (bounded: a subscriber that never reads keeps the
-/// newest 10,000 events).
-final class Broadcaster<Element: Sendable>: Sendable {
-    let subscribers = Locked<[Int: AsyncStream<Element>.Continuation]>([:])
-    let next = Atomic<Int>(0)
-
-    func subscribe() -> (AsyncStream<Element>, AsyncStream<Element>.Continuation) {
-        let (stream, continuation) = AsyncStream<Element>.makeStream(bufferingPolicy: .bufferingNewest(10_000))
-        let key = next.add(1, ordering: .relaxed).oldValue
-        continuation.onTermination = { [weak self] _ in _ = self?.subscribers.withLock { $0.removeValue(forKey: key) } }
-        subscribers.withLock { $0[key] = continuation }
-        return (stream, continuation)
-    }
-
-    func send(_ e: Element) {
-        for c in subscribers.withLock({ Array($0.values) }) { c.yield(e) }
-    }
 }
 
 /// The driver's reports, turned into the library's listeners and figures.

@@ -8,6 +8,7 @@ import ShoalWire
 /// field, and nothing is written.
 struct ControlHandler {
     let gateway: Gateway
+    let opened: OpenedStore
 
     func handle(_ request: [String: JSONValue]) -> JSONValue {
         do {
@@ -35,7 +36,7 @@ struct ControlHandler {
         guard let op = r["op"]?.stringValue else { throw bad("missing \"op\"") }
         switch op {
         case "ping": return ["pong": true]
-        case "status": return gateway.statusSnapshot().json
+        case "status": return gateway.statusSnapshot(store: opened.store).json
         case "doc.put":
             let (_, collection, id) = try target(r)
             guard let body = r["body"], body.isObject else { throw bad("\"body\" must be a JSON object") }
@@ -128,16 +129,14 @@ struct ControlHandler {
 
     func bad(_ message: String) -> ControlError { ControlError(code: .badRequest, message: message) }
 
-    func openStore() throws -> DocumentStore {
-        guard let store = gateway.store else { throw ControlError(code: .unavailable, message: "the store is not open yet (booting or restarting); try again") }
-        return store
-    }
+    func openStore() throws -> DocumentStore { opened.store }
 
+    /// Versioned local writes, in the name of the gateway's identity.
     func writer() throws -> LocalWriter {
-        guard let w = gateway.writer else {
-            throw ControlError(code: .unavailable, message: "the gateway is starting (store or identity not ready yet); try again")
+        guard let identity = gateway.identity else {
+            throw ControlError(code: .unavailable, message: "the gateway has no usable identity yet (starting, or see `shoal status`); try again")
         }
-        return w
+        return LocalWriter(peer: identity.peerID, store: opened.store, clock: opened.clock)
     }
 
     func collectionName(_ r: [String: JSONValue]) throws -> CollectionName {

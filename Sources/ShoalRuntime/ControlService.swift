@@ -12,6 +12,7 @@ import Synchronization
 /// is closed after `idleTimeoutMillis`, and a malformed frame closes only its own connection.
 struct ControlService: Service {
     let gateway: Gateway
+    let opened: OpenedStore
     static let maxConnections = 16
     static let idleTimeoutMillis: Int32 = 60_000
 
@@ -23,7 +24,7 @@ struct ControlService: Service {
         let ended = Latch()
         let failure = Locked<String?>(nil)
         let active = Atomic<Int>(0)
-        let gw = gateway
+        let gw = gateway, opened = self.opened
         let started = DetachedThread.start(name: "control-accept") {
             defer { ended.open() }
             var consecutiveErrors = 0
@@ -39,7 +40,7 @@ struct ControlService: Service {
                     }
                     let ok = DetachedThread.start(name: "control-conn") {
                         defer { active.subtract(1, ordering: .relaxed) }
-                        ControlConnection(socket: socket, gateway: gw, context: context).serve()
+                        ControlConnection(socket: socket, gateway: gw, opened: opened, context: context).serve()
                     }
                     if !ok {
                         active.subtract(1, ordering: .relaxed)
@@ -84,6 +85,7 @@ struct ControlService: Service {
 struct ControlConnection {
     let socket: UnixSocket
     let gateway: Gateway
+    let opened: OpenedStore
     let context: ServiceContext
 
     func serve() {
@@ -109,7 +111,7 @@ struct ControlConnection {
                             try follow(request)
                             return
                         }
-                        try send(ControlHandler(gateway: gateway).handle(request))
+                        try send(ControlHandler(gateway: gateway, opened: opened).handle(request))
                     }
                 }
             } catch let error as FrameError {
@@ -137,9 +139,13 @@ struct ControlConnection {
             if try socket.waitReadable(timeoutMillis: 0) {
                 guard let bytes = try socket.read(timeoutMillis: 0), !bytes.isEmpty else { return }
             }
-            guard let store = gateway.store else { usleepMillis(250); continue }
+            let store = opened.store
             let changes: [Change]
-            do { changes = try store.changes(since: since, limit: 500) } catch { usleepMillis(250); continue }
+            do { changes = try store.changes(since: since, limit: 500) } catch {
+                // The store closed under us (it is restarting, and this service with it).
+                try? send(ControlMessage.failure(ControlHandler.translate(error)))
+                return
+            }
             if changes.isEmpty {
                 _ = store.waitForChange(after: since, timeoutMillis: 500)
                 continue
@@ -151,5 +157,4 @@ struct ControlConnection {
         }
     }
 
-    func usleepMillis(_ ms: UInt32) { usleep(ms * 1000) }
 }

@@ -13,9 +13,12 @@ public enum ShoalVersion {
     public static let current = "0.1.0"
 }
 
-/// Everything one running gateway shares between its services: its configuration, logger, the
-/// supervision report, and the store once the store service has opened it. Services get this from
-/// the composition root; they never reach for globals.
+/// What one running gateway's services share: its configuration, logger, the supervision report,
+/// the two blocking threads, and what the services publish for observers (status, the console,
+/// the control socket): counters, the mesh view, the radios, the identity's state. Dependencies a
+/// service needs to run (the open store, the identity) do not come from here: the supervisor
+/// hands them over when it makes the service (`Provided`). Services get this from the
+/// composition root; they never reach for globals.
 public final class Gateway: Sendable {
     public let board: BoardConfig
     public let site: SiteConfig
@@ -25,9 +28,12 @@ public final class Gateway: Sendable {
     public let socketPath: String
     /// SQLite runs here, never on Swift's cooperative pool.
     public let storeThread = BlockingThread(name: "shoal-store")
-    private let storeSlot = Locked<DocumentStore?>(nil)
+    /// Other blocking work of the services (key generation, seeding TLS, console writes, joining
+    /// threads when a part stops) runs here, so it never queues in front of SQLite.
+    public let workThread = BlockingThread(name: "shoal-work")
+    /// The identity as the identity service last found it, and any problem with it: for status
+    /// and for the control socket's writes. Dependants get the identity itself through `Provided`.
     private let identitySlot = Locked<(Identity?, String?)>((nil, nil))
-    private let clockSlot = Locked<NodeClock?>(nil)
     /// Replication figures for status (the ObjectBox seed's counters).
     public let counters = Locked(ReplicationCounters())
     /// The mesh as this gateway sees it, and its recent events (published by the replication driver).
@@ -37,16 +43,16 @@ public final class Gateway: Sendable {
     public let ledPattern = Locked("booting: fast blink")
     /// What the radio manager sees now (nil until it has looked once).
     public let radios = Locked<RadioSnapshot?>(nil)
-    /// The replication driver's ear for radio changes: set by the replication service while it runs.
-    let radioHook = Locked<(@Sendable (RadioSnapshot) -> Void)?>(nil)
-    /// `retryNetworks()`: set by the replication service while it runs.
-    let retryRadiosHook = Locked<(@Sendable () -> Void)?>(nil)
+    /// Every change the radio manager sees, to whoever listens (the replication service).
+    public let radioChanges = Broadcaster<RadioSnapshot>()
+    /// Requests to retry the radios (`shoal mesh retry`, the console's `retry`).
+    let retryRequests = Broadcaster<Void>()
 
     /// Asks the mesh to retry its radios at once (advertising and discovery, forgetting backoffs).
     /// False when replication is not running.
     public func retryRadios() -> Bool {
-        guard let hook = retryRadiosHook.withLock({ $0 }) else { return false }
-        hook()
+        guard retryRequests.count > 0 else { return false }
+        retryRequests.send(())
         return true
     }
     private let stateSlot = Locked<GatewayState>(.booting)
@@ -59,21 +65,6 @@ public final class Gateway: Sendable {
         self.report = report
         self.storePath = storePath
         self.socketPath = socketPath
-    }
-
-    /// The open store, or nil while the store service is (re)starting.
-    public var store: DocumentStore? { storeSlot.withLock { $0 } }
-    func setStore(_ store: DocumentStore?, clock: NodeClock? = nil) {
-        storeSlot.withLock { $0 = store }
-        clockSlot.withLock { $0 = clock }
-    }
-
-    public var clock: NodeClock? { clockSlot.withLock { $0 } }
-
-    /// Versioned local writes, once the store and the identity are there.
-    public var writer: LocalWriter? {
-        guard let store, let clock, let identity else { return nil }
-        return LocalWriter(peer: identity.peerID, store: store, clock: clock)
     }
 
     /// Where identities live: `<storage>/identities`.
@@ -92,7 +83,7 @@ public final class Gateway: Sendable {
     public var uptimeSeconds: Int64 { (ContinuousClock.now - started).components.seconds }
 
     /// A snapshot of the gateway. Reads the store: call it from a thread, not the cooperative pool.
-    public func statusSnapshot() -> GatewayStatus {
+    public func statusSnapshot(store: DocumentStore?) -> GatewayStatus {
         let stats = try? store?.stats()
         let collections = (try? store?.collections())??.map(\.description) ?? site.collections.map(\.name.description)
         var state = self.state
@@ -140,5 +131,20 @@ public struct ReplicationCounters: Sendable {
     public var bytesSent = 0
     public var bytesReceived = 0
     public var skewedPeers: Set<String> = []
+    public init() {}
+}
+
+/// The store as the store service opened it, with the hybrid logical clock kept in it.
+public struct OpenedStore: Sendable {
+    public let store: DocumentStore
+    public let clock: NodeClock
+}
+
+/// What the gateway's services hand to the siblings started after them (see `Provision`).
+public struct Provided: Sendable {
+    /// By the store service, while the store is open.
+    public let store = Provision<OpenedStore>("the store")
+    /// By the identity service, while the gateway has a usable identity.
+    public let identity = Provision<Identity>("the identity")
     public init() {}
 }

@@ -20,19 +20,32 @@ public enum GatewayRuntime {
     }
 
     /// The tree under the root. rest_for_one: if the store restarts, everything started after it
-    /// (which holds the store) restarts too; a crash of a later child leaves the store alone.
+    /// (which holds the store) restarts too; a crash of a later child leaves the store alone. Each
+    /// child is made once the children before it are ready, with what they provide: the open store
+    /// (control, replication, status) and the identity (replication).
     public static func tree(for gateway: Gateway, config: LoadedConfig) -> Supervisor {
-        Supervisor(
+        let provided = Provided()
+        return Supervisor(
             name: "root", strategy: .restForOne,
             intensity: RestartIntensity(maxRestarts: 5, within: .seconds(60), backoffInitial: .milliseconds(200), backoffMax: .seconds(10)),
             children: [
-                ChildSpec(name: "store", heartbeatTimeout: .seconds(30), readyTimeout: .seconds(120)) { StoreService(gateway: gateway) },
-                ChildSpec(name: "control", heartbeatTimeout: .seconds(10), readyTimeout: .seconds(10)) { ControlService(gateway: gateway) },
-                ChildSpec(name: "identity", heartbeatTimeout: .seconds(180), readyTimeout: .seconds(60)) { IdentityService(gateway: gateway) },
-                ChildSpec(name: "replication", heartbeatTimeout: .seconds(30)) { ReplicationService(gateway: gateway, config: config) },
-                ChildSpec(name: "status", heartbeatTimeout: .seconds(30)) { StatusService(gateway: gateway) },
-                // Last, so its restart (rest_for_one) restarts nothing else; replication asks it for
-                // the current state when it starts.
+                ChildSpec(name: "store", heartbeatTimeout: .seconds(30), readyTimeout: .seconds(120)) {
+                    StoreService(gateway: gateway, provides: provided.store)
+                },
+                ChildSpec(name: "control", heartbeatTimeout: .seconds(10), readyTimeout: .seconds(10)) {
+                    ControlService(gateway: gateway, opened: try provided.store.value())
+                },
+                ChildSpec(name: "identity", heartbeatTimeout: .seconds(180), readyTimeout: .seconds(60)) {
+                    IdentityService(gateway: gateway, provides: provided.identity)
+                },
+                ChildSpec(name: "replication", heartbeatTimeout: .seconds(30), readyTimeout: .seconds(60)) {
+                    ReplicationService(gateway: gateway, config: config, opened: try provided.store.value(), identity: provided.identity.current)
+                },
+                ChildSpec(name: "status", heartbeatTimeout: .seconds(30)) {
+                    StatusService(gateway: gateway, store: try provided.store.value().store)
+                },
+                // Last, so its restart (rest_for_one) restarts nothing else; replication takes the
+                // radios' current state when it starts, and their changes as messages.
                 ChildSpec(name: "radios", heartbeatTimeout: .seconds(30)) { RadioService(gateway: gateway) },
             ],
             report: gateway.report)
@@ -76,6 +89,7 @@ public enum GatewayRuntime {
         do {
             try await root.run(context: rootContext)
             gateway.storeThread.shutdown()
+            gateway.workThread.shutdown()
             logger.info(.runtime, "stopped cleanly")
             return ExitCode.ok
         } catch {

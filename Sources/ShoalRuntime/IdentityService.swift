@@ -10,8 +10,15 @@ import ShoalTLS
 /// says so in the log and in `shoal status`, and the operator re-issues it. A broken key file is
 /// reported the same way and never replaced: replacing it would change the peer id that other
 /// gateways trust. The gateway keeps running on its store either way.
+///
+/// It provides the identity to the services started after it (replication). When a look finds a
+/// usable identity with another peer id than the one provided (first made usable, re-created with
+/// `--force`, renewed), it provides the new one and returns: the supervisor (rest_for_one) starts
+/// it again and those after it, which take the new identity. A look that fails keeps what was
+/// provided, so a briefly unreadable file does not stop replication.
 struct IdentityService: Service {
     let gateway: Gateway
+    let provides: Provision<Identity>
 
     func run(context: ServiceContext) async throws {
         let store = IdentityStore(directory: gateway.identityDirectory)
@@ -19,9 +26,10 @@ struct IdentityService: Service {
         let days = Int(gateway.site.identityValidDays)
         let commonName = IdentityDefaults.commonName(label: label)
         var lastPeer: PeerID?
+        var ready = false
         repeat {
             context.heartbeat()
-            let outcome: Result<(Identity, IdentityOutcome), TLSError> = (try? await gateway.storeThread.run { () -> Result<(Identity, IdentityOutcome), TLSError> in
+            let outcome: Result<(Identity, IdentityOutcome), TLSError> = (try? await gateway.workThread.run { () -> Result<(Identity, IdentityOutcome), TLSError> in
                 do throws(TLSError) {
                     let now = Identity.now()
                     if let existing = try store.find(label) {
@@ -38,7 +46,7 @@ struct IdentityService: Service {
                 } catch {
                     return .failure(error)
                 }
-            }) ?? .failure(.io("the store thread is overloaded"))
+            }) ?? .failure(.io("the work thread is overloaded"))
             switch outcome {
             case .success(let (identity, note)):
                 switch note {
@@ -53,13 +61,20 @@ struct IdentityService: Service {
                 }
                 if lastPeer != identity.peerID {
                     gateway.logger.info(.tls, "identity \(label): peer id \(identity.peerID), valid until \(IdentityText.date(identity.certificate.notAfter))")
+                    let before = lastPeer
                     lastPeer = identity.peerID
+                    provides.provide(identity)
+                    if ready {
+                        gateway.logger.info(.tls, "identity \(label) changed (peer id \(before.map { $0.short } ?? "none") → \(identity.peerID.short)); restarting replication with it")
+                        return
+                    }
                 }
             case .failure(let error):
                 gateway.setIdentity(nil, problem: "identity \(label) in \(gateway.identityDirectory): \(error)")
                 gateway.logger.error(.tls, "identity \(label) in \(gateway.identityDirectory) unusable: \(error); fix or delete it (`shoal identity delete`), nothing was replaced")
             }
             context.markReady()
+            ready = true
         } while await context.pause(for: .seconds(60))
     }
 }

@@ -5,7 +5,7 @@ import ShoalSupervision
 /// The radio manager: watches the board's Wi-Fi interface (link, carrier, addresses), its Bluetooth
 /// adapter (present, up) and rfkill (soft and hard blocks, from /dev/rfkill's events), publishes
 /// what it sees for `shoal radios` and the console, and tells the replication driver (through
-/// `Gateway.radioHook`), which tells the mesh which transports are usable. Reacts within a second:
+/// `Gateway.radioChanges`), which tells the mesh which transports are usable. Reacts within a second:
 /// it wakes on rtnetlink and rfkill events and looks again every second.
 struct RadioService: Service {
     let gateway: Gateway
@@ -17,12 +17,12 @@ struct RadioService: Service {
                                    rfkillPath: ProcessEnvironment.get("SHOAL_RFKILL") ?? "/dev/rfkill") { snapshot in
             gw.radios.withLock { $0 = snapshot }
             last.report(snapshot, logger: gw.logger)
-            gw.radioHook.withLock { $0 }?(snapshot)
+            gw.radioChanges.send(snapshot)
         }
         guard watcher.start() else { throw ConfigurationFailure(message: "cannot start the radio watcher thread") }
         context.markReady()
         while await context.pause(for: .seconds(1)) { context.heartbeat() }
-        _ = try? await gateway.storeThread.run { watcher.stop() }
+        _ = try? await gateway.workThread.run { watcher.stop() }
     }
 }
 

@@ -78,14 +78,13 @@ public enum ReplicationBenchmark {
             let board = try loader.loadBoard("sim")
             let siteConfig = try loader.loadSite(text: "group: bench.replication\n", file: "<bench>")
             let gateway = Gateway(board: board, site: siteConfig, logger: quiet, report: SupervisionReport(), storePath: dir + "/shoal.db", socketPath: dir + "/c.sock")
-            let auth = PeerAuthenticator.trust(allowedPeers: [pusherID.peerID])
-            let core = GatewayCore(peer: pullerID.peerID, group: "bench.replication", store: pullStore, clock: clock, collections: [policy],
-                                   replication: ReplicationSettings(), mesh: MeshSettings(board.mesh), sequenceBase: NodeClock.systemWallMillis(), fallbackSeed: 1)
-            let driver = try ReplicationDriver(core: core, host: gateway,
-                                           serverTLS: try TLSContext(role: .server, identity: pullerID, authenticator: auth),
-                                           clientTLS: try TLSContext(role: .client, identity: pullerID, authenticator: auth))
+            let assembly = ReplicationAssembly(
+                identity: pullerID, group: "bench.replication", store: pullStore, clock: clock, collections: [policy],
+                replication: ReplicationSettings(), mesh: MeshSettings(board.mesh),
+                authenticator: PeerAuthenticator.trust(allowedPeers: [pusherID.peerID]),
+                links: .network(listen: nil, peers: [HostPort(host: "127.0.0.1", port: port)], wifi: nil, bluetooth: nil))
             let start = ContinuousClock.now
-            try driver.start(listen: nil, peers: [HostPort(host: "127.0.0.1", port: port)])
+            let driver = try assembly.start(host: gateway)
             // Every pulled document is one commit in the puller's feed; lastSequence is in memory.
             while pullStore.lastSequence < Int64(documents) {
                 usleep(1000)

@@ -30,8 +30,8 @@ package actor ReplicationDriver: TransportHost {
     var node: ReplicationNode { core.node }
     var mesh: MeshManager { core.mesh }
     nonisolated let host: any ReplicationHost
-    nonisolated let serverTLS: TLSContext
-    nonisolated let clientTLS: TLSContext
+    package nonisolated let serverTLS: TLSContext
+    package nonisolated let clientTLS: TLSContext
     nonisolated let executor: ThreadExecutor
     nonisolated let workers = WorkerGroup()
     package nonisolated let me: PeerID
@@ -109,11 +109,6 @@ package actor ReplicationDriver: TransportHost {
         }
         list.append(TCPTransport(listen: listen, peers: peers, wifi: wifi, serverTLS: serverTLS, clientTLS: clientTLS))
         try start(transports: list, missing: [.bluetooth: "the board names no Bluetooth adapter (bluetooth.adapter in its board file)"])
-    }
-
-    /// Runs on an in-process medium instead of TCP and DNS-SD.
-    package nonisolated func start(medium: LocalMedium) {
-        try? start(transports: [MediumTransport(medium: medium, serverTLS: serverTLS, clientTLS: clientTLS)], missing: [:])
     }
 
     /// Starts the transports (each carries the radios it names; the first named wins), then the

@@ -5,84 +5,85 @@ import ShoalMesh
 import ShoalReplication
 import ShoalSupervision
 import ShoalTLS
-import Glibc
 
-/// Replication between gateways: waits for the store and the identity, builds the replication node
-/// from the site's collections and the mesh options, and drives it over TCP + TLS to the site's
-/// static peers and from its listen address. Discovery (Wi-Fi, BLE) will add links to the same node.
+/// Replication between gateways. Made by the supervisor once the store and the identity service
+/// are ready, with the open store and the identity (nil: the gateway has none it can use, and this
+/// service waits, heartbeating, until the identity service provides one and restarts it). Builds
+/// the gateway's replication through `ReplicationAssembly` from the site's collections, the mesh
+/// options and the authenticator, and drives it over TCP + TLS (listen address, static peers,
+/// DNS-SD) and Bluetooth LE; radio changes and retry requests come to it as messages.
 struct ReplicationService: Service {
     let gateway: Gateway
     let config: LoadedConfig
+    let opened: OpenedStore
+    let identity: Identity?
 
     func run(context: ServiceContext) async throws {
-        // The store and the identity come first; wait for both.
-        var identity: Identity?
-        while true {
-            context.heartbeat()
-            if let id = gateway.identity, gateway.store != nil, gateway.clock != nil { identity = id; break }
-            if !(await context.pause(for: .milliseconds(200))) { return }
+        guard let identity else {
+            gateway.logger.warning(.replication, "not replicating: \(gateway.identityProblem ?? "the gateway has no usable identity"); waiting for one")
+            context.markReady()
+            while await context.pause(for: .seconds(1)) { context.heartbeat() }
+            return
         }
-        guard let identity, let store = gateway.store, let clock = gateway.clock else { return }
-        let site = gateway.site
-        let policies = CollectionPolicies.make(site.collections)
-        var settings = ReplicationSettings()
-        let mesh = gateway.board.mesh
-        settings.batchSizeBytes = Int(mesh.txLogBatchSizeKb) * 1024
-        settings.batchMaxCount = Int(mesh.txLogBatchMaxCount)
-        settings.requestTimeoutMillis = UInt64(mesh.requestTimeoutMillis)
+        let assembly = plan(identity)
+        let gw = gateway, report = gateway.report, path = context.path
+        let driver: ReplicationDriver
+        do {
+            driver = try await gateway.workThread.run { () throws -> ReplicationDriver in
+                try assembly.start(host: gw, children: (report, path))
+            }
+        }
+        // Radio changes and retry requests, as messages from the radio manager and the control socket.
+        let (radios, _) = gateway.radioChanges.subscribe()
+        let (retries, _) = gateway.retryRequests.subscribe()
+        let listeners = [
+            Task { for await snapshot in radios { driver.radiosChanged(snapshot) } },
+            Task { for await _ in retries { driver.retryNetworks() } },
+        ]
+        if let now = gateway.radios.withLock({ $0 }) { driver.radiosChanged(now) }
+        defer { for l in listeners { l.cancel() } }
+        log(assembly)
+        context.markReady()
+        while await context.pause(for: .seconds(1)) {
+            // The driver's thread beats every 100 ms; one that stopped beating is hung.
+            let beat = driver.nodeBeat.load(ordering: .relaxed)
+            if monotonicMillis() - beat < 10_000 { context.heartbeat() }
+        }
+        _ = try? await gateway.workThread.run { driver.stop() }
+    }
 
+    /// The site's replication: collections, limits, mesh options, authenticator, transports.
+    func plan(_ identity: Identity) -> ReplicationAssembly {
+        let site = gateway.site, board = gateway.board
         var roots = config.trustedRoots
         if roots.isEmpty && config.allowedPeers.isEmpty, identity.certificate.chainDER.count > 1,
            let ca = try? Certificate(parsing: identity.certificate.chainDER[1]) {
             roots = [ca]  // a CA-signed gateway with no authenticator trusts its own CA
         }
         // Wi-Fi discovery runs where the site syncs over Wi-Fi and the board names a Wi-Fi interface.
-        let wifi: ReplicationDriver.WifiDiscovery? = site.transports.contains(.wifi) && gateway.board.wifiInterface != nil
-            ? .init(serviceType: GroupID(site.group).serviceType, serviceName: "shoal-\(identity.peerID.short)", interface: gateway.board.wifiInterface)
+        let wifi: ReplicationDriver.WifiDiscovery? = site.transports.contains(.wifi) && board.wifiInterface != nil
+            ? .init(serviceType: GroupID(site.group).serviceType, serviceName: "shoal-\(identity.peerID.short)", interface: board.wifiInterface)
             : nil
         // Bluetooth LE where the site syncs over it and the board names an adapter.
         let bluetooth: ReplicationDriver.BluetoothDiscovery? = site.transports.contains(.bluetooth)
-            ? gateway.board.bluetoothAdapter.map { .init(adapter: $0, serviceUUID: GroupID(site.group).bleServiceUUID) }
+            ? board.bluetoothAdapter.map { .init(adapter: $0, serviceUUID: GroupID(site.group).bleServiceUUID) }
             : nil
         if roots.isEmpty && config.allowedPeers.isEmpty && (site.listenAddress != nil || !site.staticPeers.isEmpty || wifi != nil || bluetooth != nil) {
             gateway.logger.warning(.tls, "no authenticator in \(site.source): every peer will be refused; add authenticator.allowedPeers or rootCertificates")
         }
-        let authenticator = PeerAuthenticator.trust(roots: roots, allowedPeers: config.allowedPeers)
-        let gw = gateway
-        let report = gateway.report, path = context.path
-        // Seeding the TLS random generators can wait for kernel entropy on a freshly booted board,
-        // and stopping waits for threads: both happen on a thread of their own, never on the pool.
-        let collections = policies, limits = settings
-        let driver = try await gateway.storeThread.run { () throws -> ReplicationDriver in
-            let wall = NodeClock.systemWallMillis()
-            let transports = Set(site.transports.map { t -> MeshTransport in t == .wifi ? .wifi : .bluetooth })
-            let core = GatewayCore(peer: identity.peerID, group: site.group, store: store, clock: clock, collections: collections,
-                                   replication: limits, mesh: MeshSettings(mesh, transports: transports), sequenceBase: wall,
-                                   fallbackSeed: wall ^ UInt64(getpid()))
-            let driver = try ReplicationDriver(
-                core: core, host: gw,
-                serverTLS: try TLSContext(role: .server, identity: identity, authenticator: authenticator),
-                clientTLS: try TLSContext(role: .client, identity: identity, authenticator: authenticator),
-                children: (report, path))
-            try driver.start(listen: site.listenAddress, peers: site.staticPeers, wifi: wifi, bluetooth: bluetooth)
-            return driver
-        }
-        gateway.retryRadiosHook.withLock { $0 = { driver.retryNetworks() } }
-        gateway.radioHook.withLock { $0 = { driver.radiosChanged($0) } }
-        if let now = gateway.radios.withLock({ $0 }) { driver.radiosChanged(now) }
-        defer {
-            gateway.retryRadiosHook.withLock { $0 = nil }
-            gateway.radioHook.withLock { $0 = nil }
-        }
-        let statics = site.staticPeers.map(\.description).joined(separator: ", ")
+        let transports = Set(site.transports.map { t -> MeshTransport in t == .wifi ? .wifi : .bluetooth })
+        return ReplicationAssembly(
+            identity: identity, group: site.group, store: opened.store, clock: opened.clock,
+            collections: CollectionPolicies.make(site.collections), replication: ReplicationSettings(board.mesh),
+            mesh: MeshSettings(board.mesh, transports: transports),
+            authenticator: PeerAuthenticator.trust(roots: roots, allowedPeers: config.allowedPeers),
+            links: .network(listen: site.listenAddress, peers: site.staticPeers, wifi: wifi, bluetooth: bluetooth))
+    }
+
+    func log(_ a: ReplicationAssembly) {
+        guard case .network(_, let peers, let wifi, let bluetooth) = a.links else { return }
+        let statics = peers.map(\.description).joined(separator: ", ")
         let discovery = [wifi.map { "DNS-SD \($0.serviceType) on \($0.interface ?? "any interface")" }, bluetooth.map { "BLE on \($0.adapter)" }].compactMap { $0 }
-        gateway.logger.info(.replication, "replicating \(collections.count) collections as \(identity.peerID.short); static peers: \(statics.isEmpty ? "none" : statics); discovery: \(discovery.isEmpty ? "none" : discovery.joined(separator: ", "))")
-        context.markReady()
-        while await context.pause(for: .seconds(1)) {
-            // The node thread beats every 100 ms; one that stopped beating is hung.
-            let beat = driver.nodeBeat.load(ordering: .relaxed)
-            if monotonicMillis() - beat < 10_000 { context.heartbeat() }
-        }
-        _ = try? await gateway.storeThread.run { driver.stop() }
+        gateway.logger.info(.replication, "replicating \(a.collections.count) collections as \(a.identity.peerID.short); static peers: \(statics.isEmpty ? "none" : statics); discovery: \(discovery.isEmpty ? "none" : discovery.joined(separator: ", "))")
     }
 }

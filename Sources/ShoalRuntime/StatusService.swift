@@ -3,6 +3,7 @@ import ShoalConfig
 import ShoalCore
 import ShoalLinux
 import ShoalStatus
+import ShoalStore
 import ShoalSupervision
 import Synchronization
 
@@ -16,6 +17,7 @@ import Synchronization
 /// gateway's job is not the console.
 struct StatusService: Service {
     let gateway: Gateway
+    let store: DocumentStore
 
     func run(context: ServiceContext) async throws {
         let console = gateway.board.console
@@ -25,15 +27,15 @@ struct StatusService: Service {
                 gateway.logger.warning(.status, "console \(console.device) unavailable (\(error)); status lines go to the log only")
             }
         }
-        let threads = StatusThreads(gateway: gateway)
+        let threads = StatusThreads(gateway: gateway, store: store)
         threads.startLED()
         if let writer, writer.isInteractive { threads.startConsole(writer) }
-        // Stopping waits for the LED and console threads: on a thread of our own, never the pool.
+        // Stopping joins the LED and console threads: on the work thread, never the pool.
         do { try await loop(context: context, writer: writer, threads: threads) } catch {
-            _ = try? await gateway.storeThread.run { threads.stop() }
+            _ = try? await gateway.workThread.run { threads.stop() }
             throw error
         }
-        _ = try? await gateway.storeThread.run { threads.stop() }
+        _ = try? await gateway.workThread.run { threads.stop() }
     }
 
     private func loop(context: ServiceContext, writer: ConsoleWriter?, threads: StatusThreads) async throws {
@@ -43,10 +45,10 @@ struct StatusService: Service {
         var lastMoved = (0, 0)
         var movedAt = ContinuousClock.now - .seconds(60)
         let interval = Duration.seconds(console.statusIntervalSeconds)
-        let gw = gateway
+        let gw = gateway, store = self.store
         repeat {
             context.heartbeat()
-            let status = try await gateway.storeThread.run { gw.statusSnapshot() }
+            let status = try await gateway.storeThread.run { gw.statusSnapshot(store: store) }
             // The LED: documents moving in the last 2 s is "syncing"; every transport in error is a
             // radio error.
             let moved = (Int(status.counters["documentsReceived"] ?? 0), Int(status.counters["documentsSent"] ?? 0))
@@ -63,7 +65,7 @@ struct StatusService: Service {
             if key != lastKey || due {
                 let line = status.consoleLine
                 // stdout may be a pipe that stalls: write from a thread of our own.
-                if let w = writer { _ = try await gateway.storeThread.run { threads.write(w, line) } }
+                if let w = writer { _ = try await gateway.workThread.run { threads.write(w, line) } }
                 if key != lastKey { gateway.logger.verbose(.status, line) }
                 lastKey = key
                 lastWrite = ContinuousClock.now
@@ -74,15 +76,19 @@ struct StatusService: Service {
 
 /// The LED and console threads of the status service (never the cooperative pool: they sleep and
 /// block on the tty).
-final class StatusThreads: @unchecked Sendable {
+final class StatusThreads: Sendable {
     let gateway: Gateway
+    let store: DocumentStore
     let signal = Locked<LEDSignal>(.booting)
     let stopping = Atomic<Bool>(false)
-    let running = Atomic<Int>(0)
+    let workers = WorkerGroup()
     /// One writer at a time on the console (status lines and command answers).
     let consoleLock = Locked<Void>(())
 
-    init(gateway: Gateway) { self.gateway = gateway }
+    init(gateway: Gateway, store: DocumentStore) {
+        self.gateway = gateway
+        self.store = store
+    }
 
     func show(_ s: LEDSignal) { signal.withLock { $0 = s } }
 
@@ -91,16 +97,15 @@ final class StatusThreads: @unchecked Sendable {
     }
 
     func spawn(_ name: String, _ body: @escaping @Sendable () -> Void) {
-        running.add(1, ordering: .relaxed)
-        if !DetachedThread.start(name: name, { body(); self.running.subtract(1, ordering: .relaxed) }) {
-            running.subtract(1, ordering: .relaxed)
-            gateway.logger.error(.status, "cannot start the \(name) thread")
-        }
+        if !workers.spawn(name, body) { gateway.logger.error(.status, "cannot start the \(name) thread") }
     }
 
+    /// Asks the LED and console threads to end and joins them (3 s at most: a console write can
+    /// block on a stalled tty); logs those abandoned.
     func stop() {
         stopping.store(true, ordering: .relaxed)
-        for _ in 0..<300 where running.load(ordering: .relaxed) > 0 { usleep(10_000) }
+        let abandoned = workers.join(timeoutMillis: 3000)
+        if !abandoned.isEmpty { gateway.logger.warning(.status, "stopping: abandoned threads still blocked after 3 s: \(abandoned.joined(separator: ", "))") }
     }
 
     /// Opens the board's LED (nil for console and none, or when it cannot be had).
@@ -155,7 +160,7 @@ final class StatusThreads: @unchecked Sendable {
     }
 
     func startConsole(_ writer: ConsoleWriter) {
-        let shell = ConsoleShell(gateway: gateway)
+        let shell = ConsoleShell(gateway: gateway, store: store)
         spawn("console-in") {
             self.write(writer, "shoal console: type help")
             while !self.stopping.load(ordering: .relaxed) {
@@ -179,6 +184,7 @@ final class StatusThreads: @unchecked Sendable {
 /// about 11 characters a millisecond).
 struct ConsoleShell {
     let gateway: Gateway
+    let store: DocumentStore
 
     func respond(to raw: String) -> [String] {
         if raw == ConsoleWriter.overlongLine { return ["error: line longer than \(ConsoleWriter.maxLine) characters ignored"] }
@@ -194,7 +200,7 @@ struct ConsoleShell {
                 "  help          this list",
             ]
         case "status":
-            let s = gateway.statusSnapshot()
+            let s = gateway.statusSnapshot(store: store)
             var lines = [s.consoleLine]
             for t in s.transports {
                 lines.append("\(t.name): \(t.active ? "active" : "inactive")\(t.error.map { " (\($0))" } ?? "")")

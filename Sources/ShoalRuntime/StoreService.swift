@@ -5,23 +5,25 @@ import ShoalReplication
 import ShoalStore
 import ShoalSupervision
 
-/// Opens the store (moving a corrupt one aside), makes the site's collections, publishes the store
-/// to the other services, and proves every few seconds that SQLite still answers. Every SQLite
-/// call runs on the gateway's store thread.
+/// Opens the store (moving a corrupt one aside), makes the site's collections, provides the store
+/// to the services started after it, and proves every few seconds that SQLite still answers. Every
+/// SQLite call runs on the gateway's store thread.
 struct StoreService: Service {
     let gateway: Gateway
+    let provides: Provision<OpenedStore>
 
     func run(context: ServiceContext) async throws {
         let options = StoreOptions(path: gateway.storePath, durability: gateway.board.durability == .normal ? .normal : .full)
         let logger = gateway.logger
         let collections = gateway.site.collections.map(\.name)
-        let (store, clock) = try await gateway.storeThread.run { () throws -> (DocumentStore, NodeClock) in
+        let opened = try await gateway.storeThread.run { () throws -> OpenedStore in
             try Files.makeDirectories(Files.directory(of: options.path))
             let store = try DocumentStore.open(options, logger: logger)
             for c in collections { try store.createCollection(c) }
-            return (store, try NodeClock(store: store))
+            return OpenedStore(store: store, clock: try NodeClock(store: store))
         }
-        gateway.setStore(store, clock: clock)
+        let store = opened.store
+        provides.provide(opened)
         context.markReady()
         let maxAgeMillis = gateway.board.mesh.txLogMaxAgeSeconds * 1000
         var lastPurge = ContinuousClock.now - .seconds(3600)
@@ -40,11 +42,11 @@ struct StoreService: Service {
                 }
             }
         } catch {
-            gateway.setStore(nil)
+            provides.withdraw()
             _ = try? await gateway.storeThread.run { store.close() }
             throw error
         }
-        gateway.setStore(nil)
+        provides.withdraw()
         _ = try? await gateway.storeThread.run { store.close() }
         logger.info(.store, "store closed")
     }

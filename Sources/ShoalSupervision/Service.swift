@@ -38,12 +38,14 @@ public struct ChildSpec: Sendable {
     /// Start the next sibling only once this child called `markReady()` (or this long passed,
     /// which counts as a crash).
     public var readyTimeout: Duration?
-    public var make: @Sendable () -> any Service
+    /// Makes a fresh instance for every (re)start. It may throw (a dependency it takes from a
+    /// `Provision` is missing): the child then counts as crashed with that error.
+    public var make: @Sendable () throws -> any Service
 
     public init(
         name: String, restart: RestartPolicy = .permanent, shutdownTimeout: Duration = .seconds(5),
         heartbeatTimeout: Duration? = nil, readyTimeout: Duration? = nil,
-        make: @escaping @Sendable () -> any Service
+        make: @escaping @Sendable () throws -> any Service
     ) {
         self.name = name
         self.restart = restart

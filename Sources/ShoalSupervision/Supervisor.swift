@@ -176,7 +176,8 @@ extension Supervisor {
             let p = path(i)
             let ctx = ServiceContext(name: spec.name, path: p, logger: log, clock: context.clock)
             sup.report.update(p) { $0.state = .starting }
-            let service = spec.make()
+            let service: any Service
+            do { service = try spec.make() } catch { service = ClosureService { _ in throw error } }
             let sink = self.sink
             let task = Task {
                 let outcome: Outcome

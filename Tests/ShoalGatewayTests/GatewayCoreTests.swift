@@ -3,6 +3,7 @@ import Synchronization
 import Testing
 import ShoalCore
 import ShoalGateway
+import ShoalMedium
 import ShoalMesh
 import ShoalReplication
 import ShoalRuntime

@@ -244,6 +244,51 @@ struct SupervisorTests {
         try await task.value
         #expect(Array(j.all.prefix(2)) == ["slow ready", "start next"])
     }
+    @Test("a provider hands its value to the siblings made after it; when it restarts (rest_for_one) they are made again with the new value; a missing value makes its taker crash")
+    func provisions() async throws {
+        let j = Journal(), runs = Runs()
+        let value = Provision<Int>("the number")
+        let provider = ChildSpec(name: "provider", shutdownTimeout: .milliseconds(500), readyTimeout: .seconds(5)) {
+            ClosureService { ctx in
+                let run = runs.next("provider")
+                value.provide(run * 10)
+                ctx.markReady()
+                if run == 1 {
+                    try await Task.sleep(for: .milliseconds(20))
+                    value.withdraw()
+                    throw Crash(name: "provider")
+                }
+                await ctx.waitForShutdown()
+                value.withdraw()
+            }
+        }
+        let taker = ChildSpec(name: "taker", shutdownTimeout: .milliseconds(500)) {
+            let v = try value.value()
+            return ClosureService { ctx in
+                j.add("taker got \(v)")
+                await ctx.waitForShutdown()
+            }
+        }
+        let sup = Supervisor(name: "root", strategy: .restForOne, intensity: fastIntensity, children: [provider, taker], report: SupervisionReport())
+        let (ctx, task) = start(sup)
+        try await eventually("taker made again with the second value") { j.all.contains("taker got 20") }
+        ctx.requestShutdown()
+        try await task.value
+        #expect(j.all == ["taker got 10", "taker got 20"])
+
+        // Made with nothing provided: the child counts as crashed, with the provision's name.
+        let report = SupervisionReport()
+        let orphan = Supervisor(name: "root", strategy: .oneForOne, intensity: RestartIntensity(maxRestarts: 0), children: [
+            ChildSpec(name: "orphan") {
+                let v = try Provision<Int>("the store").value()
+                return ClosureService { _ in _ = v }
+            },
+        ], report: report)
+        let (octx, otask) = start(orphan)
+        await #expect(throws: SupervisorError.self) { try await otask.value }
+        #expect(report.snapshot.first { $0.path == "root/orphan" }?.lastError == "the store is not provided (its service is not ready)")
+        octx.requestShutdown()
+    }
 }
 
 @Suite("Latch and manual clock")

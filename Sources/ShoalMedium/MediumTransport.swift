@@ -1,5 +1,6 @@
 import ShoalCore
 import ShoalMesh
+import ShoalRuntime
 import ShoalTLS
 
 /// The in-process medium (`LocalMedium`) as a transport: advertising and scanning go to the
@@ -58,3 +59,10 @@ package final class MediumTransport: Transport, @unchecked Sendable {  // host s
 }
 
 extension MemoryPipeEnd: LinkStream {}
+
+extension ReplicationDriver {
+    /// Runs on an in-process medium instead of TCP and DNS-SD.
+    package nonisolated func start(medium: LocalMedium) {
+        try? start(transports: [MediumTransport(medium: medium, serverTLS: serverTLS, clientTLS: clientTLS)], missing: [:])
+    }
+}
