@@ -111,9 +111,11 @@ public final class BLEAgent: @unchecked Sendable {
     }
     let wanted = Locked(Wanted())
     let stopping = Atomic<Bool>(false)
-    let running = Atomic<Bool>(false)
-    /// Scanning is off in the controller (for `pauseScanning`).
+    /// The agent's thread, joined by `stop`.
+    let workers = WorkerGroup()
+    /// Scanning is off in the controller (for `withScanningPaused`), and its change signalled.
     let scanOff = Atomic<Bool>(true)
+    let scanOffChanged = ConditionLock()
 
     public init(adapter: String, serviceUUID: [UInt8], onEvent: @escaping @Sendable (Event) -> Void) {
         self.adapter = adapter
@@ -137,21 +139,33 @@ public final class BLEAgent: @unchecked Sendable {
     public func withScanningPaused<T>(_ body: () throws -> T) rethrows -> T {
         wanted.withLock { $0.pauses += 1 }
         defer { wanted.withLock { $0.pauses -= 1 } }
-        for _ in 0..<200 where !scanOff.load(ordering: .relaxed) { usleep(10_000) }
+        let deadline = monotonicMillis() + 2000
+        scanOffChanged.withLock {
+            while !scanOff.load(ordering: .relaxed) {
+                let left = deadline - monotonicMillis()
+                if left <= 0 { break }
+                scanOffChanged.wait(timeoutMillis: left)
+            }
+        }
         return try body()
     }
 
-    @discardableResult
-    public func start() -> Bool {
-        running.store(true, ordering: .relaxed)
-        let ok = DetachedThread.start(name: "ble") { self.loop() }
-        if !ok { running.store(false, ordering: .releasing) }
-        return ok
+    func setScanOff(_ off: Bool) {
+        scanOffChanged.withLock {
+            scanOff.store(off, ordering: .relaxed)
+            scanOffChanged.broadcast()
+        }
     }
 
-    public func stop() {
+    @discardableResult
+    public func start() -> Bool { workers.spawn("ble") { self.loop() } }
+
+    /// Stops advertising and scanning and joins the agent's thread (3 s at most: an HCI command
+    /// waits up to 1 s for the controller); returns the threads it had to abandon.
+    @discardableResult
+    public func stop() -> [String] {
         stopping.store(true, ordering: .relaxed)
-        for _ in 0..<300 where running.load(ordering: .acquiring) { usleep(10_000) }
+        return workers.join(timeoutMillis: 3000)
     }
 
     // MARK: the thread
@@ -177,141 +191,171 @@ public final class BLEAgent: @unchecked Sendable {
         return nil
     }
 
-    private func loop() {
-        defer { running.store(false, ordering: .releasing) }
-        var commands: Int32 = -1  // raw HCI socket for commands
-        var events: Int32 = -1  // raw HCI socket filtered to LE meta events
-        var advertising: BLEAdvert?  // what the controller advertises now
+    /// The agent thread's own state: the raw HCI sockets and what the controller does now.
+    struct Radio {
+        /// Raw HCI socket for commands (-1: closed).
+        var commands: Int32 = -1
+        /// Raw HCI socket filtered to LE meta events.
+        var events: Int32 = -1
+        /// What the controller advertises now.
+        var advertising: BLEAdvert?
         var advertisingError: String?
         var lastEnable = 0
         var lastScanEnable = 0
         var scanning = false
         var scanError: String?
         var seen: [BluetoothAddress: Seen] = [:]
-        var buffer = [UInt8](repeating: 0, count: Int(HCI_MAX_EVENT_SIZE))
-        func closeAll() {
-            if commands >= 0 { hci_close_dev(commands) }
-            if events >= 0 { hci_close_dev(events) }
-            commands = -1; events = -1
-            advertising = nil; scanning = false
-            scanOff.store(true, ordering: .relaxed)
-        }
-        defer {
-            if commands >= 0 {
-                if advertising != nil { _ = command(commands, OCF_LE_SET_ADVERTISE_ENABLE, [0]) }
-                if scanning { _ = hci_le_set_scan_enable(commands, 0, 0, 1000) }
-            }
-            closeAll()
-        }
         var lastAttempt = 0
         var lastAdapterCheck = 0
+        var isOpen: Bool { commands >= 0 }
+    }
+
+    private func loop() {
+        var r = Radio()
+        var buffer = [UInt8](repeating: 0, count: Int(HCI_MAX_EVENT_SIZE))
+        defer {
+            if r.isOpen {
+                if r.advertising != nil { _ = command(r.commands, OCF_LE_SET_ADVERTISE_ENABLE, [0]) }
+                if r.scanning { _ = hci_le_set_scan_enable(r.commands, 0, 0, 1000) }
+            }
+            closeAll(&r)
+        }
         while !stopping.load(ordering: .relaxed) {
             let now = monotonicMillis()
             let want = wanted.withLock { $0 }
-            // The adapter: open when wanted and usable; a problem is told once per change.
-            if commands < 0 && (want.advert != nil || want.scan) && now - lastAttempt >= 1000 {
-                lastAttempt = now
-                if let problem = adapterProblem() {
-                    if want.advert != nil && advertisingError != problem { advertisingError = problem; onEvent(.advertising(false, problem)) }
-                    if want.scan && scanError != problem { scanError = problem; onEvent(.scanning(false, problem)) }
-                } else {
-                    let id = hci_devid(adapter)
-                    commands = hci_open_dev(id)
-                    events = hci_open_dev(id)
-                    if commands < 0 || events < 0 {
-                        let why = "cannot open \(adapter): \(String(cString: strerror(errno)))"
-                        closeAll()
-                        if want.advert != nil { advertisingError = why; onEvent(.advertising(false, why)) }
-                    } else {
-                        var f = hci_filter()
-                        f.type_mask = 1 << UInt32(HCI_EVENT_PKT)
-                        f.event_mask.1 = 1 << UInt32(EVT_LE_META_EVENT - 32)
-                        setsockopt(events, SOL_HCI, HCI_FILTER, &f, socklen_t(MemoryLayout<hci_filter>.size))
-                        _ = fcntl(events, F_SETFL, fcntl(events, F_GETFL) | O_NONBLOCK)
-                    }
-                }
-            }
+            if !r.isOpen && (want.advert != nil || want.scan) && now - r.lastAttempt >= 1000 { open(&r, want, now: now) }
             // Checked once a second while open (each check opens two raw HCI sockets: every loop
             // turn made 20 socket opens a second on an idle gateway).
-            var problemNow: String?
-            if commands >= 0 && now - lastAdapterCheck >= 1000 { lastAdapterCheck = now; problemNow = adapterProblem() }
-            if commands >= 0, let problem = problemNow {
-                // Went away or down under us: start over (and tell).
-                closeAll()
-                if want.advert != nil { advertisingError = problem; onEvent(.advertising(false, problem)) }
-                if want.scan { scanError = problem; onEvent(.scanning(false, problem)) }
-                seen = [:]
-                continue
-            }
-            if commands >= 0 {
-                // Advertising: set up when the content changes; re-enabled every second, since a
-                // controller stops advertising when a central connects.
-                if let a = want.advert {
-                    if advertising != a {
-                        if advertising != nil { _ = command(commands, OCF_LE_SET_ADVERTISE_ENABLE, [0]) }
-                        let problem = startAdvertising(commands, a)
-                        advertising = problem == nil ? a : nil
-                        lastEnable = now
-                        if problem != advertisingError || (problem == nil && advertisingError == nil) { onEvent(.advertising(problem == nil, problem)) }
-                        advertisingError = problem
-                    } else if now - lastEnable >= 1000 {
-                        lastEnable = now
-                        let status = command(commands, OCF_LE_SET_ADVERTISE_ENABLE, [1])
-                        if status != 0 && status != 0x0C { advertising = nil }  // 0x0C: already on
-                    }
-                } else if advertising != nil {
-                    _ = command(commands, OCF_LE_SET_ADVERTISE_ENABLE, [0])
-                    advertising = nil
-                    advertisingError = nil
-                }
-                // Scanning: active (the scan response carries the rest of the peer id).
-                let scanWanted = want.scan && want.pauses == 0
-                if scanWanted && !scanning {
-                    var rc = hci_le_set_scan_parameters(commands, 0x01, UInt16(0x0060).littleEndian, UInt16(0x0030).littleEndian, 0x00, 0x00, 1000)
-                    if rc == 0 { rc = hci_le_set_scan_enable(commands, 1, 0, 1000) }
-                    if rc == 0 {
-                        scanning = true
-                        lastScanEnable = now
-                        scanOff.store(false, ordering: .relaxed)
-                        if scanError != nil || true { onEvent(.scanning(true, nil)) }
-                        scanError = nil
-                    } else {
-                        let why = "cannot scan on \(adapter): \(String(cString: strerror(errno)))"
-                        if why != scanError { onEvent(.scanning(false, why)) }
-                        scanError = why
-                    }
-                } else if scanning && now - lastScanEnable >= 2000 {
-                    // The kernel turns the controller's scan off after it made a connection (it
-                    // scanned for it, and believes nobody else scans): turn it on again. "Command
-                    // disallowed" means it is still on.
-                    lastScanEnable = now
-                    _ = hci_le_set_scan_enable(commands, 1, 0, 1000)
-                } else if !scanWanted && scanning {
-                    _ = hci_le_set_scan_enable(commands, 0, 0, 1000)
-                    scanning = false
-                    scanOff.store(true, ordering: .relaxed)
+            if r.isOpen && now - r.lastAdapterCheck >= 1000 {
+                r.lastAdapterCheck = now
+                if let problem = adapterProblem() {
+                    // Went away or down under us: start over (and tell).
+                    closeAll(&r)
+                    if want.advert != nil { r.advertisingError = problem; onEvent(.advertising(false, problem)) }
+                    if want.scan { r.scanError = problem; onEvent(.scanning(false, problem)) }
+                    r.seen = [:]
+                    continue
                 }
             }
-            // Reports.
-            if events >= 0 {
-                var p = pollfd(fd: events, events: Int16(POLLIN), revents: 0)
-                if poll(&p, 1, 100) > 0 {
-                    while true {
-                        let n = buffer.withUnsafeMutableBytes { Glibc.read(events, $0.baseAddress, $0.count) }
-                        if n <= 0 { break }
-                        if scanning { handle(Array(buffer[0..<n]), &seen, now: monotonicMillis()) }
-                    }
-                }
+            if r.isOpen {
+                driveAdvertising(&r, want.advert, now: now)
+                driveScanning(&r, want.scan && want.pauses == 0, now: now)
+            }
+            readReports(&r, &buffer)
+            if r.scanning { expireLost(&r) }
+        }
+    }
+
+    func closeAll(_ r: inout Radio) {
+        if r.commands >= 0 { hci_close_dev(r.commands) }
+        if r.events >= 0 { hci_close_dev(r.events) }
+        r.commands = -1
+        r.events = -1
+        r.advertising = nil
+        r.scanning = false
+        setScanOff(true)
+    }
+
+    /// Opens the adapter's two HCI sockets, when it is usable; a problem is told once per change.
+    func open(_ r: inout Radio, _ want: Wanted, now: Int) {
+        r.lastAttempt = now
+        if let problem = adapterProblem() {
+            if want.advert != nil && r.advertisingError != problem { r.advertisingError = problem; onEvent(.advertising(false, problem)) }
+            if want.scan && r.scanError != problem { r.scanError = problem; onEvent(.scanning(false, problem)) }
+            return
+        }
+        let id = hci_devid(adapter)
+        do {
+            r.commands = try SystemCall.run("open HCI \(adapter)") { hci_open_dev(id) }
+            r.events = try SystemCall.run("open HCI \(adapter)") { hci_open_dev(id) }
+            var f = hci_filter()
+            f.type_mask = 1 << UInt32(HCI_EVENT_PKT)
+            f.event_mask.1 = 1 << UInt32(EVT_LE_META_EVENT - 32)
+            let events = r.events
+            try SystemCall.run("setsockopt(HCI_FILTER)") { setsockopt(events, SOL_HCI, HCI_FILTER, &f, socklen_t(MemoryLayout<hci_filter>.size)) }
+            try SystemCall.setNonBlockingCloseOnExec(events, "HCI event socket")
+        } catch {
+            let why = "cannot open \(adapter): \(error)"
+            closeAll(&r)
+            if want.advert != nil { r.advertisingError = why; onEvent(.advertising(false, why)) }
+        }
+    }
+
+    /// Advertising: set up when the content changes; re-enabled every second, since a controller
+    /// stops advertising when a central connects.
+    func driveAdvertising(_ r: inout Radio, _ advert: BLEAdvert?, now: Int) {
+        if let a = advert {
+            if r.advertising != a {
+                if r.advertising != nil { _ = command(r.commands, OCF_LE_SET_ADVERTISE_ENABLE, [0]) }
+                let problem = startAdvertising(r.commands, a)
+                r.advertising = problem == nil ? a : nil
+                r.lastEnable = now
+                if problem != r.advertisingError || (problem == nil && r.advertisingError == nil) { onEvent(.advertising(problem == nil, problem)) }
+                r.advertisingError = problem
+            } else if now - r.lastEnable >= 1000 {
+                r.lastEnable = now
+                let status = command(r.commands, OCF_LE_SET_ADVERTISE_ENABLE, [1])
+                if status != 0 && status != 0x0C { r.advertising = nil }  // 0x0C: already on
+            }
+        } else if r.advertising != nil {
+            _ = command(r.commands, OCF_LE_SET_ADVERTISE_ENABLE, [0])
+            r.advertising = nil
+            r.advertisingError = nil
+        }
+    }
+
+    /// Scanning: active (the scan response carries the rest of the peer id), off while a dial
+    /// is in progress.
+    func driveScanning(_ r: inout Radio, _ wanted: Bool, now: Int) {
+        if wanted && !r.scanning {
+            var rc = hci_le_set_scan_parameters(r.commands, 0x01, UInt16(0x0060).littleEndian, UInt16(0x0030).littleEndian, 0x00, 0x00, 1000)
+            if rc == 0 { rc = hci_le_set_scan_enable(r.commands, 1, 0, 1000) }
+            if rc == 0 {
+                r.scanning = true
+                r.lastScanEnable = now
+                setScanOff(false)
+                // Told every time scanning starts again (after a dial's pause too), not only after
+                // an error: the transport's listener counts on it.
+                onEvent(.scanning(true, nil))
+                r.scanError = nil
             } else {
-                usleep(100_000)
+                let why = "cannot scan on \(adapter): \(String(cString: strerror(errno)))"
+                if why != r.scanError { onEvent(.scanning(false, why)) }
+                r.scanError = why
             }
-            if scanning {
-                let now = monotonicMillis()
-                for (address, s) in seen where now - s.lastMillis > lostAfterMillis {
-                    seen[address] = nil
-                    if s.reported != nil { onEvent(.lost(address)) }
-                }
-            }
+        } else if r.scanning && wanted && now - r.lastScanEnable >= 2000 {
+            // The kernel turns the controller's scan off after it made a connection (it scanned
+            // for it, and believes nobody else scans): turn it on again. "Command disallowed"
+            // means it is still on.
+            r.lastScanEnable = now
+            _ = hci_le_set_scan_enable(r.commands, 1, 0, 1000)
+        } else if !wanted && r.scanning {
+            _ = hci_le_set_scan_enable(r.commands, 0, 0, 1000)
+            r.scanning = false
+            setScanOff(true)
+        }
+    }
+
+    /// Advertising reports that came within 100 ms (waits that long for them, or for nothing
+    /// when the adapter is closed).
+    func readReports(_ r: inout Radio, _ buffer: inout [UInt8]) {
+        guard r.events >= 0 else {
+            SystemCall.pause(millis: 100)
+            return
+        }
+        let events = r.events
+        guard let came = try? SystemCall.poll(events, Int16(POLLIN), timeoutMillis: 100, "poll(HCI events)"), came != 0 else { return }
+        while let n = try? SystemCall.nonBlocking("read(HCI events)", { buffer.withUnsafeMutableBytes { Glibc.read(events, $0.baseAddress, $0.count) } }), n > 0 {
+            if r.scanning { handle(Array(buffer[0..<n]), &r.seen, now: monotonicMillis()) }
+        }
+    }
+
+    /// Peers not heard for `lostAfterMillis` while scanning are lost.
+    func expireLost(_ r: inout Radio) {
+        let now = monotonicMillis()
+        for (address, s) in r.seen where now - s.lastMillis > lostAfterMillis {
+            r.seen[address] = nil
+            if s.reported != nil { onEvent(.lost(address)) }
         }
     }
 

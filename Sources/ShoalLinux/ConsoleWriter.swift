@@ -60,11 +60,9 @@ public final class ConsoleWriter: @unchecked Sendable {
         let bytes = Array((line + (device == "stdout" ? "\n" : "\r\n")).utf8)
         var offset = 0
         while offset < bytes.count {
-            let n = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + offset, bytes.count - offset) }
-            if n < 0 {
-                if errno == EINTR { continue }
-                return false  // EAGAIN (line not draining), EIO (hang-up): drop, never block
-            }
+            // EAGAIN (the line is not draining), EIO (hang-up): drop the line, never block.
+            let written = try? SystemCall.nonBlocking("write(console)") { bytes.withUnsafeBytes { write(fd, $0.baseAddress! + offset, bytes.count - offset) } }
+            guard let n = written ?? nil else { return false }
             offset += n
         }
         return true
@@ -80,14 +78,14 @@ extension ConsoleWriter {
 
     /// Waits up to `timeoutMillis` for input; returns the complete lines read (maybe none).
     public func readLines(timeoutMillis: Int32) -> ReadResult {
-        var p = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-        let r = poll(&p, 1, timeoutMillis)
-        if r < 0 { return errno == EINTR ? .lines([]) : .disconnected(String(cString: strerror(errno))) }
-        if r == 0 { return .lines([]) }
-        if p.revents & Int16(POLLHUP | POLLERR | POLLNVAL) != 0 && p.revents & Int16(POLLIN) == 0 { return .disconnected("hang-up") }
+        let came: Int16
+        do { came = try SystemCall.poll(fd, Int16(POLLIN), timeoutMillis: Int(timeoutMillis), "poll(console)") } catch { return .disconnected("\(error)") }
+        if came == 0 { return .lines([]) }
+        if came & Int16(POLLHUP | POLLERR | POLLNVAL) != 0 && came & Int16(POLLIN) == 0 { return .disconnected("hang-up") }
         var buffer = [UInt8](repeating: 0, count: 512)
-        let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, 512) }
-        if n < 0 { return errno == EAGAIN || errno == EINTR ? .lines([]) : .disconnected(String(cString: strerror(errno))) }
+        let got: Int?
+        do { got = try SystemCall.nonBlocking("read(console)") { buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, 512) } } } catch { return .disconnected("\(error)") }
+        guard let n = got else { return .lines([]) }
         if n == 0 { return .disconnected("end of input") }
         return .lines(take(buffer.prefix(n)))
     }

@@ -52,6 +52,8 @@ public final class DNSSD: @unchecked Sendable {
     }
     let wanted = Locked(Wanted())
     let running = Atomic<Bool>(false)
+    /// The loop thread, joined by `stop`.
+    let workers = WorkerGroup()
 
     // Loop-thread state.
     var poll: OpaquePointer?
@@ -86,7 +88,7 @@ public final class DNSSD: @unchecked Sendable {
         guard let p = avahi_simple_poll_new() else { return false }
         poll = p
         running.store(true, ordering: .relaxed)
-        let ok = DetachedThread.start(name: "dnssd") { self.loop() }
+        let ok = workers.spawn("dnssd") { self.loop() }
         if !ok {
             running.store(false, ordering: .releasing)
             avahi_simple_poll_free(p)
@@ -118,11 +120,13 @@ public final class DNSSD: @unchecked Sendable {
         wake()
     }
 
-    /// Stops the loop and frees everything; waits up to two seconds for the thread.
-    public func stop() {
+    /// Stops the loop and frees everything; joins the thread for up to 3 s and returns those it
+    /// had to abandon.
+    @discardableResult
+    public func stop() -> [String] {
         wanted.withLock { $0.stop = true }
         wake()
-        for _ in 0..<200 where running.load(ordering: .acquiring) { usleep(10_000) }
+        return workers.join(timeoutMillis: 3000)
     }
 
     private func wake() {
@@ -144,7 +148,7 @@ public final class DNSSD: @unchecked Sendable {
             reconcile(w)
             // Wakes for commands (the pipe), Avahi's own timers, and at least once a second for
             // the retry timers.
-            if avahi_simple_poll_iterate(poll, 1000) != 0 { usleep(100_000) }
+            if avahi_simple_poll_iterate(poll, 1000) != 0 { SystemCall.pause(millis: 100) }
         }
         teardownClient()
         if let poll { avahi_simple_poll_free(poll) }

@@ -4,10 +4,10 @@ import Glibc
 public enum Files {
     /// Reads a whole file of at most `max` bytes; nil if it cannot be read, an error if too big.
     public static func read(_ path: String, max: Int = 1 << 20) throws(SystemError) -> String? {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else {
-            if errno == ENOENT { return nil }
-            throw SystemError(call: "open(\(path))", code: errno)
+        let fd: Int32
+        do { fd = try SystemCall.run("open(\(path))") { open(path, O_RDONLY | O_CLOEXEC) } } catch {
+            if error.code == ENOENT { return nil }
+            throw error
         }
         defer { close(fd) }
         var out: [UInt8] = []
@@ -31,15 +31,12 @@ public enum Files {
 
     /// Writes `text` to `path` (created or truncated, mode 0644).
     public static func write(_ path: String, _ text: String) throws(SystemError) {
-        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
-        guard fd >= 0 else { throw SystemError(call: "open(\(path))", code: errno) }
+        let fd = try SystemCall.run("open(\(path))") { open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644) }
         defer { close(fd) }
         let bytes = Array(text.utf8)
         var offset = 0
         while offset < bytes.count {
-            let n = bytes[offset...].withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
-            if n < 0 { if errno == EINTR { continue }; throw SystemError(call: "write(\(path))", code: errno) }
-            offset += n
+            offset += try SystemCall.run("write(\(path))") { bytes[offset...].withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) } }
         }
     }
 

@@ -77,12 +77,10 @@ public enum HardwareProbe {
     public static var libgpiodVersion: String { String(cString: gpiod_version_string()) }
 
     static func readSmallFile(_ path: String, max: Int = 4096) -> String? {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
+        guard let fd = try? SystemCall.run("open(\(path))", { open(path, O_RDONLY | O_CLOEXEC) }) else { return nil }
         defer { close(fd) }
         var buffer = [UInt8](repeating: 0, count: max)
-        let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, max) }
-        guard n >= 0 else { return nil }
+        guard let n = try? SystemCall.run("read(\(path))", { buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, max) } }) else { return nil }
         return String(decoding: buffer.prefix(n), as: UTF8.self)
     }
 }

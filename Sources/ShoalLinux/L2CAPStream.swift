@@ -101,7 +101,16 @@ public final class L2CAPStream: ByteStream, @unchecked Sendable {
     static func option(_ fd: Int32, _ name: Int32) -> UInt16? {
         var v: UInt16 = 0
         var len = socklen_t(2)
-        return getsockopt(fd, BluetoothABI.solBluetooth, name, &v, &len) == 0 ? v : nil
+        return (try? SystemCall.run("getsockopt(SOL_BLUETOOTH)") { getsockopt(fd, BluetoothABI.solBluetooth, name, &v, &len) }) != nil ? v : nil
+    }
+
+    /// A system error as an L2CAP stream's: the link gone (reset, not connected, the peer out of
+    /// range) is a close, the rest a failure naming the call.
+    static func io<T>(_ body: () throws(SystemError) -> T) throws(StreamError) -> T {
+        do { return try body() } catch {
+            if [EPIPE, ECONNRESET, ENOTCONN].contains(error.code) { throw .closed }
+            throw .failed("L2CAP \(error)")
+        }
     }
 
     /// A non-blocking L2CAP socket bound to the LE public address type, with our receive MTU asked
@@ -109,14 +118,22 @@ public final class L2CAPStream: ByteStream, @unchecked Sendable {
     /// type is LE, which `bind` sets — asked before it, the request is refused (EINVAL) and the
     /// channel keeps the default 672.
     static func boundSocket(receiveMTU: UInt16) throws(StreamError) -> (fd: Int32, mtuRefused: String?) {
-        let fd = Glibc.socket(BluetoothABI.family, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), BluetoothABI.protoL2CAP)
-        guard fd >= 0 else { throw .failed("cannot make an L2CAP socket: \(String(cString: strerror(errno))) (no Bluetooth in this kernel?)") }
+        let fd: Int32
+        do {
+            fd = try SystemCall.run("socket(AF_BLUETOOTH, L2CAP)") {
+                Glibc.socket(BluetoothABI.family, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), BluetoothABI.protoL2CAP)
+            }
+        } catch { throw .failed("cannot make an L2CAP socket: \(error) (no Bluetooth in this kernel?)") }
         var local = SockaddrL2()
-        let rc = withUnsafePointer(to: &local) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, SockaddrL2.length) } }
-        guard rc == 0 else { let e = errno; Glibc.close(fd); throw .failed("cannot bind an L2CAP socket: \(String(cString: strerror(e)))") }
+        do {
+            try SystemCall.run("bind(L2CAP)") { withUnsafePointer(to: &local) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, SockaddrL2.length) } } }
+        } catch {
+            Glibc.close(fd)
+            throw .failed("cannot bind an L2CAP socket: \(error)")
+        }
         var mtu = receiveMTU
-        if setsockopt(fd, BluetoothABI.solBluetooth, BluetoothABI.rcvMTU, &mtu, 2) != 0 {
-            return (fd, "the kernel refused a receive MTU of \(receiveMTU): \(String(cString: strerror(errno)))")
+        do { try SystemCall.run("setsockopt(BT_RCVMTU)") { setsockopt(fd, BluetoothABI.solBluetooth, BluetoothABI.rcvMTU, &mtu, 2) } } catch {
+            return (fd, "the kernel refused a receive MTU of \(receiveMTU): \(error)")
         }
         return (fd, nil)
     }
@@ -128,36 +145,44 @@ public final class L2CAPStream: ByteStream, @unchecked Sendable {
         remote.psm = psm
         remote.address = peer.tuple
         remote.addressType = peer.isRandom ? BluetoothABI.addressLERandom : BluetoothABI.addressLEPublic
-        let rc = withUnsafePointer(to: &remote) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, SockaddrL2.length) } }
-        if rc != 0 && errno != EINPROGRESS && errno != EAGAIN {
-            let e = errno
+        let what = "L2CAP connect to \(peer) psm \(psm)"
+        do { try connectAndWait(fd, &remote, what, timeoutMillis: timeoutMillis) } catch {
             Glibc.close(fd)
-            throw .failed("L2CAP connect to \(peer) psm \(psm): \(String(cString: strerror(e)))")
+            if error.code == ETIMEDOUT { throw .timeout }
+            throw .failed("\(error)")
         }
-        var p = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
-        let n = poll(&p, 1, Int32(timeoutMillis))
-        if n <= 0 { Glibc.close(fd); throw n == 0 ? .timeout : .failed("poll: \(String(cString: strerror(errno)))") }
-        var err: Int32 = 0
-        var len = socklen_t(4)
-        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len)
-        guard err == 0 else { Glibc.close(fd); throw .failed("L2CAP connect to \(peer) psm \(psm): \(String(cString: strerror(err)))") }
         return L2CAPStream(fd: fd, peer: peer)
+    }
+
+    /// A non-blocking connect, waited for up to `timeoutMillis`, then asked how it went.
+    private static func connectAndWait(_ fd: Int32, _ remote: inout SockaddrL2, _ what: String, timeoutMillis: Int) throws(SystemError) {
+        let rc = withUnsafePointer(to: &remote) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, SockaddrL2.length) } }
+        if rc != 0 {
+            let e = errno
+            guard e == EINPROGRESS || e == EAGAIN || e == EINTR else { throw SystemError(call: what, code: e) }
+        }
+        guard try SystemCall.poll(fd, Int16(POLLOUT), timeoutMillis: timeoutMillis, "poll(\(what))") != 0 else {
+            throw SystemError(call: what, code: ETIMEDOUT)
+        }
+        let err = try SystemCall.option(fd, SOL_SOCKET, SO_ERROR, "getsockopt(SO_ERROR)")
+        guard err == 0 else { throw SystemError(call: what, code: err) }
     }
 
     public func wake() {
         var b: UInt8 = 1
-        _ = Glibc.write(wakeWriteFD, &b, 1)
+        // A full pipe already holds a wake-up; a missing one (-1) leaves the read to its timeout.
+        _ = try? SystemCall.nonBlocking("write(wake pipe)") { Glibc.write(wakeWriteFD, &b, 1) }
     }
 
     public func read(into buffer: UnsafeMutableRawBufferPointer, timeoutMillis: Int) throws(StreamError) -> Int {
         if heldHead < held.count { return take(buffer) }
         if ended || closed { return 0 }
-        var fds = [pollfd(fd: fd, events: Int16(POLLIN), revents: 0), pollfd(fd: wakeFD, events: Int16(POLLIN), revents: 0)]
-        let n = poll(&fds, 2, Int32(timeoutMillis))
-        if n < 0 { if errno == EINTR { throw .timeout }; throw .failed("poll: \(String(cString: strerror(errno)))") }
-        if fds[1].revents != 0 {
+        var fds = [pollfd(fd: fd, events: Int16(POLLIN), revents: 0)]
+        if wakeFD >= 0 { fds.append(pollfd(fd: wakeFD, events: Int16(POLLIN), revents: 0)) }
+        let n = try L2CAPStream.io { () throws(SystemError) in try SystemCall.poll(&fds, timeoutMillis: timeoutMillis, "poll(read)") }
+        if fds.count > 1 && fds[1].revents != 0 {
             var drain = [UInt8](repeating: 0, count: 64)
-            _ = Glibc.read(wakeFD, &drain, 64)
+            _ = try? SystemCall.nonBlocking("read(wake pipe)") { Glibc.read(wakeFD, &drain, 64) }
             if fds[0].revents == 0 { throw .timeout }
         }
         if n == 0 { throw .timeout }
@@ -172,12 +197,13 @@ public final class L2CAPStream: ByteStream, @unchecked Sendable {
 
     /// One SDU from the socket into `held`, without waiting.
     private func receiveOne() throws(StreamError) -> Received {
-        let got = scratch.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
-        if got < 0 {
-            if errno == EAGAIN || errno == EINTR { return .none }
-            if errno == ECONNRESET || errno == ENOTCONN || errno == EPIPE || errno == ETIMEDOUT || errno == EHOSTDOWN { ended = true; return .end }
-            throw .failed("L2CAP read: \(String(cString: strerror(errno)))")
+        let result: Int?
+        do { result = try SystemCall.nonBlocking("recv") { scratch.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) } } } catch {
+            // The link is gone (reset, not connected, the peer out of range): the stream's end.
+            if [ECONNRESET, ENOTCONN, EPIPE, ETIMEDOUT, EHOSTDOWN].contains(error.code) { ended = true; return .end }
+            throw .failed("L2CAP \(error)")
         }
+        guard let got = result else { return .none }
         if got == 0 { ended = true; return .end }
         if heldHead > 0 && heldHead == held.count { held.removeAll(keepingCapacity: true); heldHead = 0 }
         held.append(contentsOf: scratch[0..<got])
@@ -203,30 +229,25 @@ public final class L2CAPStream: ByteStream, @unchecked Sendable {
         let chunk = min(bytes.count, sendMTU)
         let deadline = monotonicMillis() + timeoutMillis
         while true {
-            let sent = send(fd, bytes.baseAddress, chunk, Int32(MSG_NOSIGNAL))
-            if sent >= 0 { return sent }
-            if errno == EAGAIN || errno == EINTR {
-                // No credits (or no room): wait for them, reading whatever the peer sends meanwhile.
-                let left = deadline - monotonicMillis()
-                if left <= 0 { throw .timeout }
-                var p = pollfd(fd: fd, events: Int16(POLLOUT) | (ended ? 0 : Int16(POLLIN)), revents: 0)
-                let n = poll(&p, 1, Int32(left))
-                if n == 0 { throw .timeout }
-                if n < 0 && errno != EINTR { throw .failed("poll: \(String(cString: strerror(errno)))") }
-                if n > 0 && p.revents & Int16(POLLIN) != 0 && !ended {
-                    while held.count - heldHead < L2CAPStream.maxHeldBytes {
-                        let before = held.count - heldHead
-                        guard try receiveOne() == .got else { break }
-                        drainedWhileWriting += held.count - heldHead - before
-                    }
-                    if held.count - heldHead >= L2CAPStream.maxHeldBytes {
-                        throw .failed("the peer sent \(L2CAPStream.maxHeldBytes >> 20) MB that waited unread while our writes got no credits")
-                    }
-                }
-                continue
+            if let sent = try L2CAPStream.io({ () throws(SystemError) in try SystemCall.nonBlocking("send") { send(fd, bytes.baseAddress, chunk, Int32(MSG_NOSIGNAL)) } }) {
+                return sent
             }
-            if errno == EPIPE || errno == ECONNRESET || errno == ENOTCONN { throw .closed }
-            throw .failed("L2CAP write: \(String(cString: strerror(errno)))")
+            // No credits (or no room): wait for them, reading whatever the peer sends meanwhile.
+            let left = deadline - monotonicMillis()
+            if left <= 0 { throw .timeout }
+            let events = Int16(POLLOUT) | (ended ? 0 : Int16(POLLIN))
+            let came = try L2CAPStream.io { () throws(SystemError) in try SystemCall.poll(fd, events, timeoutMillis: left, "poll(send)") }
+            if came == 0 { throw .timeout }
+            if came & Int16(POLLIN) != 0 && !ended {
+                while held.count - heldHead < L2CAPStream.maxHeldBytes {
+                    let before = held.count - heldHead
+                    guard try receiveOne() == .got else { break }
+                    drainedWhileWriting += held.count - heldHead - before
+                }
+                if held.count - heldHead >= L2CAPStream.maxHeldBytes {
+                    throw .failed("the peer sent \(L2CAPStream.maxHeldBytes >> 20) MB that waited unread while our writes got no credits")
+                }
+            }
         }
     }
 
@@ -249,14 +270,15 @@ public final class L2CAPListener: @unchecked Sendable {
     public init(receiveMTU: UInt16 = 4096) throws(StreamError) {
         let (fd, refused) = try L2CAPStream.boundSocket(receiveMTU: receiveMTU)
         mtuRefused = refused
-        guard listen(fd, 8) == 0 else {
-            let e = errno
-            Glibc.close(fd)
-            throw .failed("cannot listen for L2CAP LE channels: \(String(cString: strerror(e)))")
-        }
         var bound = SockaddrL2()
         var len = SockaddrL2.length
-        _ = withUnsafeMutablePointer(to: &bound) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) } }
+        do {
+            try SystemCall.run("listen(L2CAP)") { listen(fd, 8) }
+            try SystemCall.run("getsockname(L2CAP)") { withUnsafeMutablePointer(to: &bound) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) } } }
+        } catch {
+            Glibc.close(fd)
+            throw .failed("cannot listen for L2CAP LE channels: \(error)")
+        }
         self.fd = fd
         psm = bound.psm
     }
@@ -264,17 +286,30 @@ public final class L2CAPListener: @unchecked Sendable {
     /// The next channel, or nil after `timeoutMillis`.
     public func accept(timeoutMillis: Int) throws(StreamError) -> L2CAPStream? {
         guard !closed else { throw .closed }
-        var p = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-        let n = poll(&p, 1, Int32(timeoutMillis))
-        if n <= 0 { return nil }
         var remote = SockaddrL2()
         var len = SockaddrL2.length
-        let c = withUnsafeMutablePointer(to: &remote) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.accept(fd, $0, &len) } }
-        guard c >= 0 else { return nil }
-        _ = fcntl(c, F_SETFL, fcntl(c, F_GETFL) | O_NONBLOCK)
-        _ = fcntl(c, F_SETFD, FD_CLOEXEC)
+        let taken: Int32?
+        do { taken = try L2CAPListener.take(fd, &remote, &len, timeoutMillis: timeoutMillis) } catch { throw .failed("\(error)") }
+        guard let c = taken else { return nil }
         let t = remote.address
         return L2CAPStream(fd: c, peer: BluetoothAddress(wire: [t.0, t.1, t.2, t.3, t.4, t.5], random: remote.addressType == BluetoothABI.addressLERandom))
+    }
+
+    /// The next channel's descriptor (non-blocking, close-on-exec), or nil if none came in time
+    /// or it was gone again before we took it (EAGAIN, ECONNABORTED).
+    private static func take(_ fd: Int32, _ remote: inout SockaddrL2, _ len: inout socklen_t, timeoutMillis: Int) throws(SystemError) -> Int32? {
+        guard try SystemCall.poll(fd, Int16(POLLIN), timeoutMillis: timeoutMillis, "poll(L2CAP listener)") != 0 else { return nil }
+        let c = withUnsafeMutablePointer(to: &remote) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.accept(fd, $0, &len) } }
+        if c < 0 {
+            let e = errno
+            if e == EAGAIN || e == EWOULDBLOCK || e == ECONNABORTED || e == EINTR { return nil }
+            throw SystemError(call: "accept(L2CAP)", code: e)
+        }
+        do { try SystemCall.setNonBlockingCloseOnExec(c, "L2CAP channel") } catch {
+            Glibc.close(c)
+            throw error
+        }
+        return c
     }
 
     public func close() {

@@ -90,7 +90,8 @@ public final class RadioWatcher: @unchecked Sendable {
     let sysfsNet: String
     let onChange: @Sendable (RadioSnapshot) -> Void
     let stopping = Atomic<Bool>(false)
-    let running = Atomic<Bool>(false)
+    /// The watcher's thread, joined by `stop`.
+    let workers = WorkerGroup()
 
     public init(wifiInterface: String?, bluetoothAdapter: String?, rfkillPath: String = "/dev/rfkill",
                 sysfsNet: String = "/sys/class/net", onChange: @escaping @Sendable (RadioSnapshot) -> Void) {
@@ -102,16 +103,14 @@ public final class RadioWatcher: @unchecked Sendable {
     }
 
     @discardableResult
-    public func start() -> Bool {
-        running.store(true, ordering: .relaxed)
-        let ok = DetachedThread.start(name: "radios") { self.loop() }
-        if !ok { running.store(false, ordering: .releasing) }
-        return ok
-    }
+    public func start() -> Bool { workers.spawn("radios") { self.loop() } }
 
-    public func stop() {
+    /// Stops the watcher and joins its thread (it wakes at least every second); returns the
+    /// threads it had to abandon after 3 s.
+    @discardableResult
+    public func stop() -> [String] {
         stopping.store(true, ordering: .relaxed)
-        for _ in 0..<200 where running.load(ordering: .acquiring) { usleep(10_000) }
+        return workers.join(timeoutMillis: 3000)
     }
 
     func bluetooth() -> (present: Bool, up: Bool) {
@@ -131,7 +130,7 @@ public final class RadioWatcher: @unchecked Sendable {
         var pending = [UInt8]()
         var buffer = [UInt8](repeating: 0, count: 8192)
         while !stopping.load(ordering: .relaxed) {
-            if rfkillFD < 0 { rfkillFD = open(rfkillPath, O_RDONLY | O_NONBLOCK | O_CLOEXEC) }
+            if rfkillFD < 0 { rfkillFD = (try? SystemCall.run("open(\(rfkillPath))") { open(rfkillPath, O_RDONLY | O_NONBLOCK | O_CLOEXEC) }) ?? -1 }
             var snapshot = RadioSnapshot()
             snapshot.wifiInterface = wifiInterface
             snapshot.bluetoothAdapter = bluetoothAdapter
@@ -143,15 +142,17 @@ public final class RadioWatcher: @unchecked Sendable {
                 last = snapshot
                 onChange(snapshot)
             }
+            // A descriptor of -1 (no netlink, no rfkill) is ignored by poll: it then only waits.
             var fds = [pollfd(fd: netlink, events: Int16(POLLIN), revents: 0), pollfd(fd: rfkillFD, events: Int16(POLLIN), revents: 0)]
-            _ = poll(&fds, 2, 1000)
+            if (try? SystemCall.poll(&fds, timeoutMillis: 1000, "poll(radio events)")) == nil { SystemCall.pause(millis: 1000) }
             if netlink >= 0 && fds[0].revents & Int16(POLLIN) != 0 {
                 // The content does not matter: any link or address change means "look again".
-                while buffer.withUnsafeMutableBytes({ recv(netlink, $0.baseAddress, 8192, Int32(MSG_DONTWAIT)) }) > 0 {}
+                while let n = try? SystemCall.nonBlocking("recv(rtnetlink)", { buffer.withUnsafeMutableBytes { recv(netlink, $0.baseAddress, 8192, Int32(MSG_DONTWAIT)) } }), n > 0 {}
             }
             if rfkillFD >= 0 && fds[1].revents != 0 {
-                let n = buffer.withUnsafeMutableBytes { read(rfkillFD, $0.baseAddress, 8192) }
-                if n > 0 {
+                let fd = rfkillFD
+                let result: Int?? = try? SystemCall.nonBlocking("read(rfkill)") { buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, 8192) } }
+                if case .some(.some(let n)) = result, n > 0 {
                     pending += buffer.prefix(n)
                     // Records are 8 bytes on the kernels this runs on (a newer kernel's longer
                     // records arrive one per read: take the first 8 of each read then).
@@ -160,14 +161,15 @@ public final class RadioWatcher: @unchecked Sendable {
                         rfkill.apply(pending.prefix(8)[...])
                         pending.removeFirst(8)
                     }
-                } else if n == 0 || (errno != EAGAIN && errno != EINTR) {
-                    close(rfkillFD)  // a FIFO's writer went away, or the device failed: reopen
+                } else if case .some(.none) = result {
+                    // Nothing to read after all (EAGAIN).
+                } else {
+                    close(rfkillFD)  // end of file (a FIFO's writer went away) or the device failed: reopen
                     rfkillFD = -1
                 }
             }
         }
         if netlink >= 0 { close(netlink) }
         if rfkillFD >= 0 { close(rfkillFD) }
-        running.store(false, ordering: .releasing)
     }
 }

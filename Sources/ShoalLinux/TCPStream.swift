@@ -30,24 +30,32 @@ public final class TCPStream: ByteStream, @unchecked Sendable {
     /// system has no descriptors left (then a wake-up waits for the read timeout).
     static func wakePipe() -> (Int32, Int32) {
         var pair: [Int32] = [-1, -1]
-        guard pipe(&pair) == 0 else { return (-1, -1) }
-        for p in pair {
-            _ = fcntl(p, F_SETFL, fcntl(p, F_GETFL) | O_NONBLOCK)
-            _ = fcntl(p, F_SETFD, FD_CLOEXEC)
+        guard (try? SystemCall.run("pipe", { pipe(&pair) })) != nil else { return (-1, -1) }
+        do {
+            for p in pair { try SystemCall.setNonBlockingCloseOnExec(p, "wake pipe") }
+        } catch {
+            for p in pair { Glibc.close(p) }
+            return (-1, -1)
         }
         return (pair[0], pair[1])
     }
 
-    public init(fd: Int32) {
+    /// Takes `fd` (a connected TCP socket): makes it non-blocking, without Nagle's delay, with
+    /// keepalives that find a dead peer in about 20 s. Closes it if the kernel refuses any of that.
+    public init(fd: Int32) throws(SystemError) {
         self.fd = fd
         (wakeFD, wakeWriteFD) = TCPStream.wakePipe()
-        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
-        var one: Int32 = 1
-        setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
-        setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, socklen_t(MemoryLayout<Int32>.size))
-        for (option, value) in [(TCP_KEEPIDLE, Int32(8)), (TCP_KEEPINTVL, 3), (TCP_KEEPCNT, 4), (TCP_USER_TIMEOUT, 20_000)] {
-            var v = value
-            setsockopt(fd, Int32(IPPROTO_TCP), option, &v, socklen_t(MemoryLayout<Int32>.size))
+        do {
+            try SystemCall.setNonBlockingCloseOnExec(fd, "TCP socket")
+            try SystemCall.setOption(fd, Int32(IPPROTO_TCP), TCP_NODELAY, 1, "setsockopt(TCP_NODELAY)")
+            try SystemCall.setOption(fd, SOL_SOCKET, SO_KEEPALIVE, 1, "setsockopt(SO_KEEPALIVE)")
+            for (option, name, value) in [(TCP_KEEPIDLE, "TCP_KEEPIDLE", Int32(8)), (TCP_KEEPINTVL, "TCP_KEEPINTVL", 3),
+                                          (TCP_KEEPCNT, "TCP_KEEPCNT", 4), (TCP_USER_TIMEOUT, "TCP_USER_TIMEOUT", 20_000)] {
+                try SystemCall.setOption(fd, Int32(IPPROTO_TCP), option, value, "setsockopt(\(name))")
+            }
+        } catch {
+            close()
+            throw error
         }
     }
 
@@ -60,7 +68,8 @@ public final class TCPStream: ByteStream, @unchecked Sendable {
     /// Interrupts a read that is waiting (from any thread).
     public func wake() {
         var one: UInt8 = 1
-        _ = Glibc.write(wakeWriteFD, &one, 1)
+        // A full pipe already holds a wake-up; a missing one (-1) leaves the read to its timeout.
+        _ = try? SystemCall.nonBlocking("write(wake pipe)") { Glibc.write(wakeWriteFD, &one, 1) }
     }
 
     /// Connects to an IPv4 address (dotted quad) and port within `timeoutMillis`.
@@ -74,19 +83,18 @@ public final class TCPStream: ByteStream, @unchecked Sendable {
         let (storage, length) = try SocketAddress.numeric(host, port: port)
         var address = storage
         let fd = try SystemCall.run("socket") { socket(Int32(address.ss_family), Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0) }
-        let stream = TCPStream(fd: fd)
-        let rc = withUnsafePointer(to: &address) { p in
-            p.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, length) }
-        }
+        let stream = try TCPStream(fd: fd)
         let shown = host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
-        if rc != 0 {
-            guard errno == EINPROGRESS else { throw SystemError(call: "connect(\(shown))", code: errno) }
-            var p = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
-            let n = try SystemCall.run("poll(connect)") { poll(&p, 1, timeoutMillis) }
-            guard n > 0 else { throw SystemError(call: "connect(\(shown))", code: ETIMEDOUT) }
-            var err: Int32 = 0
-            var len = socklen_t(MemoryLayout<Int32>.size)
-            getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len)
+        do {
+            try SystemCall.run("connect(\(shown))") {
+                withUnsafePointer(to: &address) { p in p.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, length) } }
+            }
+        } catch where error.code == EINPROGRESS {
+            // Non-blocking: wait for it, then ask how it went.
+            guard try SystemCall.poll(fd, Int16(POLLOUT), timeoutMillis: Int(timeoutMillis), "poll(connect \(shown))") != 0 else {
+                throw SystemError(call: "connect(\(shown))", code: ETIMEDOUT)
+            }
+            let err = try SystemCall.option(fd, SOL_SOCKET, SO_ERROR, "getsockopt(SO_ERROR)")
             guard err == 0 else { throw SystemError(call: "connect(\(shown))", code: err) }
         }
         return stream
@@ -103,23 +111,28 @@ public final class TCPStream: ByteStream, @unchecked Sendable {
         }
         if ended { return 0 }
         while true {
-            let n = Glibc.read(fd, buffer.baseAddress, buffer.count)
-            if n >= 0 { return n }
-            switch errno {
-            case EINTR: continue
-            case EAGAIN:
-                var p = [pollfd(fd: fd, events: Int16(POLLIN), revents: 0), pollfd(fd: wakeFD, events: Int16(POLLIN), revents: 0)]
-                let r = poll(&p, wakeFD >= 0 ? 2 : 1, Int32(clamping: timeoutMillis))
-                if r == 0 { throw .timeout }
-                if r < 0 && errno != EINTR { throw .failed("poll: \(String(cString: strerror(errno)))") }
-                if p[1].revents != 0 {
-                    var drained = [UInt8](repeating: 0, count: 64)
-                    _ = Glibc.read(wakeFD, &drained, 64)
-                    throw .timeout
-                }
-            case ECONNRESET: return 0
-            default: throw .failed("read: \(String(cString: strerror(errno)))")
+            let got: Int?
+            do { got = try SystemCall.nonBlocking("read") { Glibc.read(fd, buffer.baseAddress, buffer.count) } } catch {
+                if error.code == ECONNRESET { return 0 }
+                throw .failed("\(error)")
             }
+            if let n = got { return n }
+            var p = [pollfd(fd: fd, events: Int16(POLLIN), revents: 0)]
+            if wakeFD >= 0 { p.append(pollfd(fd: wakeFD, events: Int16(POLLIN), revents: 0)) }
+            if try TCPStream.io({ () throws(SystemError) in try SystemCall.poll(&p, timeoutMillis: timeoutMillis, "poll(read)") }) == 0 { throw .timeout }
+            if p.count > 1 && p[1].revents != 0 {
+                var drained = [UInt8](repeating: 0, count: 64)
+                _ = try? SystemCall.nonBlocking("read(wake pipe)") { Glibc.read(wakeFD, &drained, 64) }
+                throw .timeout
+            }
+        }
+    }
+
+    /// A system error as a stream's: a broken pipe or a reset is the peer gone, the rest a failure.
+    static func io<T>(_ body: () throws(SystemError) -> T) throws(StreamError) -> T {
+        do { return try body() } catch {
+            if error.code == EPIPE || error.code == ECONNRESET { throw .closed }
+            throw .failed("\(error)")
         }
     }
 
@@ -127,21 +140,14 @@ public final class TCPStream: ByteStream, @unchecked Sendable {
         guard fd >= 0 else { throw .closed }
         let deadline = monotonicMillis() + timeoutMillis
         while true {
-            let n = send(fd, bytes.baseAddress, bytes.count, Int32(MSG_NOSIGNAL))
-            if n >= 0 { return n }
-            switch errno {
-            case EINTR: continue
-            case EAGAIN:
-                let left = deadline - monotonicMillis()
-                if left <= 0 { throw .timeout }
-                var p = pollfd(fd: fd, events: Int16(POLLOUT) | (ended ? 0 : Int16(POLLIN)), revents: 0)
-                let r = poll(&p, 1, Int32(clamping: left))
-                if r == 0 { throw .timeout }
-                if r < 0 && errno != EINTR { throw .failed("poll: \(String(cString: strerror(errno)))") }
-                if r > 0 && p.revents & Int16(POLLIN) != 0 && !ended { try drain() }
-            case EPIPE, ECONNRESET: throw .closed
-            default: throw .failed("send: \(String(cString: strerror(errno)))")
-            }
+            if let n = try TCPStream.io({ () throws(SystemError) in try SystemCall.nonBlocking("send") { send(fd, bytes.baseAddress, bytes.count, Int32(MSG_NOSIGNAL)) } }) { return n }
+            let left = deadline - monotonicMillis()
+            if left <= 0 { throw .timeout }
+            let events = Int16(POLLOUT) | (ended ? 0 : Int16(POLLIN))
+            let came = try TCPStream.io { () throws(SystemError) in try SystemCall.poll(fd, events, timeoutMillis: left, "poll(send)") }
+            if came == 0 { throw .timeout }
+            // The peer writes too while we wait for room: read what it sent, or neither side moves.
+            if came & Int16(POLLIN) != 0 && !ended { try drain() }
         }
     }
 
@@ -150,13 +156,15 @@ public final class TCPStream: ByteStream, @unchecked Sendable {
         if heldHead > 0 && heldHead == held.count { held.removeAll(keepingCapacity: true); heldHead = 0 }
         var chunk = [UInt8](repeating: 0, count: 64 * 1024)
         while held.count - heldHead < TCPStream.maxHeldBytes {
-            let n = chunk.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
-            if n > 0 { held.append(contentsOf: chunk[0..<n]); drainedWhileWriting += n; continue }
+            let got: Int?
+            do { got = try SystemCall.nonBlocking("read") { chunk.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) } } } catch {
+                if error.code == ECONNRESET { ended = true; return }
+                throw .failed("\(error)")
+            }
+            guard let n = got else { return }
             if n == 0 { ended = true; return }
-            if errno == EINTR { continue }
-            if errno == EAGAIN { return }
-            if errno == ECONNRESET { ended = true; return }
-            throw .failed("read: \(String(cString: strerror(errno)))")
+            held.append(contentsOf: chunk[0..<n])
+            drainedWhileWriting += n
         }
         throw .failed("the peer sent \(TCPStream.maxHeldBytes >> 20) MB that waited unread while our writes found no room")
     }
@@ -199,11 +207,9 @@ public final class TCPListener: @unchecked Sendable {
         var addr = storage
         let family = Int32(addr.ss_family)
         let fd = try SystemCall.run("socket") { socket(family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0) }
-        var one: Int32 = 1
-        var zero: Int32 = 0
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
-        if family == AF_INET6 { setsockopt(fd, Int32(IPPROTO_IPV6), IPV6_V6ONLY, &zero, socklen_t(MemoryLayout<Int32>.size)) }
         do {
+            try SystemCall.setOption(fd, SOL_SOCKET, SO_REUSEADDR, 1, "setsockopt(SO_REUSEADDR)")
+            if family == AF_INET6 { try SystemCall.setOption(fd, Int32(IPPROTO_IPV6), IPV6_V6ONLY, 0, "setsockopt(IPV6_V6ONLY)") }
             try SystemCall.run("bind(\(host):\(port))") {
                 withUnsafePointer(to: &addr) { p in p.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) } }
             }
@@ -230,11 +236,9 @@ public final class TCPListener: @unchecked Sendable {
 
     /// Accepts one connection, or nil if none came within the timeout.
     public func accept(timeoutMillis: Int32) throws(SystemError) -> TCPStream? {
-        var p = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-        guard try SystemCall.run("poll(listener)", { poll(&p, 1, timeoutMillis) }) > 0 else { return nil }
+        guard try SystemCall.poll(fd, Int16(POLLIN), timeoutMillis: Int(timeoutMillis), "poll(listener)") != 0 else { return nil }
         let client = try SystemCall.run("accept") { Glibc.accept(fd, nil, nil) }
-        _ = fcntl(client, F_SETFD, FD_CLOEXEC)
-        return TCPStream(fd: client)
+        return try TCPStream(fd: client)
     }
 }
 

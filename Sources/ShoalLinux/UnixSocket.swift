@@ -120,10 +120,12 @@ public final class UnixSocketListener: @unchecked Sendable {
 
     /// Accepts one connection, or nil if none came within the timeout.
     public func accept(timeoutMillis: Int32) throws(SystemError) -> UnixSocket? {
-        var p = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-        guard try SystemCall.run("poll(\(path))", { poll(&p, 1, timeoutMillis) }) > 0 else { return nil }
+        guard try SystemCall.poll(fd, Int16(POLLIN), timeoutMillis: Int(timeoutMillis), "poll(\(path))") != 0 else { return nil }
         let client = try SystemCall.run("accept(\(path))") { Glibc.accept(fd, nil, nil) }
-        _ = fcntl(client, F_SETFD, FD_CLOEXEC)
+        do { try SystemCall.run("fcntl(F_SETFD)") { fcntl(client, F_SETFD, FD_CLOEXEC) } } catch {
+            Glibc.close(client)
+            throw error
+        }
         return UnixSocket(fd: client)
     }
 }

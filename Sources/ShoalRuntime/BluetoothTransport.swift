@@ -84,7 +84,11 @@ package final class BluetoothTransport: Transport, @unchecked Sendable {  // sta
         host.post(.radio(.bluetooth, up: up))
     }
 
-    package func stop() { agent?.stop() }
+    package func stop() {
+        guard let agent else { return }
+        let abandoned = agent.stop()
+        if !abandoned.isEmpty, let host { host.log.warning(.mesh, "bluetooth: stopping: abandoned \(abandoned.joined(separator: ", ")) still blocked after 3 s") }
+    }
     package func close() { listener?.close() }
 
     func handle(_ event: BLEAgent.Event, _ host: any TransportHost) {
@@ -136,8 +140,19 @@ package final class BluetoothTransport: Transport, @unchecked Sendable {  // sta
     }
 
     func acceptLoop(_ listener: L2CAPListener, _ host: any TransportHost) {
+        var failures = 0
         while !host.isStopping {
-            guard let stream = try? listener.accept(timeoutMillis: 250) else { continue }
+            let next: L2CAPStream?
+            do { next = try listener.accept(timeoutMillis: 250) } catch {
+                if host.isStopping { return }
+                // Said once per run of failures; a listener that keeps failing is retried every 250 ms.
+                failures += 1
+                if failures == 1 { host.log.warning(.mesh, "bluetooth: accepting an L2CAP channel failed: \(error)") }
+                SystemCall.pause(millis: 250)
+                continue
+            }
+            failures = 0
+            guard let stream = next else { continue }
             host.spawn("repl-blelink") {
                 host.acceptAndRun(stream, over: .bluetooth, from: "from \(stream.peer) over Bluetooth LE", context: self.serverTLS)
             }

@@ -25,7 +25,9 @@ struct ControlService: Service {
         let failure = Locked<String?>(nil)
         let active = Atomic<Int>(0)
         let gw = gateway, opened = self.opened
-        let started = DetachedThread.start(name: "control-accept") {
+        // The accept loop and every connection: joined (with a deadline) when the service stops.
+        let workers = WorkerGroup()
+        let started = workers.spawn("control-accept") {
             defer { ended.open() }
             var consecutiveErrors = 0
             while !context.isShuttingDown {
@@ -38,7 +40,7 @@ struct ControlService: Service {
                         ControlService.refuse(socket, "too many control connections (\(ControlService.maxConnections)); try again")
                         continue
                     }
-                    let ok = DetachedThread.start(name: "control-conn") {
+                    let ok = workers.spawn("control-conn") {
                         defer { active.subtract(1, ordering: .relaxed) }
                         ControlConnection(socket: socket, gateway: gw, opened: opened, context: context).serve()
                     }
@@ -53,7 +55,7 @@ struct ControlService: Service {
                         failure.withLock { $0 = "accept keeps failing: \(error)" }
                         return
                     }
-                    usleep(100_000)
+                    SystemCall.pause(millis: 100)
                 }
             }
         }
@@ -64,6 +66,9 @@ struct ControlService: Service {
         context.markReady()
         _ = await ended.wait()
         listener.close()
+        // Connections see the shutdown within 250 ms (their read timeout).
+        let abandoned = (try? await gateway.workThread.run { workers.join(timeoutMillis: 3000) }) ?? []
+        if !abandoned.isEmpty { gateway.logger.warning(.control, "stopping: abandoned \(abandoned.joined(separator: ", ")) still blocked after 3 s") }
         if let why = failure.withLock({ $0 }) { throw ControlFailure(message: why) }
     }
 

@@ -22,7 +22,8 @@ struct RadioService: Service {
         guard watcher.start() else { throw ConfigurationFailure(message: "cannot start the radio watcher thread") }
         context.markReady()
         while await context.pause(for: .seconds(1)) { context.heartbeat() }
-        _ = try? await gateway.workThread.run { watcher.stop() }
+        let abandoned = (try? await gateway.workThread.run { watcher.stop() }) ?? []
+        if !abandoned.isEmpty { gateway.logger.warning(.mesh, "radios: stopping: abandoned \(abandoned.joined(separator: ", ")) still blocked after 3 s") }
     }
 }
 

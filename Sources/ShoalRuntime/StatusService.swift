@@ -150,7 +150,7 @@ final class StatusThreads: Sendable {
                 }
                 lit = on
                 let next = engine.nextChange(after: now) ?? now + 200
-                usleep(useconds_t(max(5, min(200, next - now)) * 1000))
+                SystemCall.pause(millis: Int(max(5, min(200, next - now))))
             }
             if let light {
                 try? light.set(false)
@@ -173,7 +173,7 @@ final class StatusThreads: Sendable {
                     // A serial line with nobody on it: wait and listen again; output keeps going
                     // (writes to a hung-up tty are dropped).
                     self.gateway.logger.verbose(.status, "console \(writer.device): \(why); listening again in 2 s")
-                    for _ in 0..<8 where !self.stopping.load(ordering: .relaxed) { usleep(250_000) }
+                    for _ in 0..<8 where !self.stopping.load(ordering: .relaxed) { SystemCall.pause(millis: 250) }
                 }
             }
         }

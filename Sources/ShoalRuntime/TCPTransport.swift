@@ -138,7 +138,9 @@ package final class TCPTransport: Transport, @unchecked Sendable {  // state con
     }
 
     package func stop() {
-        dnssd?.stop()
+        if let abandoned = dnssd?.stop(), !abandoned.isEmpty, let host {
+            host.log.warning(.peerDiscovery, "DNS-SD: stopping: abandoned \(abandoned.joined(separator: ", ")) still blocked after 3 s")
+        }
         probeWake.withLock { probeWake.broadcast() }
     }
 

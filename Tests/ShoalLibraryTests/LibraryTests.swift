@@ -250,7 +250,9 @@ struct LibraryTests {
         try? await Task.sleep(for: .seconds(2))
         #expect(try stranger.database.collection("fleet.readings").get("x") == nil)
         #expect(!a.replicator.neighborPeers.contains(stranger.id))
-        #expect(stranger.replicator.neighborPeers.isEmpty)
+        // The stranger's own handshake can complete before the refusing side checks it and hangs
+        // up, so its view may show a link for a moment on each redial: it does not stay linked.
+        #expect(await eventually { stranger.replicator.neighborPeers.isEmpty } != nil)
         #expect(a.replicator.counters.failedConnectionAttempts + stranger.replicator.counters.failedConnectionAttempts > 0)
     }
 
