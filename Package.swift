@@ -59,7 +59,14 @@ let package = Package(
         // A custom firmware built on the library only (Examples/Firmware; built and run in make test).
         .executableTarget(name: "shoal-example-firmware", dependencies: ["Shoal"], path: "Examples/Firmware"),
 
-        .executableTarget(name: "shoal", dependencies: ["ShoalRuntime", "ShoalSim", "ShoalMesh", "ShoalStatus", "ShoalStore", "ShoalConfig", "ShoalYAML", "ShoalTLS", "ShoalLinux", "ShoalWire", "ShoalCore"]),
+        // `shoal bench`: the store, TLS and replication benchmarks against their bare baselines
+        // (the bare C calls stay in the C importers). Not part of the runtime.
+        .target(name: "ShoalBench", dependencies: ["ShoalCore", "ShoalConfig", "ShoalLinux", "ShoalMesh", "ShoalReplication", "ShoalRuntime", "ShoalStore", "ShoalSupervision", "ShoalTLS"]),
+
+        .executableTarget(name: "shoal", dependencies: ["ShoalBench", "ShoalRuntime", "ShoalSim", "ShoalMesh", "ShoalStatus", "ShoalStore", "ShoalConfig", "ShoalYAML", "ShoalTLS", "ShoalLinux", "ShoalWire", "ShoalCore"]),
+
+        // The crash campaign's writer (a test tool beside the product, not in it).
+        .executableTarget(name: "shoal-crash-writer", dependencies: ["ShoalCore", "ShoalStore"], path: "Sources/ShoalCrashWriter"),
 
         // Fuzz targets for every input from outside (make fuzz); without libFuzzer, a corpus replayer.
         .executableTarget(name: "shoal-fuzz", dependencies: ["ShoalConfig", "ShoalCore", "ShoalReplication", "ShoalTLS", "ShoalWire", "ShoalYAML"], path: "Sources/ShoalFuzz"),
@@ -74,7 +81,7 @@ let package = Package(
         .testTarget(name: "ShoalTLSTests", dependencies: ["ShoalTLS", "ShoalLinux", "ShoalTesting", "ShoalCore"]),
         .testTarget(name: "ShoalLinuxTests", dependencies: ["ShoalLinux", "ShoalCore", "ShoalTesting"]),
         .testTarget(name: "ShoalLibraryTests", dependencies: ["Shoal"]),
-        .testTarget(name: "ShoalCLITests", dependencies: ["shoal", "ShoalStore", "ShoalTesting", "ShoalLinux"]),
+        .testTarget(name: "ShoalCLITests", dependencies: ["shoal", "shoal-crash-writer", "ShoalStore", "ShoalTesting", "ShoalLinux"]),
     ],
     swiftLanguageModes: [.v6]
 )

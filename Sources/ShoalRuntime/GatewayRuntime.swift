@@ -19,6 +19,9 @@ public enum GatewayRuntime {
         public static let config: Int32 = 3
     }
 
+    /// Where the store service sits in the tree (its state drives the LED's store error).
+    public static let storeChildPath = "root/store"
+
     /// The tree under the root. rest_for_one: if the store restarts, everything started after it
     /// (which holds the store) restarts too; a crash of a later child leaves the store alone. Each
     /// child is made once the children before it are ready, with what they provide: the open store

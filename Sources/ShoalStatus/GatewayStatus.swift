@@ -67,6 +67,8 @@ public struct GatewayStatus: Sendable {
     public var ledPattern: String?
     /// Peers whose clocks run too far ahead of ours.
     public var clockSkewPeers: [String] = []
+    /// The store service is running (false while it restarts or has failed).
+    public var storeRunning = true
     public var children: [Child]
 
     public init(state: GatewayState, version: String, boardID: String, boardName: String, boardSupport: String,

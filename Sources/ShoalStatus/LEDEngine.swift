@@ -63,7 +63,7 @@ public struct LEDEngine: Sendable {
     public static func signal(for status: GatewayStatus, syncing: Bool, radioError: Bool) -> LEDSignal {
         if status.state == .failed { return .dead }
         if status.identityProblem != nil { return .error(.identity) }
-        if let store = status.children.first(where: { $0.path.hasSuffix("/store") }), store.state != "running" && status.state != .booting {
+        if !status.storeRunning && status.state != .booting {
             return .error(.store)
         }
         if status.state == .booting { return .booting }

@@ -1,4 +1,5 @@
 import Glibc
+import ShoalBench
 import ShoalCore
 import ShoalLinux
 import ShoalRuntime

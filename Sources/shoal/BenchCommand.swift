@@ -1,4 +1,5 @@
 import Glibc
+import ShoalBench
 import ShoalCore
 import ShoalStore
 import ShoalTLS

@@ -77,7 +77,6 @@ enum CLI {
             case "identity": return try identity(rest)
             case "doctor": return try doctor(rest)
             case "conflicts": return try conflicts(rest)
-            case "_crash-writer": return try CrashWriter.main(rest)
             default:
                 throw UsageError(command: command, message: "unknown command; commands: run, status, doc, changes, conflicts, peers, peer, mesh, events, radios, log, identity, board, bench, sim, demo, version, help")
             }

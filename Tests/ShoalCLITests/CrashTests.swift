@@ -27,8 +27,8 @@ extension ProcessSuites {
                 let durability = Int.random(in: 0..<4, using: &rng) == 0 ? "normal" : "full"
                 let delayMillis = Int.random(in: 1...60, using: &rng)
                 let writer = Process()
-                writer.executableURL = URL(fileURLWithPath: Shoal.binary)
-                writer.arguments = ["_crash-writer", "--store", path, "--start", String(round * 1_000_000), "--count", "900000",
+                writer.executableURL = URL(fileURLWithPath: Shoal.crashWriter)
+                writer.arguments = ["--store", path, "--start", String(round * 1_000_000), "--count", "900000",
                                     "--batch", String(batch), "--durability", durability]
                 let out = Pipe()
                 writer.standardOutput = out
@@ -80,13 +80,13 @@ extension ProcessSuites {
                 defer { dir.remove() }
                 let path = dir.path + "/shoal.db"
                 let writer = Process()
-                writer.executableURL = URL(fileURLWithPath: Shoal.binary)
+                writer.executableURL = URL(fileURLWithPath: Shoal.crashWriter)
                 // A first run fills the main file (closing checkpoints the WAL), a second one is killed
                 // with its commits in the WAL.
                 let firstCount = Int.random(in: 50...400, using: &rng)
-                let first = try Shoal.run(["_crash-writer", "--store", path, "--start", "0", "--count", String(firstCount), "--batch", "25"])
+                let first = try Shoal.run(["--store", path, "--start", "0", "--count", String(firstCount), "--batch", "25"], executable: Shoal.crashWriter)
                 #expect(first.status == 0)
-                writer.arguments = ["_crash-writer", "--store", path, "--start", "100000", "--count", "900000",
+                writer.arguments = ["--store", path, "--start", "100000", "--count", "900000",
                                     "--batch", String(Int.random(in: 1...25, using: &rng)), "--durability", "full"]
                 let out = Pipe()
                 writer.standardOutput = out

@@ -12,6 +12,9 @@ enum Shoal {
         return dir + "/shoal"
     }()
 
+    /// The crash campaign's writer, built beside shoal.
+    static var crashWriter: String { (binary as NSString).deletingLastPathComponent + "/shoal-crash-writer" }
+
     struct Result {
         var status: Int32
         var stdout: String
@@ -20,9 +23,10 @@ enum Shoal {
 
     /// Runs shoal to completion (a hang guard of `timeout` seconds kills it).
     @discardableResult
-    static func run(_ args: [String], stdin: String? = nil, cwd: String? = nil, env: [String: String] = [:], timeout: Double = 60) throws -> Result {
+    static func run(_ args: [String], stdin: String? = nil, cwd: String? = nil, env: [String: String] = [:], timeout: Double = 60,
+                    executable: String = binary) throws -> Result {
         let p = Process()
-        p.executableURL = URL(fileURLWithPath: binary)
+        p.executableURL = URL(fileURLWithPath: executable)
         p.arguments = args
         if let cwd { p.currentDirectoryURL = URL(fileURLWithPath: cwd) }
         var environment = ProcessInfo.processInfo.environment

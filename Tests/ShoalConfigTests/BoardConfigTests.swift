@@ -252,6 +252,17 @@ struct SiteConfigTests {
         #expect(GroupID("com.example.myapp.mesh").serviceType == "_C17B206CE9F6._tcp")
     }
 
+    @Test("the pure SHA-256 behind group names agrees with mbedTLS's on every padding edge and on known vectors")
+    func sha256() {
+        #expect(SHA256.hex(SHA256.hash([])) == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
+        #expect(SHA256.hex(SHA256.hash(Array("abc".utf8))) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+        var random = SeededRandom(seed: 7)
+        for length in [1, 3, 55, 56, 57, 63, 64, 65, 119, 120, 128, 1000, 4096] {
+            let bytes = (0..<length).map { _ in UInt8(truncatingIfNeeded: random.next()) }
+            #expect(SHA256.hash(bytes) == Digest.sha256(bytes), "length \(length)")
+        }
+    }
+
     @Test("every mesh option has the seed's default")
     func meshDefaults() {
         let m = MeshOptions()

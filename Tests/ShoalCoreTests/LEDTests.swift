@@ -57,6 +57,7 @@ struct LEDTests {
                                   identityNotAfter: nil, identityProblem: identity,
                                   children: [.init(path: "root/store", state: store, restarts: 0, lastError: nil)])
             s.transports = []
+            s.storeRunning = store == "running"
             return s
         }
         #expect(LEDEngine.signal(for: status(.failed, identity: "x"), syncing: true, radioError: true) == .dead)

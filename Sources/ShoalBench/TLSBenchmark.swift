@@ -1,6 +1,6 @@
-import CMbedTLS
 import Glibc
 import ShoalCore
+import ShoalTLS
 
 /// `shoal bench tls`: the cost of Shoal's TLS, measured in one run.
 /// - Handshakes: full mutual-TLS handshakes (P-256 ECDHE-ECDSA, both sides verifying the other)
@@ -107,7 +107,7 @@ public enum TLSBenchmark {
         let resumed = (cpuSeconds() - start) * 1000 / Double(handshakes)
 
         let (c, s, _, _) = try pair(client, server)
-        let suite = String(cString: mbedtls_ssl_get_ciphersuite(c.ssl))
+        let suite = c.cipherSuite
         var result = Result(handshakes: handshakes, fullHandshakeCPUMillis: full, resumedHandshakeCPUMillis: resumed,
                             clientCPUMillis: clientCPU * 1000 / Double(handshakes), serverCPUMillis: serverCPU * 1000 / Double(handshakes),
                             megabytes: megabytes, sessionMBps: [], baselineMBps: [], cipherSuite: suite)
@@ -130,18 +130,15 @@ public enum TLSBenchmark {
     static func bulk(_ c: TLSSession, _ s: TLSSession, total: Int, bare: Bool) throws -> Double {
         let chunk = [UInt8](repeating: 0xA5, count: 16 * 1024)
         let far = 600_000
-        c.io.deadline = monotonicMillis() + far
-        s.io.deadline = monotonicMillis() + far
+        c.setDeadline(monotonicMillis() + far)
+        s.setDeadline(monotonicMillis() + far)
         let began = ContinuousClock.now
         let writer = joined { () -> Bool in
             var sent = 0
             while sent < total {
                 let n = min(chunk.count, total - sent)
                 if bare {
-                    let rc = chunk.withUnsafeBufferPointer { mbedtls_ssl_write(c.ssl, $0.baseAddress, n) }
-                    if rc == MBEDTLS_ERR_SSL_WANT_WRITE || rc == MBEDTLS_ERR_SSL_WANT_READ { continue }
-                    if rc <= 0 { return false }
-                    sent += Int(rc)
+                    do { sent += try chunk.withUnsafeBytes { try c.bareWrite(UnsafeRawBufferPointer(rebasing: $0[0..<n])) } ?? 0 } catch { return false }
                 } else {
                     let ok = chunk.withUnsafeBytes { raw in
                         (try? c.write(UnsafeRawBufferPointer(rebasing: raw[0..<n]), timeoutMillis: far)) != nil
@@ -156,10 +153,8 @@ public enum TLSBenchmark {
         var received = 0
         while received < total {
             if bare {
-                let rc = buffer.withUnsafeMutableBufferPointer { mbedtls_ssl_read(s.ssl, $0.baseAddress, $0.count) }
-                if rc == MBEDTLS_ERR_SSL_WANT_READ || rc == MBEDTLS_ERR_SSL_WANT_WRITE { continue }
-                guard rc > 0 else { throw TLSError.protocolError(MbedTLS.describe(rc)) }
-                received += Int(rc)
+                let r = try buffer.withUnsafeMutableBytes { try s.bareRead(into: $0) }
+                received += r ?? 0
             } else {
                 let n = buffer.withUnsafeMutableBytes { raw in (try? s.read(into: raw, timeoutMillis: far)) ?? 0 }
                 guard n > 0 else { throw TLSError.closed }

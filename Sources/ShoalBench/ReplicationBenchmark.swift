@@ -1,10 +1,10 @@
 import Glibc
 import ShoalConfig
 import ShoalCore
-import ShoalGateway
 import ShoalLinux
 import ShoalMesh
 import ShoalReplication
+import ShoalRuntime
 import ShoalStore
 import ShoalSupervision
 import ShoalTLS

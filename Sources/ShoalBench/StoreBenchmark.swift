@@ -1,6 +1,6 @@
-import CSQLite
 import Glibc
 import ShoalCore
+import ShoalStore
 
 /// `shoal bench store`: batched writes of ~1 KB JSON documents through `DocumentStore`, against the
 /// same statement (`DocumentStore.upsertSQL`), the same pragmas and the same transaction size run
@@ -44,11 +44,11 @@ public enum StoreBenchmark {
             let storePath = "\(directory)/store-\(round).db"
             // Alternate which goes first, so neither always gets the warmer cache.
             if round % 2 == 0 {
-                result.baselineDocsPerSecond.append(try baseline(path: basePath, ids: ids, bodies: bodies, batch: batch, durability: durability))
+                result.baselineDocsPerSecond.append(try SQLiteBaseline.write(path: basePath, ids: ids, bodies: bodies, batch: batch, durability: durability))
                 result.storeDocsPerSecond.append(try viaStore(path: storePath, ids: ids, bodies: bodies, batch: batch, durability: durability, logger: logger))
             } else {
                 result.storeDocsPerSecond.append(try viaStore(path: storePath, ids: ids, bodies: bodies, batch: batch, durability: durability, logger: logger))
-                result.baselineDocsPerSecond.append(try baseline(path: basePath, ids: ids, bodies: bodies, batch: batch, durability: durability))
+                result.baselineDocsPerSecond.append(try SQLiteBaseline.write(path: basePath, ids: ids, bodies: bodies, batch: batch, durability: durability))
             }
             for p in [basePath, storePath] { for s in ["", "-wal", "-shm"] { unlink(p + s) } }
         }
@@ -64,44 +64,6 @@ public enum StoreBenchmark {
             let end = min(i + batch, ids.count)
             let writes = (i..<end).map { DocumentWrite(collection: .default, id: ids[$0], body: bodies[$0]) }
             _ = try store.write(writes)
-            i = end
-        }
-        return Double(ids.count) / (ContinuousClock.now - start).secondsDouble
-    }
-
-    /// The same rows through the bare C API: prepare once, bind, step, reset; BEGIN/COMMIT per batch.
-    static func baseline(path: String, ids: [DocumentID], bodies: [String], batch: Int, durability: Durability) throws -> Double {
-        // The same file setup as the store: pragmas, then the schema, on this connection.
-        let db = try SQLiteConnection(path: path)
-        defer { db.close() }
-        try db.exec("PRAGMA journal_mode=WAL")
-        try db.exec("PRAGMA synchronous=\(durability == .full ? "FULL" : "NORMAL")")
-        try db.exec("PRAGMA foreign_keys=ON")
-        for migration in Schema.migrations { try db.exec(migration.sql) }
-        var stmt: OpaquePointer?
-        try db.check(sqlite3_prepare_v3(db.handle, DocumentStore.upsertSQL, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &stmt, nil), "prepare")
-        defer { sqlite3_finalize(stmt) }
-        let start = ContinuousClock.now
-        var i = 0
-        var sequence: Int64 = 0
-        while i < ids.count {
-            let end = min(i + batch, ids.count)
-            try db.exec("BEGIN IMMEDIATE")
-            for j in i..<end {
-                sequence += 1
-                sqlite3_bind_int64(stmt, 1, 1)
-                sqlite3_bind_text(stmt, 2, ids[j].rawValue, -1, shoal_sqlite_transient())
-                sqlite3_bind_text(stmt, 3, bodies[j], -1, shoal_sqlite_transient())
-                sqlite3_bind_int64(stmt, 4, 0)
-                sqlite3_bind_blob(stmt, 5, UnsafeRawPointer(bitPattern: 1), 0, shoal_sqlite_transient())
-                sqlite3_bind_int64(stmt, 6, sequence)
-                sqlite3_bind_int64(stmt, 7, 0)
-                var rc = sqlite3_step(stmt)
-                while rc == SQLITE_ROW { rc = sqlite3_step(stmt) }
-                try db.check(rc, "step")
-                sqlite3_reset(stmt)
-            }
-            try db.exec("COMMIT")
             i = end
         }
         return Double(ids.count) / (ContinuousClock.now - start).secondsDouble
