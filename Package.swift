@@ -21,20 +21,22 @@ let package = Package(
         .systemLibrary(name: "CYAML", path: "Sources/CYAML"),
 
         // Pure modules: no C module, fast to test, reused by the simulator.
-        .target(name: "ShoalCore"),
+        // Threads and locks over pthreads (ThreadSanitizer sees them): the one place they are made.
+        .target(name: "ShoalThreads"),
+        .target(name: "ShoalCore", dependencies: ["ShoalThreads"]),
         .target(name: "ShoalWire", dependencies: ["ShoalCore"]),
-        .target(name: "ShoalSupervision", dependencies: ["ShoalCore"]),
+        .target(name: "ShoalSupervision", dependencies: ["ShoalThreads", "ShoalCore"]),
         .target(name: "ShoalConfig", dependencies: ["ShoalCore"]),
         .target(name: "ShoalStatus", dependencies: ["ShoalCore"]),
 
         // The one importer of each C library.
         .target(name: "ShoalYAML", dependencies: ["ShoalConfig", "CYAML"]),
-        .target(name: "ShoalStore", dependencies: ["ShoalCore", "CSQLite"]),
+        .target(name: "ShoalStore", dependencies: ["ShoalThreads", "ShoalCore", "CSQLite"]),
         .target(name: "ShoalTLS", dependencies: ["ShoalCore", "CMbedTLS"]),
-        .target(name: "ShoalLinux", dependencies: ["ShoalCore", "CAvahi", "CBlueZ", "CGPIOD"]),
+        .target(name: "ShoalLinux", dependencies: ["ShoalThreads", "ShoalCore", "CAvahi", "CBlueZ", "CGPIOD"]),
 
         // Replication: the sans-IO protocol state machine over the store and the wire codec.
-        .target(name: "ShoalReplication", dependencies: ["ShoalCore", "ShoalWire", "ShoalStore"]),
+        .target(name: "ShoalReplication", dependencies: ["ShoalThreads", "ShoalCore", "ShoalWire", "ShoalStore"]),
         // Sans-IO mesh manager (pure: no C library).
         .target(name: "ShoalMesh", dependencies: ["ShoalCore", "ShoalConfig"]),
         // The gateway core: mesh manager + replicator + their glue, one handle(input, now) ->
@@ -42,26 +44,26 @@ let package = Package(
         .target(name: "ShoalGateway", dependencies: ["ShoalCore", "ShoalMesh", "ShoalReplication", "ShoalStore", "ShoalWire"]),
         // The seeded radio medium in virtual time, with real stores, replicators and mesh managers
         // inside (tests, `shoal sim`, `shoal demo`).
-        .target(name: "ShoalSim", dependencies: ["ShoalCore", "ShoalGateway", "ShoalMesh", "ShoalReplication", "ShoalStore", "ShoalWire", "ShoalTLS", "ShoalStatus"]),
+        .target(name: "ShoalSim", dependencies: ["ShoalThreads", "ShoalCore", "ShoalGateway", "ShoalMesh", "ShoalReplication", "ShoalStore", "ShoalWire", "ShoalTLS", "ShoalStatus"]),
 
         // Composition root.
-        .target(name: "ShoalRuntime", dependencies: [
+        .target(name: "ShoalRuntime", dependencies: ["ShoalThreads", 
             "ShoalCore", "ShoalWire", "ShoalSupervision", "ShoalConfig", "ShoalYAML", "ShoalStatus",
             "ShoalStore", "ShoalTLS", "ShoalLinux", "ShoalReplication", "ShoalMesh", "ShoalGateway",
         ]),
-        .target(name: "ShoalTesting", dependencies: ["ShoalCore", "ShoalSupervision"]),
+        .target(name: "ShoalTesting", dependencies: ["ShoalThreads", "ShoalCore", "ShoalSupervision"]),
         // The in-process medium in real time, as a transport: `import Shoal`'s simulated medium,
         // tests and the example firmware (not part of the runtime).
-        .target(name: "ShoalMedium", dependencies: ["ShoalCore", "ShoalMesh", "ShoalRuntime", "ShoalTLS"]),
+        .target(name: "ShoalMedium", dependencies: ["ShoalThreads", "ShoalCore", "ShoalMesh", "ShoalRuntime", "ShoalTLS"]),
 
         // The library product: a public API over the runtime's driver (network or in-process medium).
-        .target(name: "Shoal", dependencies: ["ShoalCore", "ShoalConfig", "ShoalMedium", "ShoalMesh", "ShoalReplication", "ShoalRuntime", "ShoalStore", "ShoalTLS", "ShoalLinux"]),
+        .target(name: "Shoal", dependencies: ["ShoalThreads", "ShoalCore", "ShoalConfig", "ShoalMedium", "ShoalMesh", "ShoalReplication", "ShoalRuntime", "ShoalStore", "ShoalTLS", "ShoalLinux"]),
         // A custom firmware built on the library only (Examples/Firmware; built and run in make test).
         .executableTarget(name: "shoal-example-firmware", dependencies: ["Shoal"], path: "Examples/Firmware"),
 
         // `shoal bench`: the store, TLS and replication benchmarks against their bare baselines
         // (the bare C calls stay in the C importers). Not part of the runtime.
-        .target(name: "ShoalBench", dependencies: ["ShoalCore", "ShoalConfig", "ShoalLinux", "ShoalMesh", "ShoalReplication", "ShoalRuntime", "ShoalStore", "ShoalSupervision", "ShoalTLS"]),
+        .target(name: "ShoalBench", dependencies: ["ShoalThreads", "ShoalCore", "ShoalConfig", "ShoalLinux", "ShoalMesh", "ShoalReplication", "ShoalRuntime", "ShoalStore", "ShoalSupervision", "ShoalTLS"]),
 
         .executableTarget(name: "shoal", dependencies: ["ShoalBench", "ShoalRuntime", "ShoalSim", "ShoalMesh", "ShoalStatus", "ShoalStore", "ShoalConfig", "ShoalYAML", "ShoalTLS", "ShoalLinux", "ShoalWire", "ShoalCore"]),
 
@@ -72,16 +74,16 @@ let package = Package(
         .executableTarget(name: "shoal-fuzz", dependencies: ["ShoalConfig", "ShoalCore", "ShoalReplication", "ShoalTLS", "ShoalWire", "ShoalYAML"], path: "Sources/ShoalFuzz"),
 
         .testTarget(name: "ShoalCoreTests", dependencies: ["ShoalCore", "ShoalWire", "ShoalStatus", "ShoalTesting"]),
-        .testTarget(name: "ShoalSupervisionTests", dependencies: ["ShoalSupervision", "ShoalTesting"]),
-        .testTarget(name: "ShoalStoreTests", dependencies: ["ShoalStore", "ShoalTesting"]),
+        .testTarget(name: "ShoalSupervisionTests", dependencies: ["ShoalThreads", "ShoalSupervision", "ShoalTesting"]),
+        .testTarget(name: "ShoalStoreTests", dependencies: ["ShoalThreads", "ShoalStore", "ShoalTesting"]),
         .testTarget(name: "ShoalConfigTests", dependencies: ["ShoalConfig", "ShoalYAML", "ShoalRuntime", "ShoalTLS", "ShoalReplication"]),
-        .testTarget(name: "ShoalMeshTests", dependencies: ["ShoalMesh", "ShoalGateway", "ShoalSim", "ShoalCore", "ShoalConfig", "ShoalRuntime"]),
+        .testTarget(name: "ShoalMeshTests", dependencies: ["ShoalThreads", "ShoalMesh", "ShoalGateway", "ShoalSim", "ShoalCore", "ShoalConfig", "ShoalRuntime"]),
         .testTarget(name: "ShoalGatewayTests", dependencies: ["ShoalGateway", "ShoalMedium", "ShoalRuntime", "ShoalSim", "ShoalMesh", "ShoalReplication", "ShoalStore", "ShoalTLS", "ShoalWire", "ShoalCore", "ShoalTesting"]),
-        .testTarget(name: "ShoalReplicationTests", dependencies: ["ShoalReplication", "ShoalStore", "ShoalWire", "ShoalTesting", "ShoalCore"]),
-        .testTarget(name: "ShoalTLSTests", dependencies: ["ShoalTLS", "ShoalLinux", "ShoalTesting", "ShoalCore"]),
-        .testTarget(name: "ShoalLinuxTests", dependencies: ["ShoalLinux", "ShoalCore", "ShoalTesting"]),
+        .testTarget(name: "ShoalReplicationTests", dependencies: ["ShoalThreads", "ShoalReplication", "ShoalStore", "ShoalWire", "ShoalTesting", "ShoalCore"]),
+        .testTarget(name: "ShoalTLSTests", dependencies: ["ShoalThreads", "ShoalTLS", "ShoalLinux", "ShoalTesting", "ShoalCore"]),
+        .testTarget(name: "ShoalLinuxTests", dependencies: ["ShoalThreads", "ShoalLinux", "ShoalCore", "ShoalTesting"]),
         .testTarget(name: "ShoalLibraryTests", dependencies: ["Shoal"]),
-        .testTarget(name: "ShoalCLITests", dependencies: ["shoal", "shoal-crash-writer", "ShoalStore", "ShoalTesting", "ShoalLinux"]),
+        .testTarget(name: "ShoalCLITests", dependencies: ["ShoalThreads", "shoal", "shoal-crash-writer", "ShoalStore", "ShoalTesting", "ShoalLinux"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -3,6 +3,7 @@ import ShoalCore
 import ShoalReplication
 import ShoalStore
 import Synchronization
+import ShoalThreads
 
 /// A JSON document of a collection. `json` is nil for a deleted document (a tombstone, kept so the
 /// delete replicates).

@@ -9,6 +9,7 @@ import ShoalRuntime
 import ShoalStore
 import ShoalTLS
 import Synchronization
+import ShoalThreads
 
 /// The mesh's states, with the ObjectBox seed's names.
 public enum ReplicatorState: String, Sendable {

@@ -1,6 +1,7 @@
 import Glibc
 import ShoalCore
 import ShoalTLS
+import ShoalThreads
 
 /// `shoal bench tls`: the cost of Shoal's TLS, measured in one run.
 /// - Handshakes: full mutual-TLS handshakes (P-256 ECDHE-ECDSA, both sides verifying the other)

@@ -1,4 +1,5 @@
 import Synchronization
+import ShoalThreads
 
 /// Many subscribers, each with its own stream (bounded: a subscriber that never reads keeps the
 /// newest 10,000 events).

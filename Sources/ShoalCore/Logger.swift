@@ -1,4 +1,5 @@
 import Synchronization
+import ShoalThreads
 
 /// The parts of Shoal that log, as the Couchbase seed's `LogDomain` (peerDiscovery, multipeer) grown
 /// to the whole gateway. Levels are set per domain, from config and at run time.

@@ -1,4 +1,4 @@
-import Glibc
+import ShoalThreads
 
 /// Two connected in-memory `ByteStream`s, each direction a bounded buffer: a writer waits when the
 /// reader is `capacity` bytes behind. For tests, benchmarks and the simulator.

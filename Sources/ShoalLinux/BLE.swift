@@ -2,6 +2,7 @@ import CBlueZ
 import Glibc
 import ShoalCore
 import Synchronization
+import ShoalThreads
 
 /// What a Shoal gateway advertises over Bluetooth LE, in the 31 bytes of a legacy advertisement
 /// plus the 31 of its scan response:

@@ -2,6 +2,7 @@ import CAvahi
 import Glibc
 import ShoalCore
 import Synchronization
+import ShoalThreads
 
 /// DNS-SD through avahi-daemon (libavahi-client over D-Bus): publishes one service and browses
 /// and resolves the others of its type. One thread of its own runs Avahi's simple poll loop; the

@@ -1,5 +1,6 @@
 import Glibc
 import ShoalCore
+import ShoalThreads
 
 /// A serial executor that is one dedicated OS thread. An actor whose `unownedExecutor` is this
 /// runs every job on that thread, so its state is isolated by the compiler and it may block in C

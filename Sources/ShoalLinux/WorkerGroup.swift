@@ -1,4 +1,5 @@
 import ShoalCore
+import ShoalThreads
 
 /// Threads that a part starts for blocking work (accept loops, diallers, one per link) and joins
 /// when it stops: `join` waits for all of them until a deadline and names those still running,

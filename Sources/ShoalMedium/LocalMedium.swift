@@ -1,6 +1,7 @@
 import ShoalCore
 import ShoalMesh
 import Synchronization
+import ShoalThreads
 
 /// An in-process radio medium, in real time: replication drivers in one process that join the same
 /// medium hear each other on the transports they advertise (while they scan), and connect through

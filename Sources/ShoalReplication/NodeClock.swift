@@ -6,6 +6,7 @@ import Glibc
 import ShoalCore
 import ShoalStore
 import Synchronization
+import ShoalThreads
 
 /// The node's hybrid logical clock, shared by local writes and replication, persisted in the
 /// store's metadata in the same transaction as each write that used it (so it never runs

@@ -5,6 +5,7 @@ import ShoalStore
 import ShoalSupervision
 import ShoalWire
 import Synchronization
+import ShoalThreads
 
 /// The local control socket (Unix domain, mode 0660) that `shoal status`, `shoal doc …` and
 /// `shoal changes` talk to. Accepting and every connection run on OS threads of their own, so a

@@ -8,6 +8,7 @@ import ShoalStore
 import ShoalSupervision
 import ShoalTLS
 import Synchronization
+import ShoalThreads
 
 public enum ShoalVersion {
     public static let current = "0.1.0"

@@ -8,6 +8,7 @@ import ShoalStore
 import ShoalTLS
 import ShoalWire
 import Synchronization
+import ShoalThreads
 
 /// One link's session, its outbox, and the wake-up that interrupts its read.
 package final class LinkIO: Sendable {

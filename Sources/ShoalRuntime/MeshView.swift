@@ -2,6 +2,7 @@ import ShoalCore
 import ShoalMesh
 import ShoalTLS
 import Synchronization
+import ShoalThreads
 
 /// What the mesh looks like from this gateway, published by the replication driver's node thread
 /// for the control socket (`shoal peers`, `shoal peer`, `shoal mesh`, `shoal events`, `shoal status`).

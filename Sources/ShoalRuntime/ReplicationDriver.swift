@@ -10,6 +10,7 @@ import ShoalSupervision
 import ShoalTLS
 import ShoalWire
 import Synchronization
+import ShoalThreads
 
 /// Drives a gateway core with real links over its transports (`Transport`: TCP with static peers
 /// and DNS-SD, Bluetooth LE, the in-process medium). An actor whose executor is one dedicated

@@ -6,6 +6,7 @@ import ShoalStatus
 import ShoalStore
 import ShoalSupervision
 import Synchronization
+import ShoalThreads
 
 /// What a field engineer sees and types at the gateway:
 /// - the console line: written to the board's console when anything in it changes (other than the

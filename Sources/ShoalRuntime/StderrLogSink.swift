@@ -1,6 +1,7 @@
 import Glibc
 import ShoalCore
 import Synchronization
+import ShoalThreads
 
 /// Log lines to stderr. Under systemd ($JOURNAL_STREAM set) each line starts with its syslog
 /// priority as `<N>`, which journald reads as the entry's priority; elsewhere lines carry a level

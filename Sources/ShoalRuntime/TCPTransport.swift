@@ -5,6 +5,7 @@ import ShoalMesh
 import ShoalTLS
 import ShoalWire
 import Synchronization
+import ShoalThreads
 
 /// Wi-Fi as the mesh sees it: TCP links with mutual TLS, found two ways — the site's static peers
 /// (probed during discovery phases: a handshake tells who answers at each address) and, with

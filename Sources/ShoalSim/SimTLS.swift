@@ -1,6 +1,7 @@
 import ShoalCore
 import ShoalTLS
 import ShoalWire
+import ShoalThreads
 
 /// Real mutual-TLS sessions over a simulated link (`SimConfig.tls`): each connection runs a real
 /// mbedTLS handshake over an in-memory pipe (the two sides on two threads), and every frame is

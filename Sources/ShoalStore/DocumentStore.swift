@@ -1,6 +1,7 @@
 import CSQLite
 import Glibc
 import ShoalCore
+import ShoalThreads
 
 /// The gateway's document store over one SQLite file in WAL mode.
 ///

@@ -1,5 +1,6 @@
 import ShoalCore
 import Synchronization
+import ShoalThreads
 
 /// A gate that opens once and stays open. Tasks wait for it with an optional timeout; waiting never
 /// blocks a thread. The supervisor uses latches for "child is ready", "child has exited" and

@@ -1,4 +1,5 @@
 import ShoalCore
+import ShoalThreads
 
 /// A value one child of a supervisor hands to the siblings started after it: the store service
 /// provides the open store, the identity service the identity. The supervisor starts a child only

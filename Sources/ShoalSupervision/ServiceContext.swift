@@ -1,5 +1,6 @@
 import ShoalCore
 import Synchronization
+import ShoalThreads
 
 /// What a running service gets from its supervisor: its name and path in the tree, a logger, the
 /// clock, a heartbeat to prove it is alive, a way to say it is ready, and the graceful-shutdown

@@ -1,5 +1,6 @@
 import ShoalCore
 import Synchronization
+import ShoalThreads
 
 /// The state of every child in the tree, shared by all supervisors of one tree: what `shoal status`
 /// shows, and what decides whether the systemd watchdog is fed (only while the tree is healthy).

@@ -2,6 +2,7 @@
 /// temporary directories, recorders. Used by the tests and, later, by `shoal sim`.
 import ShoalCore
 import Synchronization
+import ShoalThreads
 
 /// A clock that moves only when `advance(by:)` is called: sleepers wake in deadline order, so a
 /// test can check exact timelines without waiting (swift-nio's EmbeddedEventLoop does the same).

@@ -1,4 +1,5 @@
 import ShoalCore
+import ShoalThreads
 
 /// Runs blocking work (sockets, TLS handshakes, SQLite) on a thread of its own, never on Swift's
 /// cooperative pool, and returns its result to the awaiting test.

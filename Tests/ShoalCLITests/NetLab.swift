@@ -3,6 +3,7 @@ import ShoalCore
 import ShoalLinux
 import Synchronization
 import Testing
+import ShoalThreads
 
 /// The network lab (../shared/LABS.md, part 1): gateways in network namespaces of their own, each
 /// with its own D-Bus system bus and avahi-daemon, joined by veth links to a bridge in one more

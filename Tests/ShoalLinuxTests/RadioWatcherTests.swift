@@ -4,6 +4,7 @@ import ShoalLinux
 import ShoalTesting
 import Synchronization
 import Testing
+import ShoalThreads
 
 @Suite("Radio manager")
 struct RadioTests {

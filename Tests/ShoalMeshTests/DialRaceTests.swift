@@ -2,6 +2,7 @@ import Foundation
 import ShoalCore
 import ShoalMesh
 import Testing
+import ShoalThreads
 
 /// Mesh managers linking over a model network where each end of a link learns what happened at its
 /// own time, as over real links: the callee takes a dial before the caller's handshake ends, a

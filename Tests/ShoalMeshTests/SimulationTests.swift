@@ -3,6 +3,7 @@ import ShoalCore
 import ShoalMesh
 import ShoalSim
 import Testing
+import ShoalThreads
 
 /// Where simulated stores go: a tmpfs when there is one.
 let simDirectory: String = {

@@ -2,6 +2,7 @@ import ShoalCore
 import ShoalMesh
 import ShoalSim
 import Testing
+import ShoalThreads
 
 /// Transport switching in the discrete-event simulator: nodes with a Wi-Fi-like and a BLE-like
 /// radio (`secondKind`), real stores, replicators and mesh managers, virtual time.

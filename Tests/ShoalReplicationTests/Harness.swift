@@ -5,6 +5,7 @@ import ShoalTesting
 import ShoalWire
 import Synchronization
 import Testing
+import ShoalThreads
 
 /// A wall clock a test sets by hand.
 final class TestWall: Sendable {

@@ -4,6 +4,7 @@ import ShoalCore
 import ShoalStore
 import ShoalTesting
 import Testing
+import ShoalThreads
 
 let quietLogger = Logger(sink: MemoryLogSink(), level: .none)
 let readings = try! CollectionName(parsing: "sensors.readings")

@@ -3,6 +3,7 @@ import ShoalSupervision
 import ShoalTesting
 import Synchronization
 import Testing
+import ShoalThreads
 
 /// Records what the services under test did, in order.
 final class Journal: Sendable {

@@ -5,6 +5,7 @@ import ShoalTLS
 import ShoalTesting
 import Synchronization
 import Testing
+import ShoalThreads
 
 func selfSigned(_ cn: String) throws -> Identity { try Identity.createSelfSigned(.init(commonName: cn)) }
 

@@ -1,3 +1,6 @@
+/// ShoalThreads: the locks and threads every other module uses, over pthreads (locks
+/// ThreadSanitizer can see, detached threads, the blocking-work thread). ShoalLinux builds its
+/// executor thread and worker groups on these.
 import Glibc
 
 /// A value behind a pthread mutex: Shoal's lock for state shared between threads. For a lock with
