@@ -11,13 +11,25 @@ public struct TemporaryDirectory: Sendable {
         path = String(cString: made!)
     }
 
+    /// A directory at `path` (made, with its parents, if missing): a test that names where a
+    /// gateway keeps its data.
+    public init(path: String) {
+        self.path = path
+        var built = ""
+        for part in path.split(separator: "/") {
+            built += "/" + part
+            mkdir(built, 0o755)
+        }
+    }
+
     public func file(_ name: String) -> String { "\(path)/\(name)" }
 
     public func remove() {
         TemporaryDirectory.removeTree(path)
     }
 
-    static func removeTree(_ path: String) {
+    /// Removes `path` and everything in it.
+    public static func removeTree(_ path: String) {
         if let dir = opendir(path) {
             while let entry = readdir(dir) {
                 let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self) }

@@ -1,4 +1,5 @@
 import Foundation
+import ShoalTesting
 import Testing
 
 extension ProcessSuites {
@@ -52,7 +53,7 @@ extension ProcessSuites {
 
         @Test("a broken board or site file exits 3 and names file:line: key")
         func configErrors() throws {
-            let dir = TempDir()
+            let dir = TemporaryDirectory()
             defer { dir.remove() }
             try "extends: base\nboard:\n  name: X\nled:\n  driver: gpiod\n  chip: gpiochip0\n  line: 99999\n".write(toFile: dir.path + "/bad.yaml", atomically: true, encoding: .utf8)
             let r = try Shoal.run(["board", "check", dir.path + "/bad.yaml"])
@@ -74,7 +75,7 @@ extension ProcessSuites {
 
         @Test("identity create, show, delete: self-signed and CA-signed, refusing to replace without --force")
         func identityCommands() throws {
-            let dir = TempDir()
+            let dir = TemporaryDirectory()
             defer { dir.remove() }
             let ids = dir.path + "/ids"
             #expect(try Shoal.run(["identity", "show", "--dir", ids]).status == 4)
@@ -231,7 +232,7 @@ extension ProcessSuites {
 
         @Test("under systemd it sends READY=1 once up, feeds the watchdog while healthy, and STOPPING=1 on SIGTERM")
         func systemdNotify() throws {
-            let dir = TempDir()
+            let dir = TemporaryDirectory()
             defer { dir.remove() }
             let path = dir.path + "/notify.sock"
             let fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0)

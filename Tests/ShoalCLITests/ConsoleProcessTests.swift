@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import ShoalTesting
 import Testing
 
 // glibc's pseudo-terminal calls (declared under _XOPEN_SOURCE, which Swift's Glibc module does not
@@ -55,7 +56,7 @@ extension ProcessSuites {
         @Test("status, peers, retry, help and garbage over a pty; a line-noise flood; the sysfs LED toggles with the pattern")
         func consoleAndLED() throws {
             let pty = try PTY()
-            let base = TempDir()
+            let base = TemporaryDirectory()
             defer { base.remove() }
             let leds = base.path + "/leds"
             try FileManager.default.createDirectory(atPath: leds + "/ACT", withIntermediateDirectories: true)

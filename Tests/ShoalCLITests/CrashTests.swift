@@ -17,7 +17,7 @@ extension ProcessSuites {
             let seed = UInt64(ProcessInfo.processInfo.environment["SHOAL_CRASH_SEED"] ?? "") ?? UInt64(Date().timeIntervalSince1970)
             print("crash test: \(kills) kills, seed \(seed) (SHOAL_CRASH_SEED=\(seed) replays it)")
             var rng = SeededRandom(seed: seed)
-            let dir = TempDir()
+            let dir = TemporaryDirectory()
             defer { dir.remove() }
             let path = dir.path + "/shoal.db"
             var totalAcked = 0
@@ -76,7 +76,7 @@ extension ProcessSuites {
             let faults = ["wal-cut", "wal-torn", "wal-flip", "main-cut", "main-zero"]
             var outcome: [String: (recovered: Int, movedAside: Int, lostAcked: Int)] = [:]
             for round in 0..<rounds {
-                let dir = TempDir()
+                let dir = TemporaryDirectory()
                 defer { dir.remove() }
                 let path = dir.path + "/shoal.db"
                 let writer = Process()

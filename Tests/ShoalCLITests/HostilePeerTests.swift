@@ -1,4 +1,5 @@
 import Foundation
+import ShoalTesting
 import Testing
 
 extension ProcessSuites {
@@ -122,7 +123,7 @@ extension ProcessSuites {
 
         @Test("floods, slow-loris handshakes, garbage, an oversize record, a replay and a wrong group: g stays bounded and honest peers keep syncing")
         func hostilePeers() throws {
-            let base = TempDir()
+            let base = TemporaryDirectory()
             defer { base.remove() }
             let names = ["g", "h", "w", "j"]
             let ids = try names.map { try ReplicationProcessTests.peerID(base.path + "/" + $0) }
@@ -149,7 +150,7 @@ extension ProcessSuites {
             // h reaches g through the recording proxy: its bytes are replayed later.
             let h = try RunningGateway(dataDir: base.path + "/h", extraArgs: ["--config", try site("h", peer: proxy.port)])
             #expect(try h.cli(["doc", "put", "sensors.readings", "h-0", #"{"n":0}"#]).status == 0)
-            #expect(eventually(timeout: 20) { (try? g.cli(["doc", "get", "sensors.readings", "h-0"]).status) == 0 })
+            #expect(eventuallyBlocking(within: 20) { (try? g.cli(["doc", "get", "sensors.readings", "h-0"]).status) == 0 })
             let pid = g.process.processIdentifier
             let before = Self.stat(pid)
 
@@ -203,14 +204,14 @@ extension ProcessSuites {
             for i in 1...10 {
                 let written = Date()
                 #expect(try h.cli(["doc", "put", "sensors.readings", "h-\(i)", "{\"n\":\(i)}"]).status == 0)
-                let arrived = eventually(timeout: 15, every: 0.05) { (try? g.cli(["doc", "get", "sensors.readings", "h-\(i)"]).status) == 0 }
+                let arrived = eventuallyBlocking(within: 15, every: 0.05) { (try? g.cli(["doc", "get", "sensors.readings", "h-\(i)"]).status) == 0 }
                 #expect(arrived, "h-\(i) did not reach g during the attacks")
                 lags.append(Date().timeIntervalSince(written))
                 let now = Self.stat(pid)
                 peak = (max(peak.threads, now.threads), max(peak.fds, now.fds), max(peak.rssKB, now.rssKB))
                 Thread.sleep(forTimeInterval: 0.5)
             }
-            let jSynced = eventually(timeout: 20) { (try? j.cli(["doc", "get", "sensors.readings", "h-10"]).status) == 0 }
+            let jSynced = eventuallyBlocking(within: 20) { (try? j.cli(["doc", "get", "sensors.readings", "h-10"]).status) == 0 }
             #expect(jSynced, "j, an honest peer that joined during the attacks, did not get h's documents")
             let during = Self.stat(pid)
             peak = (max(peak.threads, during.threads), max(peak.fds, during.fds), max(peak.rssKB, during.rssKB))

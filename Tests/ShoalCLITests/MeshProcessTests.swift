@@ -1,4 +1,5 @@
 import Foundation
+import ShoalTesting
 import Testing
 
 extension ProcessSuites {
@@ -8,7 +9,7 @@ extension ProcessSuites {
     struct MeshProcessTests {
         @Test("three gateways: one link per pair, the budget holds, writes cross hops; peers, peer, mesh, events, radios")
         func threeProcesses() async throws {
-            let base = TempDir()
+            let base = TemporaryDirectory()
             defer { base.remove() }
             let dirs = ["a", "b", "c"].map { base.path + "/" + $0 }
             let ids = try dirs.map { try ReplicationProcessTests.peerID($0) }

@@ -2,6 +2,7 @@ import Foundation
 import ShoalCore
 import ShoalLinux
 import Synchronization
+import ShoalTesting
 import Testing
 import ShoalThreads
 
@@ -44,14 +45,14 @@ final class NetLab: @unchecked Sendable {
     }
 
     let prefix: String
-    let base: TempDir
+    let base: TemporaryDirectory
     var nodes: [Node] = []
     private var tornDown = false
 
     init(nodes count: Int) throws {
         NetLab.removeStale()
         prefix = "shl\(getpid())"
-        base = TempDir()
+        base = TemporaryDirectory()
         do {
             try NetLab.run(["ip", "netns", "add", "\(prefix)-br"])
             try NetLab.run(["ip", "-n", "\(prefix)-br", "link", "add", "br0", "type", "bridge"])
@@ -342,12 +343,3 @@ func arrivalTimes(of id: String, on gateways: [LabGateway], timeout: Double, aft
     return times.withLock { $0 }
 }
 
-/// Polls `condition` every `every` seconds until it holds or `timeout` passes; whether it held.
-func eventually(timeout: Double, every: Double = 0.1, _ condition: () -> Bool) -> Bool {
-    let deadline = Date().addingTimeInterval(timeout)
-    while Date() < deadline {
-        if condition() { return true }
-        Thread.sleep(forTimeInterval: every)
-    }
-    return condition()
-}

@@ -23,7 +23,7 @@ extension ProcessSuites {
             let ids = try NetLabTests.identities(lab)
             let sites = try (1...5).map { try NetLabTests.site(lab, "s\($0)", group: "lab.soak", allowed: ids, extra: "  maxConnectionCount: 2") }
             let gateways = try lab.nodes.enumerated().map { i, n in try lab.startGateway(n, site: sites[i]) }
-            #expect(eventually(timeout: 40, every: 0.25) { gateways.allSatisfy { $0.counter("connectedPeers") >= 1 } }, "the mesh formed")
+            #expect(eventuallyBlocking(within: 40, every: 0.25) { gateways.allSatisfy { $0.counter("connectedPeers") >= 1 } }, "the mesh formed")
 
             var acked: [String: String] = [:]
             var down: Set<Int> = []           // killed, to restart at restartAt
@@ -76,7 +76,7 @@ extension ProcessSuites {
 
             let quiet = Date()
             var counts: [Int] = []
-            let converged = eventually(timeout: 180, every: 0.5) {
+            let converged = eventuallyBlocking(within: 180, every: 0.5) {
                 counts = gateways.map { $0.documentCount() }
                 return counts.allSatisfy { $0 >= acked.count && $0 == counts[0] }
             }

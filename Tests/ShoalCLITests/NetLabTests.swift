@@ -1,4 +1,5 @@
 import Foundation
+import ShoalTesting
 import Testing
 
 extension ProcessSuites {
@@ -71,7 +72,7 @@ extension ProcessSuites {
                 ["ip", "netns", "exec", lab.nodes[0].ns, "env", "DBUS_SYSTEM_BUS_ADDRESS=\(lab.nodes[0].bus)", "avahi-publish", "-s", taken, type, "9"],
                 log: lab.base.path + "/squatter.log")
             defer { squatter.stop(signal: SIGKILL) }
-            #expect(eventually(timeout: 10, every: 0.2) { ((try? lab.browse(from: lab.nodes[0], type: type)) ?? []).contains { $0.contains(";\(taken);") } })
+            #expect(eventuallyBlocking(within: 10, every: 0.2) { ((try? lab.browse(from: lab.nodes[0], type: type)) ?? []).contains { $0.contains(";\(taken);") } })
 
             let gateways = try lab.nodes.enumerated().map { i, n in i == 1 ? first : try lab.startGateway(n, site: sites[i]) }
             let (g1, g2, g3, g4, g5) = (gateways[0], gateways[1], gateways[2], gateways[3], gateways[4])
@@ -79,16 +80,16 @@ extension ProcessSuites {
 
             let started = Date()
             #expect(g1.put("from-g1", #"{"v":1}"#))
-            let reached = eventually(timeout: 30) { g2.get("from-g1") != nil && g3.get("from-g1") != nil }
+            let reached = eventuallyBlocking(within: 30) { g2.get("from-g1") != nil && g3.get("from-g1") != nil }
             #expect(reached, "a write on g1 reached g2 and g3")
             print("LAB discovery: a write on g1 reached g2 and g3 \(String(format: "%.2f", Date().timeIntervalSince(started))) s after it was made (the five gateways had started within the last ~2 s)")
             #expect(g2.put("from-g2", #"{"v":2}"#) && g3.put("from-g3", #"{"v":3}"#))
-            #expect(eventually(timeout: 20) { [g1, g2, g3].allSatisfy { g in ["from-g1", "from-g2", "from-g3"].allSatisfy { g.get($0) != nil } } }, "all three converge")
+            #expect(eventuallyBlocking(within: 20) { [g1, g2, g3].allSatisfy { g in ["from-g1", "from-g2", "from-g3"].allSatisfy { g.get($0) != nil } } }, "all three converge")
 
             // avahi-browse (Avahi's own tool) inside g2's namespace lists each gateway of the group
             // with the service type, the port it listens on, and TXT v=1 and its peer id.
             var lines: [String] = []
-            let listed = eventually(timeout: 15, every: 0.5) {
+            let listed = eventuallyBlocking(within: 15, every: 0.5) {
                 lines = (try? lab.browse(from: lab.nodes[1], type: type)) ?? []
                 return [0, 1, 2, 4].allSatisfy { i in lines.contains { $0.contains("\"id=\(ids[i])\"") } }
             }
@@ -97,7 +98,7 @@ extension ProcessSuites {
                 // Avahi's announcement can reach g2 a moment before the publisher hears its group is
                 // established (and its status is refreshed every 250 ms).
                 var published: (name: String, port: Int)?
-                _ = eventually(timeout: 5) { published = gateways[i].published(); return published != nil }
+                _ = eventuallyBlocking(within: 5) { published = gateways[i].published(); return published != nil }
                 guard let pub = published else { Issue.record("g\(i + 1) says nothing published: \(gateways[i].status())"); continue }
                 let mine = lines.filter { $0.contains("\"id=\(ids[i])\"") }
                 #expect(!mine.isEmpty)
@@ -127,7 +128,7 @@ extension ProcessSuites {
             // avahi-daemon stops under g2: the gateway stays up and says so; it comes back: g2 is
             // published again and its writes still flow.
             lab.stopAvahi(lab.nodes[1])
-            let said = eventually(timeout: 10) {
+            let said = eventuallyBlocking(within: 10) {
                 let w = (g2.status()["transports"] as? [String: Any])?["wifi"] as? [String: Any]
                 return (w?["discovery"] as? String)?.contains("avahi-daemon not reachable") == true
             }
@@ -135,9 +136,9 @@ extension ProcessSuites {
             #expect(g2.isRunning)
             #expect(g2.put("while-avahi-was-down", #"{"v":4}"#))
             try lab.startAvahi(lab.nodes[1])
-            #expect(eventually(timeout: 20, every: 0.5) { ((try? lab.browse(from: lab.nodes[2], type: type)) ?? []).contains { $0.contains("\"id=\(ids[1])\"") } },
+            #expect(eventuallyBlocking(within: 20, every: 0.5) { ((try? lab.browse(from: lab.nodes[2], type: type)) ?? []).contains { $0.contains("\"id=\(ids[1])\"") } },
                     "g2 is published again after avahi-daemon restarted")
-            #expect(eventually(timeout: 20) { g1.get("while-avahi-was-down") != nil && g3.get("while-avahi-was-down") != nil })
+            #expect(eventuallyBlocking(within: 20) { g1.get("while-avahi-was-down") != nil && g3.get("while-avahi-was-down") != nil })
             #expect(gateways.allSatisfy { $0.isRunning })
         }
 
@@ -154,7 +155,7 @@ extension ProcessSuites {
             // The most links each gateway held while the mesh formed (dials crossing, the one-link-
             // per-pair rule closing one of two) must stay within the budget too.
             var most = [Int](repeating: 0, count: gateways.count)
-            #expect(eventually(timeout: 40, every: 0.25) {
+            #expect(eventuallyBlocking(within: 40, every: 0.25) {
                 let now = gateways.map { $0.counter("connectedPeers") }
                 most = zip(most, now).map { max($0, $1) }
                 return now.allSatisfy { $0 >= 1 }
@@ -182,24 +183,24 @@ extension ProcessSuites {
             let down = Date()
             // The radio manager sees it (rtnetlink wakes it) and the mesh drops its Wi-Fi links.
             var radios: [String: Any] = [:]
-            #expect(eventually(timeout: 5, every: 0.05) {
+            #expect(eventuallyBlocking(within: 5, every: 0.05) {
                 radios = ((try? Shoal.json(g5.cli(["radios", "--json"]))) as? [String: Any]) ?? [:]
                 return ((radios["wifi"] as? [String: Any])?["transport"] as? [String: Any])?["usable"] as? Bool == false
             }, "\(radios)")
             print("LAB five radios: g5's radio manager reported wlan0 down \(String(format: "%.2f", Date().timeIntervalSince(down))) s after `ip link set wlan0 down` (CLI polling included)")
             #expect(((radios["wifi"] as? [String: Any])?["state"] as? String) == "down")
-            #expect(eventually(timeout: 10) { g5.counter("connectedPeers") == 0 })
+            #expect(eventuallyBlocking(within: 10) { g5.counter("connectedPeers") == 0 })
             #expect(g5.put("conflict", #"{"side":"g5"}"#) && g5.put("only-g5", #"{"v":5}"#))
             #expect(g1.put("conflict", #"{"side":"g1"}"#) && g3.put("only-g3", #"{"v":3}"#))
             Thread.sleep(forTimeInterval: 1)
             #expect(g5.get("only-g3") == nil && g1.get("only-g5") == nil, "the partition holds")
             try lab.link(lab.nodes[4], up: true)
             let healed = Date()
-            #expect(eventually(timeout: 5, every: 0.05) {
+            #expect(eventuallyBlocking(within: 5, every: 0.05) {
                 let r = ((try? Shoal.json(g5.cli(["radios", "--json"]))) as? [String: Any]) ?? [:]
                 return ((r["wifi"] as? [String: Any])?["transport"] as? [String: Any])?["usable"] as? Bool == true
             }, "g5's radio manager sees wlan0 up again")
-            let converged = eventually(timeout: 60, every: 0.1) {
+            let converged = eventuallyBlocking(within: 60, every: 0.1) {
                 let values = gateways.map { $0.get("conflict") }
                 return values.allSatisfy { $0 != nil && $0 == values[0] } && gateways.allSatisfy { $0.get("only-g5") != nil && $0.get("only-g3") != nil }
             }
@@ -217,14 +218,14 @@ extension ProcessSuites {
             #expect(try g1.cli(["doc", "import", "sensors.readings", file]).status == 0)
             var acknowledged: [String] = []
             for i in 0..<50 where g3.put("g3-ack-\(i)", #"{"i":\#(i)}"#) { acknowledged.append("g3-ack-\(i)") }
-            _ = eventually(timeout: 30, every: 0.05) { g3.counter("documentsReceived") > 500 }
+            _ = eventuallyBlocking(within: 30, every: 0.05) { g3.counter("documentsReceived") > 500 }
             g3.kill9()
             print("LAB five kill: g3 killed -9 with \(acknowledged.count) acknowledged writes of its own, mid-sync")
             try g3.start()
             for id in acknowledged { #expect(g3.get(id) != nil, "g3 kept its acknowledged write \(id)") }
             let total = 10_000 + 5 + acknowledged.count  // + first, second, conflict, only-g5, only-g3
             var peakRSS = gateways.map { _ in 0 }
-            let synced = eventually(timeout: 180, every: 0.5) {
+            let synced = eventuallyBlocking(within: 180, every: 0.5) {
                 for (i, g) in gateways.enumerated() { peakRSS[i] = max(peakRSS[i], g.cpuAndRSS().rssKB) }
                 return gateways.allSatisfy { $0.documentCount() == total }
             }

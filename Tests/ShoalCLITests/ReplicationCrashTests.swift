@@ -73,7 +73,7 @@ extension ProcessSuites {
             let seed = UInt64(ProcessInfo.processInfo.environment["SHOAL_CRASH_SEED"] ?? "") ?? UInt64(Date().timeIntervalSince1970)
             print("replication crash test: \(kills) kills, seed \(seed) (SHOAL_CRASH_SEED=\(seed) replays the choices)")
             var rng = SeededRandom(seed: seed)
-            let base = TempDir()
+            let base = TemporaryDirectory()
             defer { base.remove() }
             let ids = try ["a", "b", "c"].map { try ReplicationProcessTests.peerID(base.path + "/\($0)") }
             let port = 30_000 + Int(getpid() % 10_000)
@@ -146,7 +146,7 @@ extension ProcessSuites {
             // Quiet: every gateway converges on the same documents, a superset of the acknowledged.
             let settleStart = Date()
             var counts: [Int?] = []
-            let converged = eventually(timeout: 120, every: 0.5) {
+            let converged = eventuallyBlocking(within: 120, every: 0.5) {
                 counts = nodes.map { $0.documents() }
                 return counts.allSatisfy { ($0 ?? -1) >= acked.count && $0 == counts[0] }
             }

@@ -1,4 +1,5 @@
 import Foundation
+import ShoalTesting
 import Testing
 
 extension ProcessSuites {
@@ -16,7 +17,7 @@ extension ProcessSuites {
 
         @Test("two gateways with static peers replicate both ways, and a stranger is refused")
         func twoProcesses() throws {
-            let base = TempDir()
+            let base = TemporaryDirectory()
             defer { base.remove() }
             let aDir = base.path + "/a", bDir = base.path + "/b"
             let aID = try Self.peerID(aDir), bID = try Self.peerID(bDir)

@@ -1,4 +1,5 @@
 import Foundation
+import ShoalTesting
 import Testing
 
 /// Runs the built `shoal` binary (it sits beside the test bundle in .build/…/debug).
@@ -62,29 +63,15 @@ enum Shoal {
     }
 }
 
-/// A fresh temporary directory, removed by `remove()`.
-struct TempDir {
-    let path: String
-    init(path: String) {
-        self.path = path
-        try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-    }
-    init() {
-        path = NSTemporaryDirectory() + "shoal-cli-" + UUID().uuidString.prefix(8)
-        try! FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-    }
-    func remove() { try? FileManager.default.removeItem(atPath: path) }
-}
-
 /// A `shoal run` in the background, stopped by `stop()`.
 final class RunningGateway {
     let process = Process()
-    let dir: TempDir
+    let dir: TemporaryDirectory
     let stdout = Pipe(), stderr = Pipe()
     var socket: String { dir.path + "/control.sock" }
 
     init(dataDir: String? = nil, board: String = "sim", extraArgs: [String] = [], env: [String: String] = [:]) throws {
-        dir = dataDir.map { TempDir(path: $0) } ?? TempDir()
+        dir = dataDir.map { TemporaryDirectory(path: $0) } ?? TemporaryDirectory()
         var environment = ProcessInfo.processInfo.environment
         for (k, v) in env { environment[k] = v }
         process.environment = environment

@@ -4,6 +4,7 @@ import ShoalCore
 import ShoalRuntime
 import ShoalTLS
 import ShoalYAML
+import ShoalTesting
 import Testing
 
 /// The repository's board-configs/ directory.
@@ -32,8 +33,7 @@ func readFile(_ path: String) -> String? {
 struct BoardDir {
     let path: String
     init(_ files: [String: String]) {
-        var template = Array("/tmp/shoal-boards-XXXXXX".utf8CString)
-        path = String(cString: mkdtemp(&template)!)
+        path = TemporaryDirectory(prefix: "shoal-boards").path
         for (name, text) in files {
             let f = fopen("\(path)/\(name).yaml", "w")!
             fputs(text, f)

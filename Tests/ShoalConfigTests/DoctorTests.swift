@@ -4,14 +4,14 @@ import ShoalCore
 import ShoalLinux
 import ShoalRuntime
 import ShoalTLS
+import ShoalTesting
 import Testing
 
 @Suite("shoal doctor")
 struct DoctorTests {
     /// A healthy setup on the given board, in a fresh directory, with every probe injected.
     func setup(board name: String = "pi4b", site: String = "group: g\n") throws -> (LoadedConfig, Doctor.Environment, String) {
-        var dir = Array("/tmp/shoal-doctor-XXXXXX".utf8CString)
-        let path = String(cString: dir.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!)! })
+        let path = TemporaryDirectory(prefix: "shoal-doctor").path
         var board = try repoLoader.applying(try repoLoader.loadSite(text: site, file: "site.yaml"), to: try repoLoader.loadBoard(name))
         board.led.driver = .sysfs
         board.led.name = "ACT"

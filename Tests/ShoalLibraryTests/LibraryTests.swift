@@ -1,6 +1,7 @@
 // Only the public API: no @testable, no internal module.
 import Glibc
 import Shoal
+import ShoalTesting
 import Testing
 
 /// A value behind a pthread mutex (ThreadSanitizer cannot see Synchronization's Mutex on Linux;
@@ -30,29 +31,9 @@ final class Recorder<T: Sendable>: Sendable {
     deinit { task.withLock { $0?.cancel() } }
 }
 
-func temporaryDirectory(_ name: String) -> String {
-    let path = "/tmp/shoal-lib-\(getpid())-\(name)-\(UInt32.random(in: 0...UInt32.max))"
-    mkdir(path, 0o755)
-    return path
-}
+func temporaryDirectory(_ name: String) -> String { TemporaryDirectory(prefix: "shoal-lib-\(name)").path }
 
-func removeTree(_ path: String) {
-    _ = path.withCString { p in
-        var cmd = "rm -rf '"
-        cmd += String(cString: p) + "'"
-        return system(cmd)
-    }
-}
-
-/// Polls `condition` every 50 ms for up to `seconds`; the time it took, or nil.
-func eventually(_ seconds: Double = 30, _ condition: () throws -> Bool) async -> Double? {
-    let start = ContinuousClock.now
-    while ContinuousClock.now - start < .milliseconds(Int(seconds * 1000)) {
-        if (try? condition()) == true { return Double((ContinuousClock.now - start).components.attoseconds) / 1e18 + Double((ContinuousClock.now - start).components.seconds) }
-        try? await Task.sleep(for: .milliseconds(50))
-    }
-    return nil
-}
+func removeTree(_ path: String) { TemporaryDirectory.removeTree(path) }
 
 /// Fast mesh timings for tests (the defaults wait seconds before advertising and connecting).
 func fastMesh() -> MeshOptions {
@@ -142,7 +123,7 @@ struct LibraryTests {
 
         try a.replicator.start()
         try b.replicator.start()
-        let linked = await eventually { a.replicator.neighborPeers == [b.id] && b.replicator.neighborPeers == [a.id] }
+        let linked = await timeUntil { a.replicator.neighborPeers == [b.id] && b.replicator.neighborPeers == [a.id] }
         #expect(linked != nil, "the two replicators never linked")
 
         let readingsA = try a.database.collection("fleet.readings")
@@ -151,10 +132,10 @@ struct LibraryTests {
         try readingsA.put("t1", json: #"{"celsius":21,"room":"boiler"}"#)
         try readingsA.put("secret", json: #"{"private":true}"#)
         try readingsA.put("t2", json: #"{"celsius":19}"#)
-        #expect(await eventually { try readingsB.get("t2") != nil } != nil)
+        #expect(await timeUntil { try readingsB.get("t2") != nil } != nil)
         #expect(try readingsB.get("t1")?.int(forKey: "celsius") == 21)
         #expect(try readingsB.get("secret") == nil, "the push filter let a private document through")
-        #expect(await eventually { changesB.contains { $0.id == "t1" } && changesB.contains { $0.id == "t2" } } != nil)
+        #expect(await timeUntil { changesB.contains { $0.id == "t1" } && changesB.contains { $0.id == "t2" } } != nil)
 
         // Status: Wi-Fi active, then the aggregate; the mesh is running.
         #expect(statusA.contains { $0.transport == .wifi && $0.active && $0.error == nil })
@@ -166,7 +147,7 @@ struct LibraryTests {
         // Peer replicator: A saw B's replicator connect, then idle or busy, over Wi-Fi.
         #expect(replicatorA.contains { $0.peerID == b.id && $0.transport == .wifi && ($0.activity == .idle || $0.activity == .busy) })
         // Document replication: A pushed t1 and t2 (not the private one); B pulled them.
-        #expect(await eventually { docsA.contains { $0.isPush && $0.peerID == b.id && $0.documents.contains { $0.id == "t2" } } } != nil)
+        #expect(await timeUntil { docsA.contains { $0.isPush && $0.peerID == b.id && $0.documents.contains { $0.id == "t2" } } } != nil)
         #expect(!docsA.contains { $0.documents.contains { $0.id == "secret" } })
         #expect(docsB.contains { !$0.isPush && $0.peerID == a.id && $0.documents.contains { $0.id == "t1" && $0.scope == "fleet" && $0.collection == "readings" && $0.flags == [] } })
 
@@ -177,15 +158,15 @@ struct LibraryTests {
         #expect(info.replicatorTransport == .wifi)
         #expect(info.certificate?.peerID == b.id)
         #expect(info.certificate?.subject.contains("b") == true)
-        #expect(await eventually { a.replicator.peerInfo(for: b.id)?.neighborPeers == [a.id] } != nil, "gossip did not tell A that B links to A")
+        #expect(await timeUntil { a.replicator.peerInfo(for: b.id)?.neighborPeers == [a.id] } != nil, "gossip did not tell A that B links to A")
 
         // A conflict: cut the radio, write the same document on both sides, heal.
         medium.setReachable(a.id, b.id, false)
-        #expect(await eventually { a.replicator.neighborPeers.isEmpty && b.replicator.neighborPeers.isEmpty } != nil)
+        #expect(await timeUntil { a.replicator.neighborPeers.isEmpty && b.replicator.neighborPeers.isEmpty } != nil)
         try readingsA.put("cfg", json: #"{"fan":"on"}"#)
         try readingsB.put("cfg", json: #"{"pump":"off"}"#)
         medium.setReachable(a.id, b.id, true)
-        let merged = await eventually {
+        let merged = await timeUntil {
             let x = try readingsA.get("cfg"), y = try readingsB.get("cfg")
             return x == y && x?.string(forKey: "fan") == "on" && x?.string(forKey: "pump") == "off"
         }
@@ -196,22 +177,22 @@ struct LibraryTests {
 
         // Deletes replicate and are reported with the deleted flag.
         #expect(try readingsA.delete("t1"))
-        #expect(await eventually { try readingsB.get("t1") == nil } != nil)
-        #expect(await eventually { docsB.contains { $0.documents.contains { $0.id == "t1" && $0.flags.contains(.deleted) } } } != nil)
+        #expect(await timeUntil { try readingsB.get("t1") == nil } != nil)
+        #expect(await timeUntil { docsB.contains { $0.documents.contains { $0.id == "t1" && $0.flags.contains(.deleted) } } } != nil)
 
         // Figures are published a few times a second.
-        #expect(await eventually { a.replicator.counters.documentsSent >= 3 && a.replicator.counters.connectedPeers == 1 } != nil, "\(a.replicator.counters)")
+        #expect(await timeUntil { a.replicator.counters.documentsSent >= 3 && a.replicator.counters.connectedPeers == 1 } != nil, "\(a.replicator.counters)")
         let counters = a.replicator.counters
         #expect(counters.messagesSent > 0 && counters.bytesReceived > 0)
 
         a.replicator.stop()
-        #expect(await eventually { statusA.contains { $0.transport == nil && $0.state == .stopped && !$0.active } } != nil)
-        #expect(await eventually { b.replicator.neighborPeers.isEmpty } != nil)
+        #expect(await timeUntil { statusA.contains { $0.transport == nil && $0.state == .stopped && !$0.active } } != nil)
+        #expect(await timeUntil { b.replicator.neighborPeers.isEmpty } != nil)
         #expect(a.replicator.retryRadios() == false)
         // It starts again and links again.
         try a.replicator.start()
         #expect(a.replicator.retryRadios())
-        #expect(await eventually { a.replicator.neighborPeers == [b.id] } != nil)
+        #expect(await timeUntil { a.replicator.neighborPeers == [b.id] } != nil)
     }
 
     @Test("Bluetooth LE only on the simulated medium: peers link over bluetooth and say so")
@@ -226,8 +207,8 @@ struct LibraryTests {
         try a.replicator.start()
         try b.replicator.start()
         try a.database.collection("fleet.readings").put("x", json: #"{"v":1}"#)
-        #expect(await eventually { try b.database.collection("fleet.readings").get("x") != nil } != nil)
-        #expect(await eventually { a.replicator.peerInfo(for: b.id)?.replicatorTransport == .bluetooth } != nil)
+        #expect(await timeUntil { try b.database.collection("fleet.readings").get("x") != nil } != nil)
+        #expect(await timeUntil { a.replicator.peerInfo(for: b.id)?.replicatorTransport == .bluetooth } != nil)
         #expect(discovery.contains { $0.transport == .bluetooth && $0.peerID == b.id && $0.online })
         #expect(a.replicator.status.first?.transport == .bluetooth)
     }
@@ -244,15 +225,15 @@ struct LibraryTests {
         let discovery = Recorder(a.replicator.peerDiscoveryChanges())
         for p in [a, b, stranger] { try p.replicator.start() }
         try a.database.collection("fleet.readings").put("x", json: #"{"v":1}"#)
-        #expect(await eventually { try b.database.collection("fleet.readings").get("x") != nil } != nil)
-        #expect(await eventually { discovery.contains { $0.peerID == stranger.id && $0.online } } != nil, "A never heard the stranger")
-        // It was heard and dialled; give it a few rounds of backoff to get in.
-        try? await Task.sleep(for: .seconds(2))
+        #expect(await timeUntil { try b.database.collection("fleet.readings").get("x") != nil } != nil)
+        #expect(await timeUntil { discovery.contains { $0.peerID == stranger.id && $0.online } } != nil, "A never heard the stranger")
+        // It was heard and dialled: let it try to get in a few times (refused attempts counted).
+        #expect(await timeUntil { a.replicator.counters.failedConnectionAttempts + stranger.replicator.counters.failedConnectionAttempts >= 3 } != nil)
         #expect(try stranger.database.collection("fleet.readings").get("x") == nil)
         #expect(!a.replicator.neighborPeers.contains(stranger.id))
         // The stranger's own handshake can complete before the refusing side checks it and hangs
         // up, so its view may show a link for a moment on each redial: it does not stay linked.
-        #expect(await eventually { stranger.replicator.neighborPeers.isEmpty } != nil)
+        #expect(await timeUntil { stranger.replicator.neighborPeers.isEmpty } != nil)
         #expect(a.replicator.counters.failedConnectionAttempts + stranger.replicator.counters.failedConnectionAttempts > 0)
     }
 
@@ -281,9 +262,9 @@ struct LibraryTests {
         }
         try peers[1].database.collection("fleet.readings").put("from-b", json: #"{"v":2}"#)
         try peers[0].database.collection("fleet.readings").put("from-a", json: #"{"v":1}"#)
-        #expect(await eventually { try peers[0].database.collection("fleet.readings").get("from-b") != nil } != nil)
-        #expect(await eventually { try peers[1].database.collection("fleet.readings").get("from-a") != nil } != nil)
-        #expect(await eventually { peers[1].replicator.peerInfo(for: peers[0].id)?.replicatorTransport == .wifi } != nil)
+        #expect(await timeUntil { try peers[0].database.collection("fleet.readings").get("from-b") != nil } != nil)
+        #expect(await timeUntil { try peers[1].database.collection("fleet.readings").get("from-a") != nil } != nil)
+        #expect(await timeUntil { peers[1].replicator.peerInfo(for: peers[0].id)?.replicatorTransport == .wifi } != nil)
         #expect(peers[1].replicator.peerInfo(for: peers[0].id)?.outgoing == true)
     }
 
@@ -321,7 +302,7 @@ struct LibraryTests {
         defer { for p in peers { p.close() } }
         for p in peers { try p.replicator.start() }
         try peers[0].database.collection("notes").put("n1", json: #"{"text":"hello"}"#)
-        #expect(await eventually { try peers[1].database.collection("_default.notes").get("n1") != nil } != nil)
+        #expect(await timeUntil { try peers[1].database.collection("_default.notes").get("n1") != nil } != nil)
     }
 
     @Test("documents: put, get, delete, query, changes; bad input is a clear error")
@@ -342,7 +323,7 @@ struct LibraryTests {
         #expect(try !c.delete("s3"))
         #expect(try c.get("s3") == nil)
         #expect(try c.count() == 24)
-        #expect(await eventually(10) { changes.all.count == 26 } != nil, "changes: \(changes.all.count)")
+        #expect(await timeUntil(within: 10) { changes.all.count == 26 } != nil, "changes: \(changes.all.count)")
         let last = try #require(changes.all.last)
         #expect(last.collection == "plant.sensors" && last.id == "s3" && last.isDeleted)
         #expect(try db.collectionNames().contains("plant.sensors"))

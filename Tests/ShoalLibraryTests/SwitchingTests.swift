@@ -1,6 +1,7 @@
 // Transport switching over the simulated medium, through the public API only.
 import Glibc
 import Shoal
+import ShoalTesting
 import Testing
 
 @Suite("Transport switching (Wi-Fi preferred, Bluetooth LE fallback, handover back)", .serialized)
@@ -24,20 +25,20 @@ struct SwitchingTests {
         try a.replicator.start()
         try b.replicator.start()
         let ra = try a.database.collection("fleet.readings"), rb = try b.database.collection("fleet.readings")
-        #expect(await eventually { b.replicator.peerInfo(for: a.id)?.replicatorTransport == .wifi } != nil, "not on Wi-Fi first")
-        #expect(await eventually { b.replicator.peerInfo(for: a.id)?.transports == [.wifi, .bluetooth] } != nil)
+        #expect(await timeUntil { b.replicator.peerInfo(for: a.id)?.replicatorTransport == .wifi } != nil, "not on Wi-Fi first")
+        #expect(await timeUntil { b.replicator.peerInfo(for: a.id)?.transports == [.wifi, .bluetooth] } != nil)
         var written = 0
         func write(_ n: Int) throws { for _ in 0..<n { try ra.put("d\(written)", json: #"{"n":\#(written)}"#); written += 1 } }
         try write(20)
-        #expect(await eventually { (try? rb.count()) == written } != nil)
+        #expect(await timeUntil { (try? rb.count()) == written } != nil)
 
         // Wi-Fi goes away under a: its Wi-Fi link closes; Bluetooth LE carries on.
         medium.setTransport(.wifi, up: false, for: a.id)
-        let fallback = await eventually { b.replicator.peerInfo(for: a.id)?.replicatorTransport == .bluetooth }
+        let fallback = await timeUntil { b.replicator.peerInfo(for: a.id)?.replicatorTransport == .bluetooth }
         #expect(fallback != nil, "no fallback to Bluetooth LE: \(String(describing: b.replicator.peerInfo(for: a.id)?.replicatorTransport))")
         print("FIGURE switching: Wi-Fi down → replicating over Bluetooth LE after \(fallback.map { "\(($0 * 100).rounded() / 100)" } ?? "-") s (simulated medium)")
         try write(50)
-        #expect(await eventually { (try? rb.count()) == written } != nil, "writes over Bluetooth LE did not arrive")
+        #expect(await timeUntil { (try? rb.count()) == written } != nil, "writes over Bluetooth LE did not arrive")
 
         // Wi-Fi comes back: a Wi-Fi link opens beside the LE one; the LE link closes after it
         // replicates. Writes keep coming during the handover.
@@ -50,11 +51,11 @@ struct SwitchingTests {
             try? await Task.sleep(for: .milliseconds(50))
             if handedOver == nil, b.replicator.peerInfo(for: a.id)?.replicatorTransport == .wifi { handedOver = ContinuousClock.now - upAt }
         }
-        let back = await eventually { b.replicator.peerInfo(for: a.id)?.replicatorTransport == .wifi && b.replicator.neighborPeers == [a.id] }
+        let back = await timeUntil { b.replicator.peerInfo(for: a.id)?.replicatorTransport == .wifi && b.replicator.neighborPeers == [a.id] }
         #expect(back != nil, "did not return to Wi-Fi")
         if handedOver == nil, back != nil { handedOver = ContinuousClock.now - upAt }
         print("FIGURE switching: Wi-Fi back → replicating over Wi-Fi (LE link closed) after \(handedOver.map { "\($0)" } ?? "-"), 10 writes of 10 going on (simulated medium; polled every 50 ms)")
-        #expect(await eventually { (try? rb.count()) == written } != nil, "lost writes in the handover: \((try? rb.count()) ?? -1) of \(written)")
+        #expect(await timeUntil { (try? rb.count()) == written } != nil, "lost writes in the handover: \((try? rb.count()) ?? -1) of \(written)")
         let after = Array(events.all.dropFirst(beforeBack))
         // The Wi-Fi link came up (connecting/idle over wifi) before the LE one went offline — or the
         // LE link was closed as replaced, never reported offline first.
@@ -82,12 +83,12 @@ struct SwitchingTests {
         medium.setConnectionsFail(.wifi, true, for: a.id)
         try a.replicator.start()
         try b.replicator.start()
-        let linked = await eventually { a.replicator.peerInfo(for: b.id)?.replicatorTransport == .bluetooth }
+        let linked = await timeUntil { a.replicator.peerInfo(for: b.id)?.replicatorTransport == .bluetooth }
         #expect(linked != nil, "no Bluetooth LE link after Wi-Fi failures")
         #expect(a.replicator.counters.failedConnectionAttempts + b.replicator.counters.failedConnectionAttempts >= 2)
         try a.database.collection("fleet.readings").put("x", json: #"{"v":1}"#)
-        #expect(await eventually { try b.database.collection("fleet.readings").get("x") != nil } != nil)
+        #expect(await timeUntil { try b.database.collection("fleet.readings").get("x") != nil } != nil)
         medium.setConnectionsFail(.wifi, false, for: a.id)
-        #expect(await eventually { a.replicator.peerInfo(for: b.id)?.replicatorTransport == .wifi && a.replicator.neighborPeers.count == 1 } != nil, "did not return to Wi-Fi")
+        #expect(await timeUntil { a.replicator.peerInfo(for: b.id)?.replicatorTransport == .wifi && a.replicator.neighborPeers.count == 1 } != nil, "did not return to Wi-Fi")
     }
 }

@@ -47,18 +47,6 @@ func child(_ name: String, journal: Journal, runs: Runs, restart: RestartPolicy 
     }
 }
 
-/// Waits (a hang guard, not a performance limit) until `condition` holds.
-func eventually(_ what: String, within seconds: Int = 20, _ condition: () -> Bool) async throws {
-    let deadline = ContinuousClock.now + .seconds(seconds)
-    while !condition() {
-        if ContinuousClock.now > deadline {
-            Issue.record("timed out waiting for: \(what)")
-            throw Crash(name: "eventually(\(what))")
-        }
-        try await Task.sleep(for: .milliseconds(5))
-    }
-}
-
 let fastIntensity = RestartIntensity(maxRestarts: 5, within: .seconds(60), backoffInitial: .milliseconds(1), backoffMax: .milliseconds(5))
 
 func start(_ sup: Supervisor, logger: Logger = Logger(sink: MemoryLogSink(), level: .debug)) -> (ServiceContext, Task<Void, any Error>) {
@@ -76,7 +64,7 @@ struct SupervisorTests {
             child("a", journal: j, runs: runs), child("b", journal: j, runs: runs, crashOn: { $0 == 1 }), child("c", journal: j, runs: runs),
         ], report: SupervisionReport())
         let (ctx, task) = start(sup)
-        try await eventually("b restarted") { j.count("start b") == 2 && j.count("start c") == 1 }
+        try #require(await eventually(within: 20, every: 0.005) { j.count("start b") == 2 && j.count("start c") == 1 }, "b restarted")
         ctx.requestShutdown()
         try await task.value
         #expect(Array(j.all.prefix(3)) == ["start a", "start b", "start c"])
@@ -92,7 +80,7 @@ struct SupervisorTests {
             child("a", journal: j, runs: runs), child("b", journal: j, runs: runs, crashOn: { $0 == 1 }), child("c", journal: j, runs: runs),
         ], report: SupervisionReport())
         let (ctx, task) = start(sup)
-        try await eventually("all restarted") { j.count("start c") == 2 }
+        try #require(await eventually(within: 20, every: 0.005) { j.count("start c") == 2 }, "all restarted")
         ctx.requestShutdown()
         try await task.value
         #expect(j.after("crash b") == ["stop c", "stop a", "start a", "start b", "start c", "stop c", "stop b", "stop a"])
@@ -105,7 +93,7 @@ struct SupervisorTests {
             child("a", journal: j, runs: runs), child("b", journal: j, runs: runs, crashOn: { $0 == 1 }), child("c", journal: j, runs: runs),
         ], report: SupervisionReport())
         let (ctx, task) = start(sup)
-        try await eventually("b and c restarted") { j.count("start c") == 2 }
+        try #require(await eventually(within: 20, every: 0.005) { j.count("start c") == 2 }, "b and c restarted")
         ctx.requestShutdown()
         try await task.value
         #expect(j.after("crash b") == ["stop c", "start b", "start c", "stop c", "stop b", "stop a"])
@@ -132,7 +120,7 @@ struct SupervisorTests {
                              intensity: RestartIntensity(maxRestarts: 1, within: .milliseconds(30), backoffInitial: .milliseconds(60), backoffMax: .milliseconds(60)),
                              children: [child("flaky", journal: j, runs: runs, crashOn: { $0 <= 4 })], report: SupervisionReport())
         let (ctx, task) = start(sup)
-        try await eventually("fifth run") { j.count("start flaky") == 5 }
+        try #require(await eventually(within: 20, every: 0.005) { j.count("start flaky") == 5 }, "fifth run")
         ctx.requestShutdown()
         try await task.value
     }
@@ -158,11 +146,11 @@ struct SupervisorTests {
         let report = SupervisionReport()
         let sup = Supervisor(name: "root", strategy: .oneForOne, intensity: fastIntensity, children: [spec], report: report)
         let (ctx, task) = start(sup)
-        try await eventually("restart after hang") { j.all.contains("start worker 2") }
+        try #require(await eventually(within: 20, every: 0.005) { j.all.contains("start worker 2") }, "restart after hang")
         let entry = report.snapshot.first { $0.path == "root/worker" }
         #expect(entry?.restarts == 1)
         #expect(entry?.lastError?.contains("hung") == true)
-        try await eventually("healthy again") { report.isHealthy }
+        try #require(await eventually(within: 20, every: 0.005) { report.isHealthy }, "healthy again")
         ctx.requestShutdown()
         try await task.value
     }
@@ -176,8 +164,13 @@ struct SupervisorTests {
         let report = SupervisionReport()
         let sup = Supervisor(name: "root", strategy: .oneForOne, intensity: fastIntensity, children: [done, temp, failing], report: report)
         let (ctx, task) = start(sup)
-        try await eventually("transient restarted after its crash") { j.count("start transientBad") == 2 }
-        try await Task.sleep(for: .milliseconds(50))
+        try #require(await eventually(within: 20, every: 0.005) { j.count("start transientBad") == 2 }, "transient restarted after its crash")
+        // Not restarted, checked against the supervisor's decision (the report says stopped, not
+        // restarting), not after a sleep.
+        try #require(await eventually(within: 20, every: 0.005) {
+            let s = Dictionary(uniqueKeysWithValues: report.snapshot.map { ($0.path, $0.state) })
+            return s["root/once"] == .stopped && s["root/temp"] == .stopped
+        }, "the supervisor decided about once and temp")
         ctx.requestShutdown()
         try await task.value
         #expect(j.count("once ran") == 1)
@@ -201,9 +194,11 @@ struct SupervisorTests {
                 do { try await Task.sleep(for: .seconds(60)) } catch { j.add("deaf cancelled") }
             }
         }
-        let sup = Supervisor(name: "root", strategy: .oneForOne, intensity: fastIntensity, children: [polite, deaf], report: SupervisionReport())
+        let report = SupervisionReport()
+        let sup = Supervisor(name: "root", strategy: .oneForOne, intensity: fastIntensity, children: [polite, deaf], report: report)
         let (ctx, task) = start(sup)
-        try await Task.sleep(for: .milliseconds(20))
+        // Both started (the supervisor is ready once it started every child), then the shutdown.
+        #expect(await ctx.waitUntilReady(timeout: .seconds(20)))
         ctx.requestShutdown()
         try await task.value
         #expect(j.all == ["deaf cancelled", "polite finished its work"])
@@ -220,7 +215,7 @@ struct SupervisorTests {
         }
         let sup = Supervisor(name: "root", strategy: .oneForOne, intensity: fastIntensity, children: [inner], report: report)
         let (ctx, task) = start(sup)
-        try await eventually("leaf runs a third time") { j.count("start leaf") == 3 }
+        try #require(await eventually(within: 20, every: 0.005) { j.count("start leaf") == 3 }, "leaf runs a third time")
         #expect(report.snapshot.first { $0.path == "root/inner" }?.restarts == 1)
         ctx.requestShutdown()
         try await task.value
@@ -272,7 +267,7 @@ struct SupervisorTests {
         }
         let sup = Supervisor(name: "root", strategy: .restForOne, intensity: fastIntensity, children: [provider, taker], report: SupervisionReport())
         let (ctx, task) = start(sup)
-        try await eventually("taker made again with the second value") { j.all.contains("taker got 20") }
+        try #require(await eventually(within: 20, every: 0.005) { j.all.contains("taker got 20") }, "taker made again with the second value")
         ctx.requestShutdown()
         try await task.value
         #expect(j.all == ["taker got 10", "taker got 20"])
@@ -299,7 +294,7 @@ struct LatchTests {
         let clock = ManualClock()
         let latch = Latch()
         let waiter = Task { await latch.wait(timeout: .seconds(10), clock: clock) }
-        try await eventually("waiter asleep") { clock.sleeperCount == 1 }
+        try #require(await eventually(within: 20, every: 0.005) { clock.sleeperCount == 1 }, "waiter asleep")
         clock.advance(by: .seconds(9))
         #expect(clock.sleeperCount == 1)
         clock.advance(by: .seconds(1))
