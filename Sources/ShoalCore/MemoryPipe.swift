@@ -11,7 +11,7 @@ public enum MemoryPipe {
 }
 
 /// One direction of a pipe.
-final class PipeBuffer: @unchecked Sendable {
+final class PipeBuffer: @unchecked Sendable {  // the buffer only under its ConditionLock
     let lock = ConditionLock()
     let capacity: Int
     var bytes: [UInt8] = []
@@ -23,7 +23,7 @@ final class PipeBuffer: @unchecked Sendable {
     init(capacity: Int) { self.capacity = capacity }
 }
 
-public final class MemoryPipeEnd: ByteStream, @unchecked Sendable {
+public final class MemoryPipeEnd: ByteStream, @unchecked Sendable {  // its state lives in the PipeBuffers, under their locks
     let incoming: PipeBuffer
     let outgoing: PipeBuffer
 

@@ -87,7 +87,7 @@ public struct BLEAdvert: Sendable, Equatable {
 /// with its status, so "adapter down / busy / blocked" are told exactly. The cost: bluetoothd, if
 /// it runs and advertises on the same adapter, would fight over the one legacy advertising set;
 /// Shoal's unit does not start it and `shoal doctor` names the adapter it uses.
-public final class BLEAgent: @unchecked Sendable {
+public final class BLEAgent: Sendable {
     public enum Event: Sendable {
         /// Advertising works (true) or failed, and why.
         case advertising(Bool, String?)
@@ -102,7 +102,7 @@ public final class BLEAgent: @unchecked Sendable {
     public let serviceUUID: [UInt8]
     let onEvent: @Sendable (Event) -> Void
     /// A peer not heard for this long (while scanning) is reported lost.
-    public var lostAfterMillis = 10_000
+    public let lostAfterMillis = 10_000
 
     struct Wanted {
         var advert: BLEAdvert?

@@ -2,7 +2,7 @@ import Glibc
 
 /// A child process started with posix_spawn (no Foundation): for `shoal bench` and the demo's
 /// helpers. Its standard output and error are inherited unless redirected to /dev/null.
-public final class ChildProcess: @unchecked Sendable {
+public final class ChildProcess: @unchecked Sendable {  // a pid and pipe descriptors; output read by one thread
     public let pid: pid_t
     private var reaped = false
 

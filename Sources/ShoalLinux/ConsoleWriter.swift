@@ -5,7 +5,7 @@ import Glibc
 /// cable, a stalled USB adapter) drops the line rather than stalling. Reads take printable ASCII
 /// only (other bytes are dropped; backspace edits), end a line at CR or LF, and drop a line longer
 /// than `maxLine` — garbage on the wire cannot grow memory or reach the command interpreter.
-public final class ConsoleWriter: @unchecked Sendable {
+public final class ConsoleWriter: @unchecked Sendable {  // one tty descriptor; writes serialised by the status service's console lock
     public let device: String
     private var fd: Int32
     private let owned: Bool

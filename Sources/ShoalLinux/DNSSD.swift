@@ -14,7 +14,7 @@ import ShoalThreads
 /// (it waits for the daemon), and is made again after a failure, with a growing delay. A name
 /// taken by another service on the link is replaced by Avahi's alternative ("name #2") and
 /// published again.
-public final class DNSSD: @unchecked Sendable {
+public final class DNSSD: @unchecked Sendable {  // avahi handles and their state, touched only by the loop thread
     /// One resolved service instance: a name on one interface over one IP protocol.
     public struct Found: Sendable, Equatable {
         /// Stable for the instance: interface index, protocol and name.

@@ -62,7 +62,7 @@ public struct BluetoothAddress: Sendable, Hashable, CustomStringConvertible {
 /// a timeout. Draining while we wait breaks that cycle. What we hold is bounded (`maxHeldBytes`):
 /// a peer that keeps sending while we cannot write gets its link closed, and replication resumes
 /// from its checkpoint on the next one.
-public final class L2CAPStream: ByteStream, @unchecked Sendable {
+public final class L2CAPStream: ByteStream, @unchecked Sendable {  // one socket, owned by its link's thread (wake() writes a pipe from any)
     private let fd: Int32
     private let wakeFD: Int32
     private let wakeWriteFD: Int32
@@ -260,7 +260,7 @@ public final class L2CAPStream: ByteStream, @unchecked Sendable {
 }
 
 /// A listening L2CAP LE socket on a dynamic PSM (0x80–0xFF, chosen by the kernel).
-public final class L2CAPListener: @unchecked Sendable {
+public final class L2CAPListener: @unchecked Sendable {  // one listening socket
     private let fd: Int32
     public let psm: UInt16
     /// Why the kernel did not take our receive MTU (channels then use its default), or nil.

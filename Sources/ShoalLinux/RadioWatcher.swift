@@ -83,7 +83,7 @@ public struct RFKill: Sendable {
 /// Watches the radios on a thread of its own and reports each change of `RadioSnapshot` (and the
 /// first one) through `onChange`. Wakes on a link or address change (an rtnetlink socket), on an
 /// rfkill event (/dev/rfkill), and at least every second (the Bluetooth adapter's state is polled).
-public final class RadioWatcher: @unchecked Sendable {
+public final class RadioWatcher: Sendable {
     let wifiInterface: String?
     let bluetoothAdapter: String?
     let rfkillPath: String

@@ -14,7 +14,7 @@ public protocol StatusLight: AnyObject, Sendable {
 /// An LED on a GPIO line through libgpiod (v1 API): requested as an output under the consumer
 /// name `shoal-status`, active-low if the board says so. A line another program holds is an error
 /// that names that program.
-public final class GPIOLineLight: StatusLight, @unchecked Sendable {
+public final class GPIOLineLight: StatusLight, @unchecked Sendable {  // a libgpiod line, set by the LED thread alone
     private var chip: OpaquePointer?
     private var line: OpaquePointer?
     public let description: String
@@ -62,7 +62,7 @@ public final class GPIOLineLight: StatusLight, @unchecked Sendable {
 
 /// An LED the kernel exposes in /sys/class/leds/NAME (the Pi's ACT LED): its trigger is set to
 /// `none` so Shoal owns it, and restored on close.
-public final class SysfsLight: StatusLight, @unchecked Sendable {
+public final class SysfsLight: StatusLight, @unchecked Sendable {  // an open brightness file, written by the LED thread alone
     let directory: String
     let maxBrightness: Int
     let previousTrigger: String?

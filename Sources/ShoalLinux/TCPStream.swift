@@ -11,7 +11,7 @@ import ShoalCore
 /// thread reads only between writes, and two gateways writing bursts larger than the socket
 /// buffers at each other at once would otherwise each wait for the other to read (the same cycle
 /// L2CAPStream breaks; on TCP it takes bigger bursts). What is held is bounded by `maxHeldBytes`.
-public final class TCPStream: ByteStream, @unchecked Sendable {
+public final class TCPStream: ByteStream, @unchecked Sendable {  // one socket, owned by its link's thread (wake() writes a pipe from any)
     public private(set) var fd: Int32
     /// Read while a write waited, not yet handed out by `read`.
     private var held: [UInt8] = []
@@ -194,7 +194,7 @@ public final class TCPStream: ByteStream, @unchecked Sendable {
 
 /// A listening TCP socket (port 0 picks a free one). `::` listens on every IPv6 and IPv4 address
 /// (a dual-stack socket), `0.0.0.0` on every IPv4 one.
-public final class TCPListener: @unchecked Sendable {
+public final class TCPListener: @unchecked Sendable {  // one listening socket
     public private(set) var fd: Int32
     public let port: UInt16
 

@@ -2,7 +2,7 @@ import Glibc
 
 /// A connected Unix stream socket (the control socket, from either end). Reads and writes wait
 /// with `poll` and a timeout, so a stuck peer never blocks a thread forever.
-public final class UnixSocket: @unchecked Sendable {
+public final class UnixSocket: @unchecked Sendable {  // one socket, owned by its connection's thread
     public private(set) var fd: Int32
 
     public init(fd: Int32) { self.fd = fd }
@@ -74,7 +74,7 @@ public final class UnixSocket: @unchecked Sendable {
 }
 
 /// A listening Unix stream socket at a path, created with mode 0660.
-public final class UnixSocketListener: @unchecked Sendable {
+public final class UnixSocketListener: @unchecked Sendable {  // one listening socket
     public let path: String
     public private(set) var fd: Int32
 

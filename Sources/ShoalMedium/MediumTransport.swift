@@ -2,16 +2,19 @@ import ShoalCore
 import ShoalMesh
 import ShoalRuntime
 import ShoalTLS
+import ShoalThreads
 
 /// The in-process medium (`LocalMedium`) as a transport: advertising and scanning go to the
 /// medium, links are memory pipes carrying the same TLS sessions and frames as TCP. It carries
 /// both of the mesh's radios, so transport switching runs on it too.
-package final class MediumTransport: Transport, @unchecked Sendable {  // host set once in start(), before any thread
+package final class MediumTransport: Transport {
     package let kinds: Set<MeshTransport> = [.wifi, .bluetooth]
     let medium: LocalMedium
     let serverTLS: TLSContext
     let clientTLS: TLSContext
-    var host: (any TransportHost)?
+    /// Set once by `start`; read by every call after it.
+    let hostSlot = Locked<(any TransportHost)?>(nil)
+    var host: (any TransportHost)? { hostSlot.withLock { $0 } }
 
     package init(medium: LocalMedium, serverTLS: TLSContext, clientTLS: TLSContext) {
         self.medium = medium
@@ -20,7 +23,7 @@ package final class MediumTransport: Transport, @unchecked Sendable {  // host s
     }
 
     package func start(host: any TransportHost) throws {
-        self.host = host
+        hostSlot.withLock { $0 = host }
         medium.join(host.me, heard: { peer, t, online in host.post(online ? .discovered(peer, t, probe: nil) : .lost(peer, t)) },
                     accept: { stream, t in
                         guard !host.isStopping else { stream.close(); return }

@@ -123,6 +123,8 @@ extension ReplicationNode {
                 guard b.waiting.isEmpty else { break }
                 upTo = b.upTo
             }
+            precondition(upTo.map { u in (l.pull[name] ?? []).allSatisfy { $0.upTo > u || $0.waiting.isEmpty } } ?? true,
+                         "a checkpoint would pass a missing document")
             if let upTo { try tx.setCheckpoint(peer: l.checkpointKey, collection: policy.name, direction: .pull, sequence: Int64(upTo)) }
         }
         var actions: [ReplicationAction] = []
@@ -229,6 +231,8 @@ extension ReplicationNode {
             l.pull[name]?.removeFirst()
         }
         guard let last = completed.last else { return [] }
+        // The checkpoint may pass only batches whose documents are all held.
+        precondition(completed.allSatisfy(\.waiting.isEmpty), "a checkpoint would pass a missing document")
         // One checkpoint write for all of them (a no-op if the documents' commit already wrote it),
         // durable before any acknowledgement leaves.
         let stored = try store.checkpoint(peer: l.checkpointKey, collection: policy.name, direction: .pull)

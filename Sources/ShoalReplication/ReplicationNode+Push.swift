@@ -46,6 +46,7 @@ extension ReplicationNode {
         let batch = l.nextBatch
         l.nextBatch += 1
         stream.inFlight.append((batch, UInt64(last.sequence), ids))
+        precondition(stream.inFlight.count <= settings.batchWindow, "more batches in flight than batchWindow")
         stream.announcedUpTo = UInt64(last.sequence)
         if settings.eagerBodyBytes > 0, !announced.isEmpty, announced.count <= settings.eagerMaxCount {
             let bodies = try eagerBodies(policy, announced)

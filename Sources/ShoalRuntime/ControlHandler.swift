@@ -37,6 +37,54 @@ struct ControlHandler {
         switch op {
         case "ping": return ["pong": true]
         case "status": return gateway.statusSnapshot(store: opened.store).json
+        case "changes":
+            let store = try openStore()
+            let since = r["since"]?.int64Value ?? 0
+            let limit = Int(r["limit"]?.int64Value ?? 1000)
+            guard limit >= 1 && limit <= 10_000 else { throw bad("\"limit\" is 1 to 10000") }
+            let changes = try store.changes(since: since, limit: limit)
+            return ["changes": .array(changes.map(ControlHandler.json)), "lastSequence": .int(store.lastSequence)]
+        case "conflicts":
+            let store = try openStore()
+            let limit = Int(r["limit"]?.int64Value ?? 100)
+            return .array(try store.conflicts(limit: max(1, min(limit, 10_000))).map { c in
+                [
+                    "collection": .string(c.collection.description), "id": .string(c.id), "peer": .string(c.peer),
+                    "resolver": .string(c.resolver), "outcome": .string(c.outcome), "atMillis": .int(c.atMillis),
+                    "localVersion": .string((try? DocumentVersion(decoding: c.localVersion))?.description ?? "?"),
+                    "remoteVersion": .string((try? DocumentVersion(decoding: c.remoteVersion))?.description ?? "?"),
+                ]
+            })
+        case "collections":
+            let store = try openStore()
+            return .array(try store.collections().map { .string($0.description) })
+        case "log.level":
+            guard let levelName = r["level"]?.stringValue, let level = LogLevel(name: levelName) else {
+                throw bad("\"level\" is one of debug, verbose, info, warning, error, none")
+            }
+            let domainName = r["domain"]?.stringValue ?? "all"
+            if domainName == "all" {
+                gateway.logger.setLevel(level)
+            } else {
+                guard let domain = LogDomain(rawValue: domainName) else {
+                    throw bad("unknown domain \"\(domainName)\" (all, \(LogDomain.allCases.map(\.rawValue).joined(separator: ", ")))")
+                }
+                gateway.logger.setLevel(level, for: domain)
+            }
+            gateway.logger.info(.control, "log level of \(domainName) set to \(level.name)")
+            return levels()
+        case "log.levels":
+            return levels()
+        default:
+            if let answer = try dispatchDocument(op, r) { return answer }
+            if let answer = try dispatchMesh(op, r) { return answer }
+            throw bad("unknown op \"\(op.prefix(40))\"")
+        }
+    }
+
+    /// `doc.*`: one document's put, get and delete; a batch put; a page of a collection.
+    func dispatchDocument(_ op: String, _ r: [String: JSONValue]) throws -> JSONValue? {
+        switch op {
         case "doc.put":
             let (_, collection, id) = try target(r)
             guard let body = r["body"], body.isObject else { throw bad("\"body\" must be a JSON object") }
@@ -77,47 +125,8 @@ struct ControlHandler {
             guard limit >= 1 && limit <= 10_000 else { throw bad("\"limit\" is 1 to 10000") }
             let docs = try store.list(collection, after: r["after"]?.stringValue, limit: limit, includeDeleted: r["includeDeleted"]?.boolValue ?? false)
             return ["collection": .string(collection.description), "documents": .array(try docs.map(ControlHandler.json))]
-        case "changes":
-            let store = try openStore()
-            let since = r["since"]?.int64Value ?? 0
-            let limit = Int(r["limit"]?.int64Value ?? 1000)
-            guard limit >= 1 && limit <= 10_000 else { throw bad("\"limit\" is 1 to 10000") }
-            let changes = try store.changes(since: since, limit: limit)
-            return ["changes": .array(changes.map(ControlHandler.json)), "lastSequence": .int(store.lastSequence)]
-        case "conflicts":
-            let store = try openStore()
-            let limit = Int(r["limit"]?.int64Value ?? 100)
-            return .array(try store.conflicts(limit: max(1, min(limit, 10_000))).map { c in
-                [
-                    "collection": .string(c.collection.description), "id": .string(c.id), "peer": .string(c.peer),
-                    "resolver": .string(c.resolver), "outcome": .string(c.outcome), "atMillis": .int(c.atMillis),
-                    "localVersion": .string((try? DocumentVersion(decoding: c.localVersion))?.description ?? "?"),
-                    "remoteVersion": .string((try? DocumentVersion(decoding: c.remoteVersion))?.description ?? "?"),
-                ]
-            })
-        case "collections":
-            let store = try openStore()
-            return .array(try store.collections().map { .string($0.description) })
-        case "log.level":
-            guard let levelName = r["level"]?.stringValue, let level = LogLevel(name: levelName) else {
-                throw bad("\"level\" is one of debug, verbose, info, warning, error, none")
-            }
-            let domainName = r["domain"]?.stringValue ?? "all"
-            if domainName == "all" {
-                gateway.logger.setLevel(level)
-            } else {
-                guard let domain = LogDomain(rawValue: domainName) else {
-                    throw bad("unknown domain \"\(domainName)\" (all, \(LogDomain.allCases.map(\.rawValue).joined(separator: ", ")))")
-                }
-                gateway.logger.setLevel(level, for: domain)
-            }
-            gateway.logger.info(.control, "log level of \(domainName) set to \(level.name)")
-            return levels()
-        case "log.levels":
-            return levels()
         default:
-            if let answer = try dispatchMesh(op, r) { return answer }
-            throw bad("unknown op \"\(op.prefix(40))\"")
+            return nil
         }
     }
 

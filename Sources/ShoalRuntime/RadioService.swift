@@ -1,6 +1,7 @@
 import ShoalCore
 import ShoalLinux
 import ShoalSupervision
+import ShoalThreads
 
 /// The radio manager: watches the board's Wi-Fi interface (link, carrier, addresses), its Bluetooth
 /// adapter (present, up) and rfkill (soft and hard blocks, from /dev/rfkill's events), publishes
@@ -28,20 +29,20 @@ struct RadioService: Service {
 }
 
 /// Logs a transport becoming usable or not, once per change.
-final class LastUsable: @unchecked Sendable {
-    var wifi: Bool?
-    var bluetooth: Bool?
+final class LastUsable: Sendable {
+    let last = Locked<(wifi: Bool?, bluetooth: Bool?)>((nil, nil))
 
     func report(_ s: RadioSnapshot, logger: Logger) {
+        let before = last.withLock { $0 }
         if s.wifiInterface != nil {
             let (up, why) = s.wifiUsable
-            if up != wifi { up ? logger.info(.mesh, "radios: wifi usable (\(s.wifiInterface!) up)") : logger.warning(.mesh, "radios: wifi not usable: \(why ?? "?")") }
-            wifi = up
+            if up != before.wifi { up ? logger.info(.mesh, "radios: wifi usable (\(s.wifiInterface!) up)") : logger.warning(.mesh, "radios: wifi not usable: \(why ?? "?")") }
+            last.withLock { $0.wifi = up }
         }
         if s.bluetoothAdapter != nil {
             let (up, why) = s.bluetoothUsable
-            if up != bluetooth { up ? logger.info(.mesh, "radios: bluetooth usable (\(s.bluetoothAdapter!) up)") : logger.info(.mesh, "radios: bluetooth not usable: \(why ?? "?")") }
-            bluetooth = up
+            if up != before.bluetooth { up ? logger.info(.mesh, "radios: bluetooth usable (\(s.bluetoothAdapter!) up)") : logger.info(.mesh, "radios: bluetooth not usable: \(why ?? "?")") }
+            last.withLock { $0.bluetooth = up }
         }
     }
 }

@@ -7,7 +7,7 @@ import ShoalTLS
 import ShoalWire
 
 /// Lets a node's clock read the simulation's virtual time without holding the simulation strongly.
-final class SimClockReading: @unchecked Sendable {
+final class SimClockReading: @unchecked Sendable {  // a weak reference read on the simulation's one thread
     weak var sim: Simulation?
     init(_ sim: Simulation) { self.sim = sim }
     func read() -> UInt64 { sim?.now ?? 0 }

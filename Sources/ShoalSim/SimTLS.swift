@@ -67,7 +67,7 @@ final class SimTLSLink {
 }
 
 /// Counts the bytes written through a stream (the ciphertext a session sends).
-final class CountingStream: ByteStream, @unchecked Sendable {
+final class CountingStream: ByteStream, @unchecked Sendable {  // `written` is touched only by the one session writing through it
     let inner: any ByteStream
     var written = 0
     init(_ inner: any ByteStream) { self.inner = inner }
@@ -82,7 +82,7 @@ final class CountingStream: ByteStream, @unchecked Sendable {
     func close() { inner.close() }
 }
 
-final class HandshakeBox: @unchecked Sendable {
+final class HandshakeBox: @unchecked Sendable {  // `result` only under `lock`
     let lock = ConditionLock()
     var result: Result<TLSSession, TLSError>?
     func finish(_ r: Result<TLSSession, TLSError>) { lock.withLock { result = r; lock.broadcast() } }

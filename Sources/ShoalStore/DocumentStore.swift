@@ -9,7 +9,7 @@ import ShoalThreads
 /// thread of your own, never from Swift's cooperative pool. What a reader gets wrong: `revision`
 /// counts writes made through this store and is local; `sequence` orders the change feed and is
 /// local too; only `version` (written by the replicator) means anything to other gateways.
-public final class DocumentStore: @unchecked Sendable {
+public final class DocumentStore: @unchecked Sendable {  // a SQLite connection, every use under its lock
     public let options: StoreOptions
     public let openReport: OpenReport
     private let lock = ConditionLock()

@@ -99,7 +99,7 @@ public final class Supervisor: Service {
 
 extension Supervisor {
     /// The state of one run of a supervisor. Not shared: only the supervisor's own task touches it.
-    final class Loop: @unchecked Sendable {
+    actor Loop {
         let sup: Supervisor
         let context: ServiceContext
         let events: AsyncStream<Event>

@@ -3,7 +3,7 @@ import CMbedTLS
 import Glibc
 
 /// A parsed X.509 certificate chain (leaf first). Owns its mbedTLS structure.
-public final class Certificate: @unchecked Sendable {
+public final class Certificate: @unchecked Sendable {  // an mbedTLS certificate chain, read-only after parsing
     let chain = UnsafeMutablePointer<mbedtls_x509_crt>.allocate(capacity: 1)
 
     init() { mbedtls_x509_crt_init(chain) }

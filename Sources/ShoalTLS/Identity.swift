@@ -6,7 +6,7 @@ import Glibc
 /// certificate when CA-signed) whose extended key usage holds both clientAuth and serverAuth,
 /// because every gateway is a TLS client to some peers and a server to others. Its peer id is the
 /// SHA-256 of the leaf certificate's DER.
-public final class Identity: @unchecked Sendable {
+public final class Identity: @unchecked Sendable {  // mbedTLS key and certificate, read-only after loading
     public let key: PrivateKey
     public let certificate: Certificate
 

@@ -24,7 +24,7 @@ enum MbedTLS {
 
 /// A CTR-DRBG seeded from the kernel's entropy (getrandom / /dev/urandom through mbedTLS's
 /// platform source). No fixed seeds: every key, serial number and handshake random comes from here.
-final class RandomSource: @unchecked Sendable {
+final class RandomSource: @unchecked Sendable {  // an mbedTLS DRBG, which locks itself (Debian builds MBEDTLS_THREADING_PTHREAD)
     let entropy = UnsafeMutablePointer<mbedtls_entropy_context>.allocate(capacity: 1)
     let drbg = UnsafeMutablePointer<mbedtls_ctr_drbg_context>.allocate(capacity: 1)
 

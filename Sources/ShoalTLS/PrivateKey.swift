@@ -2,7 +2,7 @@ import ShoalCore
 import CMbedTLS
 
 /// A private key (Shoal makes EC P-256 ones). The PEM it writes is what goes, mode 0600, on disk.
-public final class PrivateKey: @unchecked Sendable {
+public final class PrivateKey: @unchecked Sendable {  // an mbedTLS key context, read-only after parsing
     let context = UnsafeMutablePointer<mbedtls_pk_context>.allocate(capacity: 1)
 
     init() { mbedtls_pk_init(context) }

@@ -12,7 +12,7 @@ public enum TLSRole: Sendable { case client, server }
 /// verdict is ignored. Shoal verifies the peer itself after the handshake, on both sides, every
 /// time (mbedTLS 2.28 checks no host name unless told to, and peers have no host names), and a
 /// session is handed to the caller only once that check passed.
-public final class TLSContext: @unchecked Sendable {
+public final class TLSContext: @unchecked Sendable {  // an mbedTLS config, read-only after set-up (its cache locks itself)
     public let role: TLSRole
     public let identity: Identity
     public let authenticator: PeerAuthenticator

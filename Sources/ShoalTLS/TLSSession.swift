@@ -4,7 +4,7 @@ import ShoalCore
 
 /// A TLS session over a `ByteStream`, handed out only after the peer was verified. One thread
 /// at a time may use a session (mbedTLS contexts are not safe for concurrent read and write).
-public final class TLSSession: @unchecked Sendable {
+public final class TLSSession: @unchecked Sendable {  // an mbedTLS session, used by its link's thread alone
     let ssl: UnsafeMutablePointer<mbedtls_ssl_context>
     let io: BIO
     let context: TLSContext
@@ -213,7 +213,7 @@ public final class TLSSession: @unchecked Sendable {
 }
 
 /// A session a client may resume (mbedTLS's session struct, owned).
-public final class TLSSavedSession: @unchecked Sendable {
+public final class TLSSavedSession: @unchecked Sendable {  // an mbedTLS saved session, immutable once saved
     let session = UnsafeMutablePointer<mbedtls_ssl_session>.allocate(capacity: 1)
     init() { mbedtls_ssl_session_init(session) }
     deinit {

@@ -3,7 +3,7 @@ import Glibc
 /// A dedicated OS thread that runs blocking work (SQLite, file I/O) one job at a time, so that
 /// async code can `await thread.run { … }` without ever blocking Swift's cooperative pool.
 /// The queue is bounded: past `maxQueued` jobs, `run` fails fast instead of piling up.
-public final class BlockingThread: @unchecked Sendable {
+public final class BlockingThread: @unchecked Sendable {  // the job queue only under `lock`
     public struct Overloaded: Error, CustomStringConvertible {
         public let name: String
         public var description: String { "the \(name) thread has too many queued jobs" }

@@ -3,7 +3,7 @@ import Glibc
 /// A pthread mutex with a condition variable, for threads that must block and wait (the store's
 /// own thread, the control socket's connection threads). Never use it from async code on Swift's
 /// cooperative pool: waiting here would stall the pool.
-public final class ConditionLock: @unchecked Sendable {
+public final class ConditionLock: @unchecked Sendable {  // a pthread mutex and condition variable
     private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
     private let cond = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
 

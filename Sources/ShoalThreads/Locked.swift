@@ -11,7 +11,7 @@ import Glibc
 /// ThreadSanitizer cannot see, so every access it protects is reported as a race and a sanitizer
 /// run of the suite drowns in false reports (checked: two threads bumping a Mutex-guarded counter
 /// give "Swift access race"). A pthread mutex costs about the same uncontended, and TSan knows it.
-public final class Locked<Value>: @unchecked Sendable {
+public final class Locked<Value>: @unchecked Sendable {  // the value only under the pthread mutex
     private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
     private var value: Value
 
