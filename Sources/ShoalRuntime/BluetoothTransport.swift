@@ -4,56 +4,64 @@ import ShoalLinux
 import ShoalMesh
 import ShoalTLS
 import ShoalWire
+import ShoalThreads
 
 /// Bluetooth LE: advertising (an L2CAP LE listener on a dynamic PSM, told in the advertisement),
 /// what the scanner hears, and links over L2CAP LE credit-based channels carrying the same TLS
 /// sessions and frames as TCP. The adapter is watched for up, down and rfkill.
 ///
-/// Threads: the BLE agent's (HCI advertising and scanning), an accept loop, a dialler per channel;
-/// their findings reach the node thread through the host, where the address book lives.
-package final class BluetoothTransport: Transport, @unchecked Sendable {  // state confined to the node thread (see above)
-    package let kinds: Set<MeshTransport> = [.bluetooth]
-    let adapter: String
-    let serviceUUID: [UInt8]
+/// An actor on the driver's executor, like TCPTransport: the address book is isolated to it and
+/// the driver's calls enter it synchronously on that thread. Its threads — the BLE agent's (HCI
+/// advertising and scanning), an accept loop, a dialler per channel — reach it through the host.
+package actor BluetoothTransport: Transport {
+    package nonisolated let kinds: Set<MeshTransport> = [.bluetooth]
+    nonisolated let adapter: String
+    nonisolated let serviceUUID: [UInt8]
     /// TLS over Bluetooth LE: the gateway's identity and authenticator with a longer handshake
     /// timeout (a handshake's round trips ride on connection intervals; 30 s).
-    let serverTLS: TLSContext
-    let clientTLS: TLSContext
-    var host: (any TransportHost)?
-    var agent: BLEAgent?
-    var listener: L2CAPListener?
+    nonisolated let serverTLS: TLSContext
+    nonisolated let clientTLS: TLSContext
+    nonisolated let executor: ThreadExecutor
+    package nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
+    /// Set once (the host and agent by `start`, the listener when advertising first starts); the
+    /// listener is closed by the stopping thread.
+    nonisolated let parts = Locked<(host: (any TransportHost)?, agent: BLEAgent?, listener: L2CAPListener?)>((nil, nil, nil))
+    nonisolated var host: (any TransportHost)? { parts.withLock { $0.host } }
+    nonisolated var agent: BLEAgent? { parts.withLock { $0.agent } }
+    nonisolated var listener: L2CAPListener? { parts.withLock { $0.listener } }
 
-    // Node-thread state.
+    // Isolated to the driver's thread.
     /// Where each peer heard can be dialled (address, PSM).
     var addresses: [PeerID: (address: BluetoothAddress, psm: UInt16)] = [:]
     var adapterUp: Bool?
     /// Peers whose advertisement said another protocol version (logged once each).
     var incompatible: Set<PeerID> = []
 
-    package init(adapter: String, serviceUUID: [UInt8], identity: Identity, authenticator: PeerAuthenticator) throws {
+    package init(adapter: String, serviceUUID: [UInt8], identity: Identity, authenticator: PeerAuthenticator, executor: ThreadExecutor) throws {
+        self.executor = executor
         self.adapter = adapter
         self.serviceUUID = serviceUUID
         serverTLS = try TLSContext(role: .server, identity: identity, authenticator: authenticator, handshakeTimeoutMillis: 30_000)
         clientTLS = try TLSContext(role: .client, identity: identity, authenticator: authenticator, handshakeTimeoutMillis: 30_000)
     }
 
-    package func start(host: any TransportHost) throws {
-        self.host = host
+    package nonisolated func start(host: any TransportHost) throws {
+        parts.withLock { $0.host = host }
         let agent = BLEAgent(adapter: adapter, serviceUUID: serviceUUID) { [weak self] e in
             guard let self else { return }
-            host.onNodeThread { self.handle(e, host) }
+            host.onNodeThread { self.assumeIsolated { $0.handle(e, host) } }
         }
-        if agent.start() { self.agent = agent } else { host.log.error(.mesh, "cannot start the Bluetooth LE thread") }
+        if agent.start() { parts.withLock { $0.agent = agent } } else { host.log.error(.mesh, "cannot start the Bluetooth LE thread") }
     }
 
-    package func advertise(_ kind: MeshTransport, _ on: Bool) {
+    package nonisolated func advertise(_ kind: MeshTransport, _ on: Bool) {
         guard let host else { return }
         guard let agent else { return host.post(.advertising(.bluetooth, ok: false, reason: "the Bluetooth LE thread did not start")) }
         guard on else { return agent.advertise(nil) }
         if listener == nil {
             do {
                 let l = try L2CAPListener()
-                listener = l
+                parts.withLock { $0.listener = l }
                 host.log.info(.mesh, "bluetooth: listening for L2CAP LE channels on PSM 0x\(String(l.psm, radix: 16))")
                 if let why = l.mtuRefused { host.log.warning(.mesh, "bluetooth: \(why); channels use the kernel's default MTU") }
                 host.spawn("repl-bleaccept") { self.acceptLoop(l, host) }
@@ -66,16 +74,20 @@ package final class BluetoothTransport: Transport, @unchecked Sendable {  // sta
         // The answer comes back as an event from the BLE thread.
     }
 
-    package func scan(_ kind: MeshTransport, _ on: Bool) { agent?.scan(on) }
+    package nonisolated func scan(_ kind: MeshTransport, _ on: Bool) { agent?.scan(on) }
 
-    package func dial(_ peer: PeerID, over kind: MeshTransport) {
+    package nonisolated func dial(_ peer: PeerID, over kind: MeshTransport) {
         guard let host else { return }
-        guard let agent, let at = addresses[peer] else { return host.post(.dialFailed(peer, .bluetooth, reason: "no Bluetooth address known")) }
+        guard let agent, let at = assumeIsolated({ $0.addresses[peer] }) else { return host.post(.dialFailed(peer, .bluetooth, reason: "no Bluetooth address known")) }
         host.spawn("repl-bledial") { self.dial(peer, at.address, psm: at.psm, agent, host) }
     }
 
     /// The same for Bluetooth LE as for Wi-Fi: the adapter present, up and not blocked.
-    package func radiosChanged(_ s: RadioSnapshot) {
+    package nonisolated func radiosChanged(_ s: RadioSnapshot) {
+        assumeIsolated { $0.radiosChangedHere(s) }
+    }
+
+    func radiosChangedHere(_ s: RadioSnapshot) {
         guard let host, agent != nil, s.bluetoothAdapter != nil else { return }
         let (up, why) = s.bluetoothUsable
         guard up != adapterUp else { return }
@@ -84,12 +96,12 @@ package final class BluetoothTransport: Transport, @unchecked Sendable {  // sta
         host.post(.radio(.bluetooth, up: up))
     }
 
-    package func stop() {
+    package nonisolated func stop() {
         guard let agent else { return }
         let abandoned = agent.stop()
         if !abandoned.isEmpty, let host { host.log.warning(.mesh, "bluetooth: stopping: abandoned \(abandoned.joined(separator: ", ")) still blocked after 3 s") }
     }
-    package func close() { listener?.close() }
+    package nonisolated func close() { listener?.close() }
 
     func handle(_ event: BLEAgent.Event, _ host: any TransportHost) {
         let log = host.log
@@ -122,7 +134,7 @@ package final class BluetoothTransport: Transport, @unchecked Sendable {  // sta
     }
 
     /// A channel the mesh asked for, dialled with the scanner paused (the kernel scans to connect).
-    func dial(_ peer: PeerID, _ address: BluetoothAddress, psm: UInt16, _ agent: BLEAgent, _ host: any TransportHost) {
+    nonisolated func dial(_ peer: PeerID, _ address: BluetoothAddress, psm: UInt16, _ agent: BLEAgent, _ host: any TransportHost) {
         let stream: L2CAPStream
         let started = monotonicMillis()
         host.log.verbose(.mesh, "bluetooth: dialling \(peer.short) at \(address) PSM 0x\(String(psm, radix: 16))")
@@ -139,7 +151,7 @@ package final class BluetoothTransport: Transport, @unchecked Sendable {  // sta
         host.run(LinkIO(id: host.newLinkID(), session: session, stream: stream, address: nil, transport: .bluetooth), outgoing: true)
     }
 
-    func acceptLoop(_ listener: L2CAPListener, _ host: any TransportHost) {
+    nonisolated func acceptLoop(_ listener: L2CAPListener, _ host: any TransportHost) {
         var failures = 0
         while !host.isStopping {
             let next: L2CAPStream?

@@ -4,8 +4,8 @@ import ShoalLinux
 import ShoalMesh
 import ShoalWire
 
-/// Wi-Fi discovery on the node thread: what the DNS-SD thread found and lost, whether our service
-/// is published, and whether the board's Wi-Fi interface is up.
+/// Wi-Fi discovery, isolated to the transport (on the driver's thread): what the DNS-SD thread
+/// found and lost, whether our service is published, and whether the board's Wi-Fi interface is up.
 extension TCPTransport {
     /// Recomputes where `peer` can be dialled: its static address first, then DNS-SD's (IPv4
     /// before IPv6 link-local).
@@ -70,7 +70,11 @@ extension TCPTransport {
 
     /// The radio manager's report: Wi-Fi usable or not (interface down, no carrier, rfkill). The
     /// mesh hears when it goes (its Wi-Fi links close, advertising stops) and when it comes back.
-    package func radiosChanged(_ s: RadioSnapshot) {
+    package nonisolated func radiosChanged(_ s: RadioSnapshot) {
+        assumeIsolated { $0.radiosChangedHere(s) }
+    }
+
+    func radiosChangedHere(_ s: RadioSnapshot) {
         guard let host, wifi?.interface != nil else { return }
         let (up, why) = s.wifiUsable
         interfaceDownReason = why

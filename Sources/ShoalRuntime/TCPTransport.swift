@@ -13,10 +13,12 @@ import ShoalThreads
 /// scanning). Listening is this transport's advertising. The board's Wi-Fi interface is watched
 /// for up and down.
 ///
-/// Threads: an accept loop, a dialler per connection, a prober for the static peers, and the
-/// DNS-SD agent's thread; their findings reach the node thread through the host. The address
-/// book, the DNS-SD state and the discovery detail live on the node thread.
-package final class TCPTransport: Transport, @unchecked Sendable {  // state confined to the node thread (see above)
+/// An actor on the driver's executor (its thread): the address book, the DNS-SD state and the
+/// discovery detail are isolated to it, and the driver's calls, made on that thread, enter it
+/// synchronously (`assumeIsolated`, which checks the thread). Its threads — an accept loop, a
+/// dialler per connection, a prober for the static peers, the DNS-SD agent's — reach it through
+/// the host (`post`, `onNodeThread`).
+package actor TCPTransport: Transport {
     /// Wi-Fi discovery by DNS-SD: the service type (from the group), the name to publish under,
     /// and the board's Wi-Fi interface (watched for up/down; nil: not watched).
     package struct WifiDiscovery: Sendable {
@@ -30,29 +32,33 @@ package final class TCPTransport: Transport, @unchecked Sendable {  // state con
         }
     }
 
-    package let kinds: Set<MeshTransport> = [.wifi]
-    let listen: HostPort?
-    let staticPeers: [HostPort]
-    let wifi: WifiDiscovery?
-    let serverTLS: TLSContext
-    let clientTLS: TLSContext
-    var host: (any TransportHost)?
-    var listener: TCPListener?
-    var dnssd: DNSSD?
+    package nonisolated let kinds: Set<MeshTransport> = [.wifi]
+    nonisolated let listen: HostPort?
+    nonisolated let staticPeers: [HostPort]
+    nonisolated let wifi: WifiDiscovery?
+    nonisolated let serverTLS: TLSContext
+    nonisolated let clientTLS: TLSContext
+    nonisolated let executor: ThreadExecutor
+    package nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
+    /// What `start` sets up, once, from the starting thread: the host, the listener, the DNS-SD agent.
+    nonisolated let parts = Locked<(host: (any TransportHost)?, listener: TCPListener?, dnssd: DNSSD?)>((nil, nil, nil))
+    nonisolated var host: (any TransportHost)? { parts.withLock { $0.host } }
+    nonisolated var listener: TCPListener? { parts.withLock { $0.listener } }
+    nonisolated var dnssd: DNSSD? { parts.withLock { $0.dnssd } }
 
     /// Scanning (the mesh's discovery phase) is on: the prober probes.
-    let scanning = Atomic<Bool>(false)
-    let probeWake = ConditionLock()
-    /// A probe round was asked for (under `probeWake`).
-    var probeRequested = false
+    nonisolated let scanning = Atomic<Bool>(false)
+    nonisolated let probeWake = ConditionLock()
+    /// A probe round was asked for (changed under `probeWake`).
+    nonisolated let probeRequested = Locked(false)
     /// Static addresses whose gateway we are linked to (the prober skips them).
-    let linkedAddresses = Locked<Set<String>>([])
+    nonisolated let linkedAddresses = Locked<Set<String>>([])
     /// Incoming connections still in their TLS handshake, per remote address: a flood or
     /// slow-loris handshakes from one address cannot use up threads, and honest peers (other
     /// addresses) still get in.
-    let admission = Locked(HandshakeAdmission())
+    nonisolated let admission = Locked(HandshakeAdmission())
 
-    // Node-thread state.
+    // Isolated to the driver's thread.
     /// Where each peer can be dialled: static addresses, then what DNS-SD resolved (IPv4 first).
     var addresses: [PeerID: [HostPort]] = [:]
     var staticAddress: [PeerID: HostPort] = [:]
@@ -65,7 +71,8 @@ package final class TCPTransport: Transport, @unchecked Sendable {  // state con
     /// Peers whose TXT said another protocol version (logged once each).
     var incompatible: Set<PeerID> = []
 
-    package init(listen: HostPort?, peers: [HostPort], wifi: WifiDiscovery?, serverTLS: TLSContext, clientTLS: TLSContext) {
+    package init(listen: HostPort?, peers: [HostPort], wifi: WifiDiscovery?, serverTLS: TLSContext, clientTLS: TLSContext, executor: ThreadExecutor) {
+        self.executor = executor
         self.listen = listen
         self.staticPeers = peers
         self.wifi = wifi
@@ -73,10 +80,10 @@ package final class TCPTransport: Transport, @unchecked Sendable {  // state con
         self.clientTLS = clientTLS
     }
 
-    package var listenPort: UInt16? { listener?.port }
+    package nonisolated var listenPort: UInt16? { listener?.port }
 
-    package func start(host: any TransportHost) throws {
-        self.host = host
+    package nonisolated func start(host: any TransportHost) throws {
+        parts.withLock { $0.host = host }
         // DNS-SD tells peers the port, so with discovery on and no address in the site file the
         // gateway listens on every address (IPv6 and IPv4) on a port the kernel picks.
         var address = listen
@@ -85,7 +92,7 @@ package final class TCPTransport: Transport, @unchecked Sendable {  // state con
             var made = try? TCPListener(host: address.host, port: address.port)
             if made == nil && listen == nil { made = try? TCPListener(host: "0.0.0.0", port: 0) }  // a kernel without IPv6
             let l = try made ?? TCPListener(host: address.host, port: address.port)
-            listener = l
+            parts.withLock { $0.listener = l }
             host.log.info(.mesh, "replication listening on \(HostPort(host: address.host, port: l.port))")
             host.spawn("repl-accept") { self.acceptLoop(l, host) }
         }
@@ -93,13 +100,13 @@ package final class TCPTransport: Transport, @unchecked Sendable {  // state con
         if let wifi {
             let agent = DNSSD(serviceType: wifi.serviceType) { [weak self] event in
                 guard let self else { return }
-                host.onNodeThread { self.handleDNSSD(event, host) }
+                host.onNodeThread { self.assumeIsolated { $0.handleDNSSD(event, host) } }
             }
-            if agent.start() { dnssd = agent } else { host.log.error(.mesh, "cannot start the DNS-SD thread") }
+            if agent.start() { parts.withLock { $0.dnssd = agent } } else { host.log.error(.mesh, "cannot start the DNS-SD thread") }
         }
     }
 
-    package func advertise(_ kind: MeshTransport, _ on: Bool) {
+    package nonisolated func advertise(_ kind: MeshTransport, _ on: Bool) {
         guard let host else { return }
         guard on else { dnssd?.unpublish(); return }
         guard let listener else {
@@ -114,31 +121,31 @@ package final class TCPTransport: Transport, @unchecked Sendable {  // state con
         }
     }
 
-    package func scan(_ kind: MeshTransport, _ on: Bool) {
+    package nonisolated func scan(_ kind: MeshTransport, _ on: Bool) {
         scanning.store(on, ordering: .relaxed)
         dnssd?.browse(on)
         guard on else { return }
         probeWake.withLock {
-            probeRequested = true
+            probeRequested.withLock { $0 = true }
             probeWake.broadcast()
         }
     }
 
-    package func dial(_ peer: PeerID, over kind: MeshTransport) {
+    package nonisolated func dial(_ peer: PeerID, over kind: MeshTransport) {
         guard let host else { return }
-        guard let list = addresses[peer], !list.isEmpty else { return host.post(.dialFailed(peer, .wifi, reason: "no address known")) }
+        guard let list = assumeIsolated({ $0.addresses[peer] }), !list.isEmpty else { return host.post(.dialFailed(peer, .wifi, reason: "no address known")) }
         host.spawn("repl-dial") { self.dial(peer, at: list, host) }
     }
 
-    package func linkKept(_ link: LinkIO) {
+    package nonisolated func linkKept(_ link: LinkIO) {
         if let a = link.address { linkedAddresses.withLock { _ = $0.insert(a) } }
     }
 
-    package func linkEnded(_ link: LinkIO) {
+    package nonisolated func linkEnded(_ link: LinkIO) {
         if let a = link.address { linkedAddresses.withLock { _ = $0.remove(a) } }
     }
 
-    package func stop() {
+    package nonisolated func stop() {
         if let abandoned = dnssd?.stop(), !abandoned.isEmpty, let host {
             host.log.warning(.peerDiscovery, "DNS-SD: stopping: abandoned \(abandoned.joined(separator: ", ")) still blocked after 3 s")
         }
@@ -147,14 +154,14 @@ package final class TCPTransport: Transport, @unchecked Sendable {  // state con
 
     /// Closing a listener under a thread polling it was a data race on its descriptor (found by
     /// ThreadSanitizer): the driver calls this once its threads ended.
-    package func close() { listener?.close() }
+    package nonisolated func close() { listener?.close() }
 
     /// Where the driver shows a peer (`shoal peers`).
-    package func address(of peer: PeerID) -> String? { addresses[peer]?.first?.description }
+    package nonisolated func address(of peer: PeerID) -> String? { assumeIsolated { $0.addresses[peer]?.first?.description } }
 
     // MARK: - Threads
 
-    func acceptLoop(_ listener: TCPListener, _ host: any TransportHost) {
+    nonisolated func acceptLoop(_ listener: TCPListener, _ host: any TransportHost) {
         while !host.isStopping {
             guard let stream = try? listener.accept(timeoutMillis: 250) else { continue }
             let from = stream.remoteHost
@@ -183,7 +190,7 @@ package final class TCPTransport: Transport, @unchecked Sendable {  // state con
 
     /// One connection the mesh asked for, to the first of the peer's addresses that answers; runs
     /// the link on this thread if it comes up.
-    func dial(_ peer: PeerID, at list: [HostPort], _ host: any TransportHost) {
+    nonisolated func dial(_ peer: PeerID, at list: [HostPort], _ host: any TransportHost) {
         var stream: TCPStream?
         var address = list[0]
         var problems: [String] = []
@@ -203,7 +210,7 @@ package final class TCPTransport: Transport, @unchecked Sendable {  // state con
 
     /// The site's static peers, probed during discovery phases: a handshake says which gateway
     /// answers at each address (the peer id is its certificate's digest), so the mesh can choose.
-    func probeLoop(_ host: any TransportHost) {
+    nonisolated func probeLoop(_ host: any TransportHost) {
         var known: [String: PeerID] = [:]
         while !host.isStopping {
             if scanning.load(ordering: .relaxed) {
@@ -221,8 +228,10 @@ package final class TCPTransport: Transport, @unchecked Sendable {  // state con
                         known[address.description] = peer
                         let probe = LinkIO(id: host.newLinkID(), session: session, stream: stream, address: address.description)
                         host.onNodeThread {
-                            self.staticAddress[peer] = address
-                            self.refreshAddresses(peer)
+                            self.assumeIsolated { t in
+                                t.staticAddress[peer] = address
+                                t.refreshAddresses(peer)
+                            }
                             host.post(.discovered(peer, .wifi, probe: probe))
                         }
                     } catch {
@@ -234,8 +243,8 @@ package final class TCPTransport: Transport, @unchecked Sendable {  // state con
             // Every 2 s while scanning; at once when a phase starts (even one that started while
             // we were probing) or on stop.
             probeWake.withLock {
-                if !host.isStopping && !probeRequested { probeWake.wait(timeoutMillis: 2000) }
-                probeRequested = false
+                if !host.isStopping && !probeRequested.withLock({ $0 }) { probeWake.wait(timeoutMillis: 2000) }
+                probeRequested.withLock { $0 = false }
             }
         }
     }
