@@ -34,14 +34,13 @@ struct ReplicationService: Service {
             }
         }
         // Radio changes and retry requests, as messages from the radio manager and the control socket.
-        let (radios, _) = gateway.radioChanges.subscribe()
-        let (retries, _) = gateway.retryRequests.subscribe()
+        let (radios, radiosFeed) = gateway.radioChanges.subscribe()
+        let (retries, retriesFeed) = gateway.retryRequests.subscribe()
         let listeners = [
             Task { for await snapshot in radios { driver.radiosChanged(snapshot) } },
             Task { for await _ in retries { driver.retryNetworks() } },
         ]
         if let now = gateway.radios.withLock({ $0 }) { driver.radiosChanged(now) }
-        defer { for l in listeners { l.cancel() } }
         log(assembly)
         context.markReady()
         while await context.pause(for: .seconds(1)) {
@@ -49,6 +48,10 @@ struct ReplicationService: Service {
             let beat = driver.nodeBeat.load(ordering: .relaxed)
             if monotonicMillis() - beat < 10_000 { context.heartbeat() }
         }
+        // Unsubscribe (the streams end, so do their listeners), then stop the driver.
+        radiosFeed.finish()
+        retriesFeed.finish()
+        for l in listeners { await l.value }
         _ = try? await gateway.workThread.run { driver.stop() }
     }
 
