@@ -56,7 +56,8 @@ public enum ReplicationBenchmark {
         let fd = open(site, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
         _ = Array(text.utf8).withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
         close(fd)
-        let child = try ChildProcess(path: ChildProcess.currentExecutable,
+        // SHOAL_BENCH_PUSHER: another shoal binary as the pusher (to tell which side a change moved).
+        let child = try ChildProcess(path: ProcessEnvironment.get("SHOAL_BENCH_PUSHER") ?? ChildProcess.currentExecutable,
                                      arguments: ["run", "--board", "sim", "--data-dir", pusherDir, "--config", site, "--log-level", "warning"])
         defer { child.stop() }
         var up = false
@@ -83,8 +84,10 @@ public enum ReplicationBenchmark {
                 replication: ReplicationSettings(), mesh: MeshSettings(board.mesh),
                 authenticator: PeerAuthenticator.trust(allowedPeers: [pusherID.peerID]),
                 links: .network(listen: nil, peers: [HostPort(host: "127.0.0.1", port: port)], wifi: nil, bluetooth: nil))
+            // Timed from dialling, as before the assembly existed: TLS set-up is not the pull.
+            let driver = try assembly.makeDriver(host: gateway)
             let start = ContinuousClock.now
-            let driver = try assembly.start(host: gateway)
+            try assembly.startLinks(driver)
             // Every pulled document is one commit in the puller's feed; lastSequence is in memory.
             while pullStore.lastSequence < Int64(documents) {
                 usleep(1000)

@@ -79,22 +79,31 @@ package struct ReplicationAssembly: Sendable {
     /// entropy on a freshly booted board: call it from a thread of your own, never the pool.
     /// `children`: where the links appear in the supervision tree.
     package func start(host: any ReplicationHost, children: (report: SupervisionReport, path: String)? = nil) throws(Failure) -> ReplicationDriver {
+        let driver = try makeDriver(host: host, children: children)
+        try startLinks(driver)
+        return driver
+    }
+
+    /// The driver over a fresh core, with the TLS contexts made, not started.
+    package func makeDriver(host: any ReplicationHost, children: (report: SupervisionReport, path: String)? = nil) throws(Failure) -> ReplicationDriver {
         let server: TLSContext, client: TLSContext
         do {
             server = try TLSContext(role: .server, identity: identity, authenticator: authenticator)
             client = try TLSContext(role: .client, identity: identity, authenticator: authenticator)
         } catch { throw .tls(error) }
-        let driver: ReplicationDriver
-        do { driver = try ReplicationDriver(core: makeCore(), host: host, serverTLS: server, clientTLS: client, children: children) } catch { throw .system(error) }
+        do { return try ReplicationDriver(core: makeCore(), host: host, serverTLS: server, clientTLS: client, children: children) } catch { throw .system(error) }
+    }
+
+    /// Starts the driver's transports (listening, dialling, discovery) and its core.
+    package func startLinks(_ driver: ReplicationDriver) throws(Failure) {
         do {
             switch links {
             case .network(let listen, let peers, let wifi, let bluetooth):
                 try driver.start(listen: listen, peers: peers, wifi: wifi, bluetooth: bluetooth)
             case .transports(let make):
-                try driver.start(transports: make(server, client), missing: [:])
+                try driver.start(transports: make(driver.serverTLS, driver.clientTLS), missing: [:])
             }
         } catch { throw .transport(error) }
-        return driver
     }
 }
 
