@@ -16,7 +16,7 @@ import ShoalWire
 ///   mesh it replicates (a Wi-Fi handover then closes the Bluetooth LE link);
 /// - documents moving mark the link busy until `busyQuietMillis` pass quietly;
 /// - only links on the mesh's spanning tree carry our changes (refreshed when a link opens or
-///   closes, and at every replication tick for what gossip moved);
+///   closes, when a linked peer's own gossip arrives, and at every replication tick for the rest);
 /// - a link closed by either part is closed in both at once; the driver tears down its I/O and
 ///   may report `.linkClosed` later, which is then a no-op;
 /// - slow links (Bluetooth LE) get our gossip again when quiet and are closed when silent, since
@@ -159,7 +159,7 @@ public final class GatewayCore {
         case .localChangesCommitted: run.replication(node.localChangesCommitted(), self)
         case .fatal(let why): run.mesh(mesh.handle(.fatal(why), now: now), self)
         }
-        if run.linksChanged { refreshTree(&run) }
+        if run.treeMayMove { refreshTree(&run) }
         return run.out
     }
 
@@ -170,7 +170,7 @@ public final class GatewayCore {
             links[id] = LinkState(transport: t, heardAt: t == .bluetooth ? run.now : nil, keptAliveAt: t == .bluetooth ? run.now : nil)
             // HELLO goes first; the mesh's gossip for this link after it.
             run.replication(node.linkOpened(id, neighbours: mesh.neighbours, slow: t == .bluetooth), self)
-            run.linksChanged = true
+            run.treeMayMove = true
         } else if !decided.contains(where: { if case .close(id, _) = $0 { return true }; return false }) {
             run.out.append(.close(id, reason: "the mesh did not keep it"))
         }
@@ -185,7 +185,7 @@ public final class GatewayCore {
 
     /// A link is gone (closed by its I/O, or by one of the parts): both parts forget it.
     func forget(_ id: LinkID, _ run: inout Run) {
-        if links.removeValue(forKey: id) != nil { run.linksChanged = true }
+        if links.removeValue(forKey: id) != nil { run.treeMayMove = true }
         run.replication(node.linkClosed(id, now: run.now), self)
         run.mesh(mesh.handle(.closed(id), now: run.now), self)
     }
@@ -246,9 +246,13 @@ public final class GatewayCore {
     struct Run {
         let now: UInt64
         var out: [Action] = []
-        /// A link opened or closed during this run: its spanning-tree flags are refreshed at once
-        /// (gossip moves the tree too, but that is caught up at the next replication tick).
-        var linksChanged = false
+        /// A link opened or closed, or a linked peer's own gossip arrived, during this run: the
+        /// spanning-tree flags are refreshed at once. (Left to the next replication tick, a first
+        /// link waited up to 250 ms for the tree its peer's gossip made before it pushed anything:
+        /// a pull from a freshly booted gateway ran 25 % slower.) Gossip about farther links moves
+        /// the tree too; that is caught up at the next replication tick (refreshing on every flood
+        /// made `shoal sim --nodes 50` 50 % slower).
+        var treeMayMove = false
 
         mutating func mesh(_ actions: [MeshAction], _ core: GatewayCore) {
             for a in actions {
@@ -262,7 +266,7 @@ public final class GatewayCore {
                     // The mesh forgot it already; replication forgets it now.
                     out.append(.close(id, reason: reason))
                     if core.links.removeValue(forKey: id) != nil {
-                        linksChanged = true
+                        treeMayMove = true
                         replication(core.node.linkClosed(id, now: now), core)
                     }
                 case .sendTopology(let id, let origin, let sequence, let neighbours):
@@ -280,11 +284,14 @@ public final class GatewayCore {
                     // The replicator forgot it already (it failed the link); the mesh forgets it now.
                     out.append(.close(id, reason: "replication closed it"))
                     if core.links.removeValue(forKey: id) != nil {
-                        linksChanged = true
+                        treeMayMove = true
                         mesh(core.mesh.handle(.closed(id), now: now), core)
                     }
                 case .event(.topology(let link, _, let origin, let sequence, let neighbours)):
                     mesh(core.mesh.handle(.topology(from: link, origin: origin, sequence: sequence, neighbours: neighbours), now: now), core)
+                    // A linked peer's own announcement is what puts our link to it on the tree (an
+                    // edge counts once both ends list it); the rest of a flood waits for the tick.
+                    if core.mesh.isLinked(to: origin) { treeMayMove = true }
                 case .event(let e):
                     if case .peerConnected(let link, _) = e { mesh(core.mesh.handle(.replicating(link), now: now), core) }
                     if case .documents(let link, _, _, _) = e, core.links[link] != nil {

@@ -104,6 +104,9 @@ public final class MeshManager {
 
     /// Peers we hold a link to.
     public var neighbours: [PeerID] { Set(connections.values.map(\.peer)).sorted() }
+
+    /// Whether a link (any transport) is open to `peer` (cheap: no set, no sort).
+    public func isLinked(to peer: PeerID) -> Bool { connections.values.contains { $0.peer == peer } }
     /// Our last gossip of our own links (sequence, neighbours): a driver may send it again on a
     /// quiet link as a keepalive (receivers ignore a sequence they have).
     public var ownAnnouncement: (sequence: UInt64, neighbours: [PeerID]) { graph[me] ?? (sequence, neighbours) }
