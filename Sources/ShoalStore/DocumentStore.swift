@@ -96,6 +96,7 @@ public final class DocumentStore: @unchecked Sendable {  // a SQLite connection,
         let seq = try db.statement("SELECT COALESCE(MAX(sequence), 0) FROM documents")
         _ = try seq.step()
         lastSequenceValue = seq.int64(0)
+        try seq.run()
         let cols = try db.statement("SELECT id, scope, name FROM collections")
         while try cols.step() {
             if let scope = cols.text(1), let name = cols.text(2), let c = try? CollectionName(scope: scope, name: name) {
@@ -135,7 +136,11 @@ public final class DocumentStore: @unchecked Sendable {  // a SQLite connection,
 
     /// Runs `body` under the lock, translating errors to StoreError.
     private func locked<T>(_ body: (SQLiteConnection) throws(StoreError) -> T) throws(StoreError) -> T {
-        try lock.withLock { () throws(StoreError) -> T in try body(try connection()) }
+        try lock.withLock { () throws(StoreError) -> T in
+            let db = try connection()
+            defer { db.releaseReads() }
+            return try body(db)
+        }
     }
 
     private func transaction<T>(_ db: SQLiteConnection, _ body: () throws(StoreError) -> T) throws(StoreError) -> T {

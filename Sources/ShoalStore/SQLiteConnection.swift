@@ -96,6 +96,27 @@ final class SQLiteConnection {
     }
 
     var changes: Int { handle.map { Int(sqlite3_changes($0)) } ?? 0 }
+
+    /// Resets every statement that still holds a row. A statement stepped to a row and left there
+    /// keeps its read transaction open until it is reset: in WAL mode that stops every checkpoint
+    /// (the WAL grows without bound and the main file never receives a page) and makes another
+    /// connection's write fail with SQLITE_BUSY_SNAPSHOT. `DocumentStore` calls this after every
+    /// use of the connection, so no read outlives the call that made it.
+    /// Returns how many were reset (a test checks the store leaves none).
+    @discardableResult
+    func releaseReads() -> Int {
+        guard let handle else { return 0 }
+        var reset = 0
+        var next = sqlite3_next_stmt(handle, nil)
+        while let s = next {
+            if sqlite3_stmt_busy(s) != 0 {
+                sqlite3_reset(s)
+                reset += 1
+            }
+            next = sqlite3_next_stmt(handle, s)
+        }
+        return reset
+    }
 }
 
 /// A borrowed prepared statement. Columns and parameters are 0-based here (SQLite binds 1-based).
