@@ -268,6 +268,20 @@ extension DocumentStore {
         }
     }
 
+    /// How many live documents (or, with `deleted`, tombstones) a collection holds: one COUNT in
+    /// SQLite, no row leaves it.
+    public func count(_ collection: CollectionName, deleted: Bool = false) throws(StoreError) -> Int64 {
+        try locked { db throws(StoreError) in
+            let s = try db.statement("SELECT count(*) FROM documents WHERE collection_id = ?1 AND deleted = ?2")
+            try s.bind(0, try collectionID(collection))
+            try s.bind(1, deleted ? 1 : 0)
+            _ = try s.step()
+            let n = s.int64(0)
+            try s.run()
+            return n
+        }
+    }
+
     /// Documents of a collection in id order, after `after`, at most `limit`.
     public func list(_ collection: CollectionName, after: String? = nil, limit: Int = 100, includeDeleted: Bool = false) throws(StoreError) -> [StoredDocument] {
         try locked { db throws(StoreError) in

@@ -57,6 +57,24 @@ struct DocumentStoreTests {
         }
     }
 
+    @Test("count: live documents or tombstones of one collection, by one COUNT; an unknown collection is an error")
+    func count() throws {
+        try withStore(durability: .normal) { (store, _) throws in
+            let other = try CollectionName(parsing: "sensors.other")
+            try store.createCollection(readings)
+            try store.createCollection(other)
+            #expect(try store.count(readings) == 0 && store.count(readings, deleted: true) == 0)
+            try store.write((0..<250).map { DocumentWrite(collection: readings, id: id("r\($0)"), body: "{}") })
+            try store.put(other, id: id("o"), body: "{}")
+            for i in 0..<3 { try store.delete(readings, id: id("r\(i)")) }
+            #expect(try store.count(readings) == 247)
+            #expect(try store.count(readings, deleted: true) == 3)
+            #expect(try store.count(other) == 1 && store.count(other, deleted: true) == 0)
+            #expect(try store.count(readings) == Int64(store.list(readings, limit: 1000).count))
+            #expect(throws: StoreError.unknownCollection("sensors.none")) { try store.count(CollectionName(parsing: "sensors.none")) }
+        }
+    }
+
     @Test("a body must be a JSON object within the size limit", arguments: ["[1]", "1", "\"x\"", "{", "{\"a\":1,\"a\":2}", "null"])
     func rejectsBadBodies(_ body: String) throws {
         try withStore { (store, _) throws in
