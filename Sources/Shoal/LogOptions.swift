@@ -24,9 +24,9 @@ public struct LogDomains: OptionSet, Sendable, Hashable {
     public let rawValue: Int
     public init(rawValue: Int) { self.rawValue = rawValue }
 
-    /// Peers heard and lost (DNS-SD, Bluetooth LE scanning).
+    /// Discovery's own trouble (DNS-SD through avahi-daemon).
     public static let peerDiscovery = LogDomains(rawValue: 1 << 0)
-    /// Links, advertising, the spanning tree, transport switching.
+    /// Peers heard and lost, links, advertising, the mesh state, transport switching.
     public static let mesh = LogDomains(rawValue: 1 << 1)
     /// Documents pushed and pulled, conflicts, refusals.
     public static let replication = LogDomains(rawValue: 1 << 2)
