@@ -162,8 +162,11 @@ public final class MultipeerReplicator: Sendable {
     public var logOptions: LogOptions {
         get { host.logOptions.withLock { $0 } }
         set {
-            host.logOptions.withLock { $0 = newValue }
-            if configuration.log != nil { newValue.apply(to: host.logger) }
+            let logs = configuration.log != nil
+            host.logOptions.withLock { options in
+                options = newValue
+                if logs { newValue.apply(to: host.logger) }
+            }
         }
     }
 
