@@ -113,8 +113,10 @@ public struct MultipeerCollectionConfiguration: Sendable {
     public init(collection: Collection) { self.collection = collection.fullName }
 }
 
-/// The mesh options, with the ObjectBox seed's names and defaults.
+/// The mesh options, with the ObjectBox seed's names, defaults and allowed ranges: the same as a
+/// board or site file's `mesh:` (a replicator refuses a value a file would refuse, in the same words).
 public struct MeshOptions: Sendable, Equatable {
+    /// Links kept at once, 1...16.
     public var maxConnectionCount = 3
     public var backoffMillis = 10_000
     public var evictionBackoffMillis = 30_000
@@ -122,47 +124,70 @@ public struct MeshOptions: Sendable, Equatable {
     public var randomSeed: UInt64 = 0
     public var advertisingDelayMillis = 2_000
     public var advertisingRetryMillis = 5_000
+    /// At least `advertisingRetryMillis`.
     public var advertisingRetryMaxMillis = 60_000
     public var connectDelayMillis = 1_000
     public var initialDiscoveryDurationSeconds = 30
     /// 0: no time limit.
     public var discoveryDurationSeconds = 15
     public var discoveryPauseSeconds = 45
+    /// At most `discoveryPauseSeconds` (a pause cannot be negative).
     public var discoveryPauseJitterSeconds = 15
     public var requestTimeoutMillis = 5_000
     public var txLogBatchSizeKb = 100
     public var txLogBatchMaxCount = 1000
+    /// How long a delete's tombstone is kept, 60 s to a year: every hour a running replicator
+    /// purges older ones, as a gateway does, and from then on refuses documents peers offer whose
+    /// newest write is older than that (the purge horizon), so a peer away longer cannot bring a
+    /// purged delete back. A peer away longer than this may keep documents deleted here.
+    public var txLogMaxAgeSeconds = 28_800
     /// Transport switching (both transports on): Wi-Fi failures in a row with a peer before its
-    /// link moves to Bluetooth LE (Shoal's; the Couchbase seed says "a small number").
+    /// link moves to Bluetooth LE (Shoal's; the Couchbase seed says "a small number"), 1...100.
     public var wifiAttemptsBeforeFallback = 3
     /// How long after the last Wi-Fi failure Wi-Fi is tried again for a peer that fell back.
     public var wifiRetryAfterFallbackMillis = 60_000
     public init() {}
 
+    /// These options in the files' form (what the runtime validates and reads).
+    var file: ShoalConfig.MeshOptions {
+        var o = ShoalConfig.MeshOptions()
+        o.maxConnectionCount = Int64(clamping: maxConnectionCount)
+        o.backoffMillis = Int64(clamping: backoffMillis)
+        o.evictionBackoffMillis = Int64(clamping: evictionBackoffMillis)
+        o.randomSeed = Int64(bitPattern: randomSeed)
+        o.requestTimeoutMillis = Int64(clamping: requestTimeoutMillis)
+        o.advertisingDelayMillis = Int64(clamping: advertisingDelayMillis)
+        o.advertisingRetryMillis = Int64(clamping: advertisingRetryMillis)
+        o.advertisingRetryMaxMillis = Int64(clamping: advertisingRetryMaxMillis)
+        o.connectDelayMillis = Int64(clamping: connectDelayMillis)
+        o.initialDiscoveryDurationSeconds = Int64(clamping: initialDiscoveryDurationSeconds)
+        o.discoveryDurationSeconds = Int64(clamping: discoveryDurationSeconds)
+        o.discoveryPauseSeconds = Int64(clamping: discoveryPauseSeconds)
+        o.discoveryPauseJitterSeconds = Int64(clamping: discoveryPauseJitterSeconds)
+        o.txLogBatchSizeKb = Int64(clamping: txLogBatchSizeKb)
+        o.txLogBatchMaxCount = Int64(clamping: txLogBatchMaxCount)
+        o.txLogMaxAgeSeconds = Int64(clamping: txLogMaxAgeSeconds)
+        return o
+    }
+
+    /// Valid options only (`check` first).
     func settings(_ transports: Set<MultipeerTransport>) -> MeshSettings {
-        var m = MeshSettings()
-        m.maxConnectionCount = maxConnectionCount
-        m.backoffMillis = UInt64(max(0, backoffMillis))
-        m.evictionBackoffMillis = UInt64(max(0, evictionBackoffMillis))
-        m.randomSeed = randomSeed
-        m.advertisingDelayMillis = UInt64(max(0, advertisingDelayMillis))
-        m.advertisingRetryMillis = UInt64(max(0, advertisingRetryMillis))
-        m.advertisingRetryMaxMillis = UInt64(max(0, advertisingRetryMaxMillis))
-        m.connectDelayMillis = UInt64(max(0, connectDelayMillis))
-        m.initialDiscoveryMillis = UInt64(max(0, initialDiscoveryDurationSeconds)) * 1000
-        m.discoveryMillis = UInt64(max(0, discoveryDurationSeconds)) * 1000
-        m.discoveryPauseMillis = UInt64(max(0, discoveryPauseSeconds)) * 1000
-        m.discoveryPauseJitterMillis = UInt64(max(0, discoveryPauseJitterSeconds)) * 1000
-        m.transports = Set(transports.map(\.mesh))
-        m.wifiAttemptsBeforeFallback = max(1, wifiAttemptsBeforeFallback)
-        m.wifiRetryAfterFallbackMillis = UInt64(max(0, wifiRetryAfterFallbackMillis))
+        var m = MeshSettings(file, transports: Set(transports.map(\.mesh)))
+        m.wifiAttemptsBeforeFallback = wifiAttemptsBeforeFallback
+        m.wifiRetryAfterFallbackMillis = UInt64(wifiRetryAfterFallbackMillis)
         return m
     }
 
+    /// The files' checks (one validation for both), then the two options files do not have.
     func check() throws(ShoalError) {
-        guard (1...64).contains(maxConnectionCount) else { throw ShoalError("mesh.maxConnectionCount must be 1–64, not \(maxConnectionCount)") }
-        guard txLogBatchSizeKb >= 1, txLogBatchMaxCount >= 1 else { throw ShoalError("mesh.txLogBatchSizeKb and txLogBatchMaxCount must be at least 1") }
-        guard requestTimeoutMillis >= 100 else { throw ShoalError("mesh.requestTimeoutMillis must be at least 100") }
+        if let (key, message) = file.problem() { throw ShoalError("mesh.\(key): \(message)") }
+        let own: [(String, Int, ClosedRange<Int64>)] = [
+            ("wifiAttemptsBeforeFallback", wifiAttemptsBeforeFallback, 1...100),
+            ("wifiRetryAfterFallbackMillis", wifiRetryAfterFallbackMillis, 0...86_400_000),
+        ]
+        for (key, value, range) in own where !range.contains(Int64(clamping: value)) {
+            throw ShoalError("mesh.\(key): \(ConfigReader.outOfRange(Int64(clamping: value), range))")
+        }
     }
 }
 
@@ -230,8 +255,10 @@ public struct MultipeerReplicatorConfiguration: Sendable {
     public var transports: Set<MultipeerTransport> = [.wifi]
     public var mesh = MeshOptions()
     public var medium: Medium = .network(NetworkOptions())
-    /// Log lines (the runtime's format) go here; nil: none.
+    /// Log lines (the runtime's format: `level domain: message`) go here; nil: none.
     public var log: (@Sendable (String) -> Void)?
+    /// Which lines reach `log`: a level and the domains it applies to (default: info, all).
+    public var logOptions = LogOptions()
 
     public init(peerGroupID: String, identity: TLSIdentity, authenticator: MultipeerCertificateAuthenticator,
                 collections: [MultipeerCollectionConfiguration], database: Database) {

@@ -83,6 +83,32 @@ public final class Database: Sendable {
         do { return try store.collections().map(\.description) } catch { throw ShoalError("cannot list collections: \(error)") }
     }
 
+    /// Writes several documents, of any of this database's collections, as one: `body` gathers
+    /// puts and deletes in a `WriteBatch`, and when it returns they are committed in one store
+    /// transaction and peers are told of them together. All or nothing: if `body` throws (a
+    /// document the batch refused, or an error of your own) or the commit fails, nothing is
+    /// written and the error is thrown on. Returns what `body` returns.
+    ///
+    ///     try db.inBatch { batch in
+    ///         try batch.put("r1", json: #"{"t":21.5}"#, in: readings)
+    ///         try batch.delete("r0", in: readings)
+    ///     }
+    @discardableResult
+    public func inBatch<T>(_ body: (WriteBatch) throws -> T) throws -> T {
+        let batch = WriteBatch(database: self)
+        let result = try body(batch)
+        guard !batch.writes.isEmpty else { return result }
+        do { try writer.apply(batch.writes) } catch {
+            throw ShoalError("cannot commit a batch of \(batch.writes.count) writes (nothing was written): \(error)")
+        }
+        return result
+    }
+
+    /// The purge horizon, in milliseconds since 1970 (0: nothing purged yet): tombstones last
+    /// changed before it may be gone, so replication refuses documents whose newest write is
+    /// older (a running replicator raises it every hour; see `MeshOptions.txLogMaxAgeSeconds`).
+    public var purgeHorizonMillis: Int64 { store.purgeHorizonMillis }
+
     /// Closes the file. Stop replicators using it first.
     public func close() { store.close() }
 
@@ -151,8 +177,26 @@ public struct Collection: Sendable {
         return out
     }
 
-    /// How many live documents the collection holds.
-    public func count() throws(ShoalError) -> Int { try query().count }
+    /// Writes several documents (JSON objects) in one transaction, announced to peers once: all
+    /// or none (a bad one is named and nothing is written). Durable when this returns.
+    public func put(_ documents: [(id: String, json: String)]) throws(ShoalError) {
+        do {
+            try database.inBatch { batch in
+                for d in documents { try batch.put(d.id, json: d.json, in: self) }
+            }
+        } catch let e as ShoalError { throw e } catch { throw ShoalError("\(error)") }
+    }
+
+    /// How many live documents the collection holds (counted by the store; none is read).
+    public func count() throws(ShoalError) -> Int {
+        do { return Int(try database.store.count(name)) } catch { throw ShoalError("cannot count \(fullName): \(error)") }
+    }
+
+    /// How many tombstones (deleted documents kept so the delete replicates) the collection holds
+    /// until retention purges them (`MeshOptions.txLogMaxAgeSeconds`).
+    public func tombstoneCount() throws(ShoalError) -> Int {
+        do { return Int(try database.store.count(name, deleted: true)) } catch { throw ShoalError("cannot count \(fullName)'s tombstones: \(error)") }
+    }
 
     /// Changes to this collection from now on (local writes and replicated ones), until the
     /// stream is dropped or the database closes. A thread of its own waits on the store.

@@ -112,6 +112,8 @@ public final class MultipeerReplicator: Sendable {
     let policies: [CollectionPolicy]
     let driver = Locked<ReplicationDriver?>(nil)
     let watcher = Locked<RadioWatcher?>(nil)
+    /// The hourly tombstone purge, while started.
+    let retention = Locked<RetentionLoop?>(nil)
     let listen: HostPort?
     let staticPeers: [HostPort]
 
@@ -152,13 +154,28 @@ public final class MultipeerReplicator: Sendable {
             listen = nil
             staticPeers = []
         }
-        host = LibraryHost(log: config.log)
+        host = LibraryHost(log: config.log, options: config.logOptions)
+    }
+
+    /// The log level and domains now (from the configuration's `logOptions`). Setting it takes
+    /// effect at once, running or not, as `shoal log` does on a gateway.
+    public var logOptions: LogOptions {
+        get { host.logOptions.withLock { $0 } }
+        set {
+            let logs = configuration.log != nil
+            host.logOptions.withLock { options in
+                options = newValue
+                if logs { newValue.apply(to: host.logger) }
+            }
+        }
     }
 
     /// This replicator's peer id (the digest of its identity's certificate).
     public var peerID: PeerID { configuration.identity.peerID }
 
-    /// Starts discovery and replication. Starting a running replicator does nothing.
+    /// Starts discovery and replication, and the gateway's retention (tombstones older than
+    /// `mesh.txLogMaxAgeSeconds` purged now and every hour). Starting a running replicator does
+    /// nothing.
     public func start() throws(ShoalError) {
         let config = configuration
         let made = try driver.withLock { (d: inout ReplicationDriver?) throws(ShoalError) -> ReplicationDriver? in
@@ -173,7 +190,10 @@ public final class MultipeerReplicator: Sendable {
             d = made
             return made
         }
-        guard let made, case .network(let n) = config.medium, n.wifiInterface != nil || n.bluetoothAdapter != nil else { return }
+        guard let made else { return }
+        let loop = RetentionLoop(maxAgeSeconds: Int64(config.mesh.txLogMaxAgeSeconds), store: config.database.store, logger: host.logger)
+        if loop.start() { retention.withLock { $0 = loop } } else { host.logger.warning(.store, "retention: the system refused a thread; tombstones are not purged until the next start") }
+        guard case .network(let n) = config.medium, n.wifiInterface != nil || n.bluetoothAdapter != nil else { return }
         let w = RadioWatcher(wifiInterface: n.wifiInterface, bluetoothAdapter: n.bluetoothAdapter) { made.radiosChanged($0) }
         w.start()
         watcher.withLock { $0 = w }
@@ -184,10 +204,7 @@ public final class MultipeerReplicator: Sendable {
     func assembly() -> ReplicationAssembly {
         let config = configuration
         let id = config.identity.raw
-        var settings = ReplicationSettings()
-        settings.batchSizeBytes = config.mesh.txLogBatchSizeKb * 1024
-        settings.batchMaxCount = config.mesh.txLogBatchMaxCount
-        settings.requestTimeoutMillis = UInt64(config.mesh.requestTimeoutMillis)
+        let settings = ReplicationSettings(config.mesh.file)
         let links: ReplicationAssembly.Links
         switch config.medium {
         case .simulated(let medium):
@@ -212,6 +229,7 @@ public final class MultipeerReplicator: Sendable {
     /// Stops replication: links close, advertising and discovery stop. It can start again.
     public func stop() {
         watcher.withLock { w in w?.stop(); w = nil }
+        retention.withLock { r in r?.stop(); r = nil }
         guard let d = driver.withLock({ d -> ReplicationDriver? in defer { d = nil }; return d }) else { return }
         d.stop()
     }
@@ -302,8 +320,12 @@ final class LibraryHost: ReplicationHost {
     let replicator = Broadcaster<PeerReplicatorStatus>()
     let documents = Broadcaster<PeerDocumentReplication>()
 
-    init(log: (@Sendable (String) -> Void)?) {
-        logger = Logger(sink: ClosureLogSink(log), level: log == nil ? .none : .info)
+    let logOptions: Locked<LogOptions>
+
+    init(log: (@Sendable (String) -> Void)?, options: LogOptions) {
+        logger = Logger(sink: ClosureLogSink(log), level: .none)
+        logOptions = Locked(options)
+        if log != nil { options.apply(to: logger) }
     }
 
     func updateCounters(_ body: (inout ReplicationCounters) -> Void) { counters.withLock { body(&$0) } }

@@ -50,9 +50,14 @@ public struct ConfigReader {
             throw ConfigError(mark: n.mark, key: keyPath(key), message: "expected a whole number, found \(describe(n))")
         }
         guard range.contains(v) else {
-            throw ConfigError(mark: n.mark, key: keyPath(key), message: "\(v) is out of range \(range.lowerBound)...\(range.upperBound)")
+            throw ConfigError(mark: n.mark, key: keyPath(key), message: ConfigReader.outOfRange(v, range))
         }
         return v
+    }
+
+    /// The words for a number outside its range (files and `import Shoal` say it alike).
+    public static func outOfRange(_ value: Int64, _ range: ClosedRange<Int64>) -> String {
+        "\(value) is out of range \(range.lowerBound)...\(range.upperBound)"
     }
 
     public mutating func bool(_ key: String) throws(ConfigError) -> Bool? {

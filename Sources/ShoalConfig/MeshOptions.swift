@@ -48,15 +48,32 @@ public struct MeshOptions: Sendable, Equatable {
         for field in MeshOptions.fields {
             if let v = try reader.int(field.key, in: field.range) { self[keyPath: field.path] = v }
         }
-        if advertisingRetryMaxMillis < advertisingRetryMillis {
-            throw ConfigError(mark: reader.mark(of: "advertisingRetryMaxMillis"), key: reader.keyPath("advertisingRetryMaxMillis"),
-                              message: "must be at least advertisingRetryMillis (\(advertisingRetryMillis))")
-        }
-        if discoveryPauseJitterSeconds > discoveryPauseSeconds {
-            throw ConfigError(mark: reader.mark(of: "discoveryPauseJitterSeconds"), key: reader.keyPath("discoveryPauseJitterSeconds"),
-                              message: "must not exceed discoveryPauseSeconds (\(discoveryPauseSeconds)): a pause cannot be negative")
+        if let (key, message) = crossProblem() {
+            throw ConfigError(mark: reader.mark(of: key), key: reader.keyPath(key), message: message)
         }
         try reader.finish()
+    }
+
+    /// What no single range can say: an option that must not pass another. nil when consistent.
+    func crossProblem() -> (key: String, message: String)? {
+        if advertisingRetryMaxMillis < advertisingRetryMillis {
+            return ("advertisingRetryMaxMillis", "must be at least advertisingRetryMillis (\(advertisingRetryMillis))")
+        }
+        if discoveryPauseJitterSeconds > discoveryPauseSeconds {
+            return ("discoveryPauseJitterSeconds", "must not exceed discoveryPauseSeconds (\(discoveryPauseSeconds)): a pause cannot be negative")
+        }
+        return nil
+    }
+
+    /// The checks a board or site file gets (every range, then the options that must not pass
+    /// each other), for options set in code (`import Shoal`): the first problem as the option's key
+    /// and the files' message, or nil.
+    public func problem() -> (key: String, message: String)? {
+        for field in MeshOptions.fields {
+            let v = self[keyPath: field.path]
+            if !field.range.contains(v) { return (field.key, ConfigReader.outOfRange(v, field.range)) }
+        }
+        return crossProblem()
     }
 
     /// Every option as (name, value), in the seed's order.

@@ -82,6 +82,26 @@ public struct LocalWriter: Sendable {
         }
     }
 
+    /// Puts (a body) and deletes (nil) of any collections, applied in order in one transaction:
+    /// all of them or none, and peers hear of them together (one commit moves the change feed
+    /// once). A delete of a document missing or already deleted by then writes nothing. Every body
+    /// is checked before the transaction starts.
+    @discardableResult
+    public func apply(_ writes: [(collection: CollectionName, id: DocumentID, body: String?)]) throws(StoreError) -> [Change] {
+        for w in writes { if let body = w.body { try store.validateBody(body) } }
+        return try store.transaction { (tx) throws(StoreError) -> [Change] in
+            var out: [Change] = []
+            out.reserveCapacity(writes.count)
+            for w in writes {
+                if w.body == nil {
+                    guard let existing = try tx.get(w.collection, id: w.id.rawValue), !existing.isDeleted else { continue }
+                }
+                out.append(try write(tx, w.collection, w.id, w.body))
+            }
+            return out
+        }
+    }
+
     /// Deletes (tombstones) a live document; a missing or deleted one is `notFound`.
     @discardableResult
     public func delete(_ collection: CollectionName, id: DocumentID) throws(StoreError) -> Change {

@@ -25,20 +25,18 @@ struct StoreService: Service {
         let store = opened.store
         provides.provide(opened)
         context.markReady()
-        let maxAgeMillis = gateway.board.mesh.txLogMaxAgeSeconds * 1000
-        var lastPurge = ContinuousClock.now - .seconds(3600)
+        let retention = TombstoneRetention(maxAgeSeconds: gateway.board.mesh.txLogMaxAgeSeconds)
+        let interval = Duration.seconds(TombstoneRetention.intervalSeconds)
+        var lastPurge = ContinuousClock.now - interval
         do {
             while await context.pause(for: .seconds(2)) {
                 try await gateway.storeThread.run { try store.ping() }
                 context.heartbeat()
                 // Retention, hourly: tombstones older than txLogMaxAgeSeconds go; the purge horizon
                 // they leave keeps replication from reviving them.
-                if ContinuousClock.now - lastPurge >= .seconds(3600) {
+                if ContinuousClock.now - lastPurge >= interval {
                     lastPurge = ContinuousClock.now
-                    let removed = try await gateway.storeThread.run {
-                        try store.purgeTombstones(olderThan: Int64(NodeClock.systemWallMillis()) - maxAgeMillis).count
-                    }
-                    if removed > 0 { logger.info(.store, "retention: purged \(removed) tombstones older than \(maxAgeMillis / 1000) s") }
+                    _ = try await gateway.storeThread.run { try retention.purge(store, logger: logger) }
                 }
             }
         } catch {

@@ -248,6 +248,13 @@ extension DocumentStore {
 
     func collectionIDForTransaction(_ name: CollectionName) throws(StoreError) -> Int64 { try collectionID(name) }
 
+    /// `count`'s statements (public so a test can ask SQLite for their plans: indexes only).
+    public static let countTombstonesSQL = "SELECT count(*) FROM documents WHERE collection_id = ?1 AND deleted = 1"
+    public static let countLiveSQL = """
+        SELECT (SELECT count(*) FROM documents WHERE collection_id = ?1)
+             - (SELECT count(*) FROM documents WHERE collection_id = ?1 AND deleted = 1)
+        """
+
     /// The statement every document write uses. `shoal bench store` runs this same text through
     /// the bare C API as its baseline, so the ratio measures only Shoal's own overhead.
     public static let upsertSQL = """
@@ -270,6 +277,20 @@ extension DocumentStore {
                                      revision: s.int64(1), version: s.blob(2), sequence: s.int64(3), updatedAtMillis: s.int64(4))
             try s.run()
             return doc
+        }
+    }
+
+    /// How many live documents (or, with `deleted`, tombstones) a collection holds, counted in
+    /// SQLite from indexes alone: all the collection's rows less its tombstones (the literal
+    /// `deleted = 1` lets SQLite use the partial index of tombstones).
+    public func count(_ collection: CollectionName, deleted: Bool = false) throws(StoreError) -> Int64 {
+        try locked { db throws(StoreError) in
+            let s = try db.statement(deleted ? DocumentStore.countTombstonesSQL : DocumentStore.countLiveSQL)
+            try s.bind(0, try collectionID(collection))
+            _ = try s.step()
+            let n = s.int64(0)
+            try s.run()
+            return n
         }
     }
 

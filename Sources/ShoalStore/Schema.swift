@@ -61,6 +61,11 @@ enum Schema {
         );
         CREATE INDEX documents_by_collection_sequence ON documents(collection_id, sequence);
         """),
+        (4, """
+        -- Tombstones per collection, for counting them (and live documents: all rows, from the
+        -- covering index above, less these) without visiting every row.
+        CREATE INDEX documents_tombstones ON documents(collection_id) WHERE deleted = 1;
+        """),
     ]
 
     static var latestVersion: Int { migrations.last!.version }

@@ -57,6 +57,48 @@ struct DocumentStoreTests {
         }
     }
 
+    @Test("count: live documents or tombstones of one collection, by one COUNT; an unknown collection is an error")
+    func count() throws {
+        try withStore(durability: .normal) { (store, _) throws in
+            let other = try CollectionName(parsing: "sensors.other")
+            try store.createCollection(readings)
+            try store.createCollection(other)
+            #expect(try store.count(readings) == 0 && store.count(readings, deleted: true) == 0)
+            try store.write((0..<250).map { DocumentWrite(collection: readings, id: id("r\($0)"), body: "{}") })
+            try store.put(other, id: id("o"), body: "{}")
+            for i in 0..<3 { try store.delete(readings, id: id("r\(i)")) }
+            #expect(try store.count(readings) == 247)
+            #expect(try store.count(readings, deleted: true) == 3)
+            #expect(try store.count(other) == 1 && store.count(other, deleted: true) == 0)
+            #expect(try store.count(readings) == Int64(store.list(readings, limit: 1000).count))
+            #expect(throws: StoreError.unknownCollection("sensors.none")) { try store.count(CollectionName(parsing: "sensors.none")) }
+        }
+    }
+
+    @Test("count reads indexes only: SQLite's plan visits no document row")
+    func countPlan() throws {
+        try withStore { (store, dir) throws in
+            store.close()
+            var db: OpaquePointer?
+            #expect(sqlite3_open(dir.file("shoal.db"), &db) == SQLITE_OK)
+            defer { sqlite3_close(db) }
+            for sql in [DocumentStore.countLiveSQL, DocumentStore.countTombstonesSQL] {
+                var s: OpaquePointer?
+                #expect(sqlite3_prepare_v2(db, "EXPLAIN QUERY PLAN " + sql, -1, &s, nil) == SQLITE_OK)
+                var plan: [String] = []
+                while sqlite3_step(s) == SQLITE_ROW { plan.append(String(cString: sqlite3_column_text(s, 3))) }
+                sqlite3_finalize(s)
+                // Every step searches an index: the covering one of (collection, sequence), or the
+                // partial one of tombstones, whose rows are all tombstones.
+                let searches = plan.filter { $0.contains(" documents") }
+                #expect(!searches.isEmpty)
+                for step in searches {
+                    #expect(step.contains("COVERING INDEX") || step.contains("INDEX documents_tombstones"), "\(sql): \(plan)")
+                }
+            }
+        }
+    }
+
     @Test("a body must be a JSON object within the size limit", arguments: ["[1]", "1", "\"x\"", "{", "{\"a\":1,\"a\":2}", "null"])
     func rejectsBadBodies(_ body: String) throws {
         try withStore { (store, _) throws in
@@ -170,8 +212,8 @@ struct DocumentStoreTests {
         let store = try DocumentStore.open(StoreOptions(path: path), logger: Logger(sink: log))
         defer { store.close() }
         #expect(store.openReport.schemaVersionFound == 1)
-        #expect(store.openReport.schemaVersion == 3)
-        #expect(log.contains("migrated schema to version 2") && log.contains("migrated schema to version 3"))
+        #expect(store.openReport.schemaVersion == 4)
+        #expect(log.contains("migrated schema to version 2") && log.contains("migrated schema to version 3") && log.contains("migrated schema to version 4"))
         #expect(try store.get(.default, id: id("old"))?.body == #"{"kept":true}"#)
         #expect(store.lastSequence == 9)
         try store.setCheckpoint(peer: "p", collection: .default, direction: .pull, sequence: 1)  // a v2 table
@@ -187,7 +229,7 @@ struct DocumentStoreTests {
         sqlite3_open(path, &db)
         sqlite3_exec(db, "CREATE TABLE x(y); PRAGMA user_version=99;", nil, nil, nil)
         sqlite3_close(db)
-        #expect(throws: StoreError.schemaTooNew(found: 99, supported: 3, path: path)) {
+        #expect(throws: StoreError.schemaTooNew(found: 99, supported: 4, path: path)) {
             try DocumentStore.open(StoreOptions(path: path), logger: quietLogger)
         }
         #expect(access(path, F_OK) == 0)
