@@ -45,9 +45,14 @@ public struct MeshOptions: Sendable, Equatable {
 
     /// Applies the keys present in a `mesh:` mapping over these options.
     public mutating func apply(_ reader: inout ConfigReader) throws(ConfigError) {
+        var errors = ConfigErrors()
         for field in MeshOptions.fields {
-            if let v = try reader.int(field.key, in: field.range) { self[keyPath: field.path] = v }
+            errors.attempt { () throws(ConfigError) in
+                if let v = try reader.int(field.key, in: field.range) { self[keyPath: field.path] = v }
+            }
         }
+        errors.attempt { () throws(ConfigError) in try reader.finish() }
+        try errors.check()
         if advertisingRetryMaxMillis < advertisingRetryMillis {
             throw ConfigError(mark: reader.mark(of: "advertisingRetryMaxMillis"), key: reader.keyPath("advertisingRetryMaxMillis"),
                               message: "must be at least advertisingRetryMillis (\(advertisingRetryMillis))")
@@ -56,7 +61,6 @@ public struct MeshOptions: Sendable, Equatable {
             throw ConfigError(mark: reader.mark(of: "discoveryPauseJitterSeconds"), key: reader.keyPath("discoveryPauseJitterSeconds"),
                               message: "must not exceed discoveryPauseSeconds (\(discoveryPauseSeconds)): a pause cannot be negative")
         }
-        try reader.finish()
     }
 
     /// Every option as (name, value), in the seed's order.
