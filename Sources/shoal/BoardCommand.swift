@@ -74,8 +74,7 @@ extension CLI {
                     if let b = board { _ = try loader.applying(s, to: b) }
                     out("\(path): ok (group \(s.group), \(s.collections.count) collections\(roots.isEmpty ? "" : ", \(roots.count) trusted root\(roots.count == 1 ? "" : "s")"))")
                 } catch {
-                    guard let e = error as? ConfigError else { throw error }
-                    errors.add(e)
+                    errors.add(error)
                 }
             }
             if let e = errors.combined { throw e }

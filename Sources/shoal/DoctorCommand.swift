@@ -26,7 +26,10 @@ extension CLI {
                 if let fix = c.fix, c.outcome != .pass { out("      \(String(repeating: " ", count: 18)) → \(fix)") }
             }
             let warned = checks.filter { $0.outcome == .warn }.count
-            out(failed ? "doctor: \(checks.filter { $0.outcome == .fail }.count) check(s) failed" : "doctor: ready\(warned > 0 ? " (\(warned) warning\(warned == 1 ? "" : "s"))" : "")")
+            let isolated = checks.contains { $0.name == "links" && $0.outcome != .pass }
+            let counted = warned > 0 ? " (\(warned) warning\(warned == 1 ? "" : "s"))" : ""
+            out(failed ? "doctor: \(checks.filter { $0.outcome == .fail }.count) check(s) failed"
+                : isolated ? "doctor: it boots, but it will link to nobody\(counted)" : "doctor: ready\(counted)")
         }
         return failed ? ExitCode.failure : ExitCode.ok
     }
