@@ -36,8 +36,8 @@ enum Help {
           0  success
           1  failure (the gateway's root supervisor gave up, or an unexpected error)
           2  usage error (unknown command or option, missing argument)
-          3  configuration error (board or site file; the message names file:line: key)
-          4  not found (document, collection, board)
+          3  configuration error (board or site file; each error names file:line: key)
+          4  not found (document, collection, board or board file)
           5  no running gateway answers on the control socket
           6  request rejected (invalid document or JSON, bad request)
         """
@@ -117,12 +117,15 @@ enum Help {
             """,
         "board": """
             Usage: shoal board list [--json] [--board-dir DIR]
-                   shoal board show NAME|PATH [--json] [--board-dir DIR]
-                   shoal board check FILE [--config SITE] [--board-dir DIR]
+                   shoal board show NAME|PATH [--config SITE] [--json] [--board-dir DIR]
+                   shoal board check NAME|PATH [--config SITE] [--board-dir DIR]
 
             list: every board shoal knows (built-in and in --board-dir). show: a board after its
-            `extends:` chain is merged. check: validates a board file (and a site file); errors
-            name file:line: key. Exit 3 if invalid.
+            `extends:` chain is merged and, with --config, the site's mesh: and log: applied; each
+            value with the file:line it came from (or default). check: validates a board file and,
+            with --config, a site file and the files it names (rootCertificates); every error is
+            reported as file:line: key (at most 20). Exit 3 if invalid, 4 if there is no such board
+            or file.
             """,
         "peers": """
             Usage: shoal peers [--json] [--socket PATH]
