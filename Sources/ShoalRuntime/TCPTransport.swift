@@ -220,6 +220,8 @@ package actor TCPTransport: Transport {
         var known: [String: PeerID] = [:]
         /// Static peers by name: when the name failed to resolve, when to try again and why not.
         var unresolved: [String: (retryAt: Int, reason: String)] = [:]
+        /// Static peers by name: what each resolved to last (logged when it changes).
+        var resolvedTo: [String: [HostPort]] = [:]
         while !host.isStopping {
             if scanning.load(ordering: .relaxed) {
                 let linked = linkedAddresses.withLock { $0 }
@@ -237,7 +239,9 @@ package actor TCPTransport: Transport {
                             unresolved[address.description] = (monotonicMillis() + backoffMillis, error.reason)
                             throw error
                         }
-                        if unresolved.removeValue(forKey: address.description) != nil {
+                        unresolved.removeValue(forKey: address.description)
+                        if address.isName, resolvedTo[address.description] != numeric {
+                            resolvedTo[address.description] = numeric
                             host.log.info(.mesh, "static peer \(address) resolves to \(numeric.map(\.description).joined(separator: ", "))")
                         }
                         let stream = try TCPTransport.connect(numeric, timeoutMillis: 2000)
