@@ -20,7 +20,9 @@ extension CLI {
                     rows.append(["id": .string(name), "name": .string(b.name), "support": .string(b.support.rawValue),
                                  "model": b.model.map { .string($0) } ?? .null, "source": .string(b.sources.last ?? "")])
                 } catch {
-                    rows.append(["id": .string(name), "error": .string("\(error)")])
+                    // One line per board: the first error, and how many more `board check` shows.
+                    let more = error.all.count - 1 + error.omitted
+                    rows.append(["id": .string(name), "error": .string(error.line + (more > 0 ? " (and \(more) more: shoal board check \(name))" : ""))])
                 }
             }
             if a.flags.contains("--json") { output(.array(rows)); return ExitCode.ok }
