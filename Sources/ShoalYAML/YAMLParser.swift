@@ -38,6 +38,7 @@ public enum YAMLParser {
                 defer { yaml_event_delete(&event) }
                 if try builder.handle(&event) { break }
             }
+            try builder.duplicates.check()
             return builder.result ?? ConfigNode(.null, mark: SourceMark(file: file, line: 1, column: 1))
         }
     }
@@ -52,6 +53,8 @@ public enum YAMLParser {
         var stack: [Frame] = []
         var result: ConfigNode?
         var documents = 0
+        /// Duplicate keys found so far (the parse fails at the end with all of them).
+        var duplicates = ConfigErrors()
 
         init(file: String) { self.file = file }
 
@@ -151,7 +154,8 @@ public enum YAMLParser {
                         throw ConfigError(mark: node.mark, key: "", message: "a key must be a plain name")
                     }
                     if let first = entries.first(where: { $0.key == key }) {
-                        throw ConfigError(mark: node.mark, key: path(to: key), message: "duplicate key (first at line \(first.keyMark.line))")
+                        // Noted, and the file read on, so every duplicate is reported at once.
+                        duplicates.add(ConfigError(mark: node.mark, key: path(to: key), message: "duplicate key (first at line \(first.keyMark.line))"))
                     }
                     stack.append(.mapping(entries: entries, pendingKey: (key, node.mark), mark: m))
                 }

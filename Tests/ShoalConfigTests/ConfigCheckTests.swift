@@ -79,6 +79,13 @@ struct ConfigCheckTests {
         #expect(e.message.contains("duplicate key"))
     }
 
+    @Test("every duplicate key in a file is reported at once")
+    func everyDuplicateReported() throws {
+        let e = try #require(configError { _ = try YAMLParser.parse("board:\n  name: x\n  name: y\nled:\n  driver: none\n  driver: gpiod\n", file: "f.yaml") })
+        #expect(e.all.map(\.key) == ["board.name", "led.driver"], "\(e)")
+        #expect(e.all.map(\.mark.line) == [3, 6])
+    }
+
     @Test("a board file must name itself: board.name is not inherited through extends")
     func boardNameRequired() throws {
         let dir = BoardDir(["base": "board:\n  name: Base\n  support: abstract\n",
