@@ -50,7 +50,8 @@ enum Help {
             files load and the board matches this hardware's model; the status LED exists and is free
             (a GPIO line not held by another program, or a writable sysfs LED); the Wi-Fi interface
             and Bluetooth adapter are present; avahi-daemon answers (when Wi-Fi is a transport); the
-            identity exists and is not near expiry (30 days); the store passes PRAGMA integrity_check
+            identity exists and is not near expiry (30 days); the gateway can link to someone (it
+            trusts a peer and can find or reach one: a warning otherwise); the store passes PRAGMA integrity_check
             (opened read-only); the clock is plausible; the data partition has free space. Each check
             passes, warns or fails and says what to do. Exit 0 if nothing failed, 1 otherwise.
             """,
