@@ -22,7 +22,9 @@ extension CLI {
             })])
         } else {
             for c in checks {
-                out("\(c.outcome.rawValue.uppercased().padding(4))  \(c.name.padding(18)) \(c.detail)")
+                // A detail of several lines (every error of a config file) stays in its column.
+                let detail = c.detail.split(separator: "\n").joined(separator: "\n" + String(repeating: " ", count: 25))
+                out("\(c.outcome.rawValue.uppercased().padding(4))  \(c.name.padding(18)) \(detail)")
                 if let fix = c.fix, c.outcome != .pass { out("      \(String(repeating: " ", count: 18)) → \(fix)") }
             }
             let warned = checks.filter { $0.outcome == .warn }.count
