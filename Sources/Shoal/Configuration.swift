@@ -205,7 +205,8 @@ public struct NetworkOptions: Sendable {
     /// Where to accept links, `host:port` or `[v6]:port`. nil with DNS-SD on: every address, a port
     /// the kernel picks (DNS-SD carries it).
     public var listen: String?
-    /// Gateways reachable at fixed addresses (wired), probed during discovery phases.
+    /// Gateways reachable at fixed addresses (wired), probed during discovery phases: `address:port`,
+    /// `[v6]:port`, or `host:port` with a host name resolved at each dial (`.local` through avahi-daemon).
     public var staticPeers: [String] = []
     /// Publish and browse with DNS-SD (avahi-daemon must run).
     public var dnssd = true

@@ -138,12 +138,12 @@ public final class MultipeerReplicator: Sendable {
         switch config.medium {
         case .network(let n):
             if let l = n.listen {
-                guard let hp = HostPort(parsing: l) else { throw ShoalError("listen address \"\(l)\" is not host:port or [v6]:port") }
+                guard let hp = HostPort(parsing: l), !hp.isName else { throw ShoalError("listen address \"\(l)\" is not a numeric address:port or [v6]:port") }
                 listen = hp
             } else { listen = nil }
             var peers: [HostPort] = []
             for p in n.staticPeers {
-                guard let hp = HostPort(parsing: p), hp.port != 0 else { throw ShoalError("static peer \"\(p)\" is not host:port or [v6]:port") }
+                guard let hp = HostPort(parsing: p), hp.port != 0 else { throw ShoalError("static peer \"\(p)\" is not host:port (a host name or address) or [v6]:port") }
                 peers.append(hp)
             }
             staticPeers = peers

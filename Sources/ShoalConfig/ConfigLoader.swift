@@ -29,8 +29,9 @@ public struct ConfigLoader: Sendable {
         while let current = next {
             guard let file = source.boardFile(named: current, relativeTo: from) else {
                 let known = source.boardNames().joined(separator: ", ")
+                let isPath = current.contains("/") || current.hasSuffix(".yaml") || current.hasSuffix(".yml")
                 throw ConfigError(mark: fromMark, key: from == nil ? "" : "extends",
-                                  message: "no board \"\(current)\" (known boards: \(known))")
+                                  message: isPath ? "\(current): no such file" : "no board \"\(current)\" (known boards: \(known))")
             }
             if chain.contains(where: { $0.path == file.path }) {
                 throw ConfigError(mark: fromMark, key: "extends", message: "extends loops back to \(file.path)")
@@ -59,83 +60,122 @@ public struct ConfigLoader: Sendable {
         return (merged, chain.reversed().map(\.path))
     }
 
-    /// Loads, merges and validates a board.
+    /// Loads, merges and validates a board. Every section is read, so one error does not hide the
+    /// next: the error thrown carries all of them (see `ConfigError.also`).
     public func loadBoard(_ name: String) throws(ConfigError) -> BoardConfig {
         let (node, sources) = try boardTree(name)
         var top = try ConfigReader(node, path: "")
         let id = ConfigLoader.boardID(fromPath: sources.last ?? name)
-
-        guard var b = try top.mapping("board") else {
-            throw ConfigError(mark: node.mark, key: "board", message: "is required (name, support, model)")
-        }
-        let boardName = try b.requiredString("name")
-        let support = try b.choice("support", as: BoardConfig.Support.self) ?? .experimental
-        let model = try b.string("model")
-        try b.finish()
-
-        var board = BoardConfig(id: id, name: boardName, support: support, model: model,
+        var errors = ConfigErrors()
+        var board = BoardConfig(id: id, name: id, support: .experimental, model: nil,
                                 storagePath: "/var/lib/shoal", durability: .full, controlSocket: "/run/shoal/control.sock")
         board.sources = sources
+        errors.attempt { () throws(ConfigError) in
+            guard var b = try top.mapping("board") else {
+                throw ConfigError(mark: node.mark, key: "board", message: "is required (name, support, model)")
+            }
+            // Every board file names itself: a name inherited through extends would call a Pi 5 "Shoal base".
+            var inner = ConfigErrors()
+            if sources.count > 1, let own = b.node.entries?.first(where: { $0.key == "name" }), let leaf = sources.last, own.keyMark.file != leaf {
+                inner.add(ConfigError(mark: node.mark, key: "board.name",
+                                      message: "is required in every board file, not inherited (\(own.keyMark.file) names itself \"\(ConfigLoader.describe(own.value))\")"))
+            }
+            inner.attempt { () throws(ConfigError) in board.name = try b.requiredString("name") }
+            inner.attempt { () throws(ConfigError) in board.support = try b.choice("support", as: BoardConfig.Support.self) ?? .experimental }
+            inner.attempt { () throws(ConfigError) in board.model = try b.string("model") }
+            inner.attempt { () throws(ConfigError) in try b.finish() }
+            try inner.check()
+        }
+        errors.attempt { () throws(ConfigError) in try ConfigLoader.readLED(&top, into: &board) }
+        errors.attempt { () throws(ConfigError) in try ConfigLoader.readConsole(&top, into: &board) }
+        errors.attempt { () throws(ConfigError) in
+            if var r = try top.mapping("wifi") {
+                let i = try r.string("interface", default: "none")
+                board.wifiInterface = i == "none" ? nil : i
+                try r.finish()
+            }
+        }
+        errors.attempt { () throws(ConfigError) in
+            if var r = try top.mapping("bluetooth") {
+                let a = try r.string("adapter", default: "none")
+                board.bluetoothAdapter = a == "none" ? nil : a
+                try r.finish()
+            }
+        }
+        errors.attempt { () throws(ConfigError) in
+            if var r = try top.mapping("storage") {
+                board.storagePath = try r.requiredString("path")
+                let d = try r.string("durability", default: "full")
+                guard let durability = StorageDurability(rawValue: d) else {
+                    throw ConfigError(mark: r.mark(of: "durability"), key: "storage.durability", message: "\"\(d)\" is not one of: full, normal")
+                }
+                board.durability = durability
+                try r.finish()
+            }
+        }
+        errors.attempt { () throws(ConfigError) in
+            if var r = try top.mapping("control") {
+                board.controlSocket = try r.requiredString("socket")
+                try r.finish()
+            }
+        }
+        errors.attempt { () throws(ConfigError) in if var r = try top.mapping("mesh") { try board.mesh.apply(&r) } }
+        errors.attempt { () throws(ConfigError) in if var r = try top.mapping("log") { try board.log.apply(&r) } }
+        errors.attempt { () throws(ConfigError) in try top.finish() }
+        try errors.check()
+        return board
+    }
 
-        if var r = try top.mapping("led") {
-            board.led.driver = try r.choice("driver", as: BoardConfig.LEDDriver.self) ?? .none
-            board.led.chip = try r.string("chip")
-            board.led.line = try r.int("line", in: 0...1023)
-            board.led.activeLow = try r.bool("activeLow") ?? false
-            board.led.name = try r.string("name")
+    static func describe(_ node: ConfigNode) -> String {
+        if case .scalar(let text, _) = node.value { return text }
+        return node.kindName
+    }
+
+    static func readLED(_ top: inout ConfigReader, into board: inout BoardConfig) throws(ConfigError) {
+        guard var r = try top.mapping("led") else { return }
+        var errors = ConfigErrors()
+        errors.attempt { () throws(ConfigError) in board.led.driver = try r.choice("driver", as: BoardConfig.LEDDriver.self) ?? .none }
+        errors.attempt { () throws(ConfigError) in board.led.chip = try r.string("chip") }
+        errors.attempt { () throws(ConfigError) in board.led.line = try r.int("line", in: 0...1023) }
+        errors.attempt { () throws(ConfigError) in board.led.activeLow = try r.bool("activeLow") ?? false }
+        errors.attempt { () throws(ConfigError) in board.led.name = try r.string("name") }
+        if errors.isEmpty {
             switch board.led.driver {
             case .gpiod:
-                guard board.led.chip != nil, board.led.line != nil else {
-                    throw ConfigError(mark: r.node.mark, key: "led", message: "the gpiod driver needs chip and line")
+                if board.led.chip == nil || board.led.line == nil {
+                    errors.add(ConfigError(mark: r.node.mark, key: "led", message: "the gpiod driver needs chip and line"))
                 }
             case .sysfs:
-                guard let n = board.led.name, !n.isEmpty, !n.contains("/") else {
-                    throw ConfigError(mark: r.node.mark, key: "led.name", message: "the sysfs driver needs the LED's name under /sys/class/leds (e.g. ACT)")
+                if board.led.name.map({ $0.isEmpty || $0.contains("/") }) ?? true {
+                    errors.add(ConfigError(mark: r.node.mark, key: "led.name", message: "the sysfs driver needs the LED's name under /sys/class/leds (e.g. ACT)"))
                 }
             case .console, .none: break
             }
-            try r.finish()
         }
-        if var r = try top.mapping("console") {
-            board.console.device = try r.string("device", default: "none")
-            board.console.baud = try r.int("baud", in: 1200...4_000_000) ?? 115_200
-            board.console.statusIntervalSeconds = try r.int("statusIntervalSeconds", in: 0...86_400) ?? 60
-            let d = board.console.device
+        errors.attempt { () throws(ConfigError) in try r.finish() }
+        try errors.check()
+    }
+
+    static func readConsole(_ top: inout ConfigReader, into board: inout BoardConfig) throws(ConfigError) {
+        guard var r = try top.mapping("console") else { return }
+        var errors = ConfigErrors()
+        errors.attempt { () throws(ConfigError) in
+            let d = try r.string("device", default: "none")
             guard d == "none" || d == "stdout" || d.hasPrefix("/") else {
                 throw ConfigError(mark: r.mark(of: "device"), key: "console.device", message: "expected a device path (/dev/serial0), stdout or none")
             }
-            guard ConfigLoader.standardBauds.contains(board.console.baud) else {
-                throw ConfigError(mark: r.mark(of: "baud"), key: "console.baud", message: "\(board.console.baud) is not a standard baud rate")
+            board.console.device = d
+        }
+        errors.attempt { () throws(ConfigError) in
+            let baud = try r.int("baud", in: 1200...4_000_000) ?? 115_200
+            guard ConfigLoader.standardBauds.contains(baud) else {
+                throw ConfigError(mark: r.mark(of: "baud"), key: "console.baud", message: "\(baud) is not a standard baud rate")
             }
-            try r.finish()
+            board.console.baud = baud
         }
-        if var r = try top.mapping("wifi") {
-            let i = try r.string("interface", default: "none")
-            board.wifiInterface = i == "none" ? nil : i
-            try r.finish()
-        }
-        if var r = try top.mapping("bluetooth") {
-            let a = try r.string("adapter", default: "none")
-            board.bluetoothAdapter = a == "none" ? nil : a
-            try r.finish()
-        }
-        if var r = try top.mapping("storage") {
-            board.storagePath = try r.requiredString("path")
-            let d = try r.string("durability", default: "full")
-            guard let durability = StorageDurability(rawValue: d) else {
-                throw ConfigError(mark: r.mark(of: "durability"), key: "storage.durability", message: "\"\(d)\" is not one of: full, normal")
-            }
-            board.durability = durability
-            try r.finish()
-        }
-        if var r = try top.mapping("control") {
-            board.controlSocket = try r.requiredString("socket")
-            try r.finish()
-        }
-        if var r = try top.mapping("mesh") { try board.mesh.apply(&r) }
-        if var r = try top.mapping("log") { try board.log.apply(&r) }
-        try top.finish()
-        return board
+        errors.attempt { () throws(ConfigError) in board.console.statusIntervalSeconds = try r.int("statusIntervalSeconds", in: 0...86_400) ?? 60 }
+        errors.attempt { () throws(ConfigError) in try r.finish() }
+        try errors.check()
     }
 
     static let standardBauds: Set<Int64> = [1200, 2400, 4800, 9600, 19200, 38400, 57600, 115200, 230400, 460800, 921600, 1_000_000, 1_500_000, 2_000_000, 3_000_000, 4_000_000]
@@ -147,86 +187,104 @@ public struct ConfigLoader: Sendable {
         return base
     }
 
-    /// Loads and validates a site file.
-    public func loadSite(text: String, file: String) throws(ConfigError) -> SiteConfig {
+    /// Loads and validates a site file, reading it to its end: the error thrown carries every
+    /// mistake found (see `ConfigError.also`). Files it names are checked by the runtime, which
+    /// reads them (`rootCertificatesMark` says where).
+    /// `checkFiles` looks at the files the site names (the runtime reads them; this module reads
+    /// no file), so their errors are reported with the rest.
+    public func loadSite(text: String, file: String, checkFiles: ((SiteConfig) -> ConfigError?)? = nil) throws(ConfigError) -> SiteConfig {
         let node = try parse(text, file)
         var top = try ConfigReader(node, path: "")
-        let group = try top.requiredString("group")
-        guard group.utf8.count <= 255 else {
-            throw ConfigError(mark: top.mark(of: "group"), key: "group", message: "a group id has at most 255 bytes")
+        var errors = ConfigErrors()
+        var site = SiteConfig(group: "", identityLabel: "shoal", collections: [], source: file)
+        errors.attempt { () throws(ConfigError) in
+            let group = try top.requiredString("group")
+            guard group.utf8.count <= 255 else {
+                throw ConfigError(mark: top.mark(of: "group"), key: "group", message: "a group id has at most 255 bytes")
+            }
+            site.group = group
         }
-        var label = "shoal"
-        var validDays: Int64 = 365
-        if var r = try top.mapping("identity") {
-            label = try r.string("label", default: "shoal")
-            validDays = try r.int("validDays", in: 1...36_500) ?? 365
-            guard !label.isEmpty, label.allSatisfy({ $0.isLetter || $0.isNumber || $0 == "-" || $0 == "_" || $0 == "." }), !label.hasPrefix(".") else {
-                throw ConfigError(mark: r.mark(of: "label"), key: "identity.label", message: "a label uses letters, digits, '-', '_' and '.' only")
-            }
-            try r.finish()
-        }
-        var collections: [SiteConfig.CollectionSettings] = []
-        for (i, item) in (try top.sequence("collections") ?? []).enumerated() {
-            var r = try ConfigReader(item, path: "collections[\(i)]")
-            let text = try r.requiredString("name")
-            let name: CollectionName
-            do { name = try CollectionName(parsing: text) } catch {
-                throw ConfigError(mark: r.mark(of: "name"), key: "collections[\(i)].name", message: error.reason)
-            }
-            guard !collections.contains(where: { $0.name == name }) else {
-                throw ConfigError(mark: r.mark(of: "name"), key: "collections[\(i)].name", message: "\(name) is listed twice")
-            }
-            var c = SiteConfig.CollectionSettings(name: name)
-            c.push = try r.bool("push") ?? true
-            c.pull = try r.bool("pull") ?? true
-            c.resolver = try r.resolverSpec("resolver") ?? .lastWriteWins
-            if let ids = try r.stringList("documentIDs") {
-                for (k, id) in ids.enumerated() where (try? DocumentID(id)) == nil {
-                    throw ConfigError(mark: r.mark(of: "documentIDs"), key: "collections[\(i)].documentIDs[\(k)]", message: "\"\(id)\" is not a valid document id")
+        errors.attempt { () throws(ConfigError) in
+            guard var r = try top.mapping("identity") else { return }
+            var inner = ConfigErrors()
+            inner.attempt { () throws(ConfigError) in
+                let label = try r.string("label", default: "shoal")
+                guard !label.isEmpty, label.allSatisfy({ $0.isLetter || $0.isNumber || $0 == "-" || $0 == "_" || $0 == "." }), !label.hasPrefix(".") else {
+                    throw ConfigError(mark: r.mark(of: "label"), key: "identity.label", message: "a label uses letters, digits, '-', '_' and '.' only")
                 }
-                c.documentIDs = ids
+                site.identityLabel = label
             }
-            c.pushFilter = try r.filterSpec("pushFilter")
-            c.pullFilter = try r.filterSpec("pullFilter")
-            try r.finish()
-            collections.append(c)
+            inner.attempt { () throws(ConfigError) in site.identityValidDays = try r.int("validDays", in: 1...36_500) ?? 365 }
+            inner.attempt { () throws(ConfigError) in try r.finish() }
+            try inner.check()
         }
-        if !collections.contains(where: { $0.name == .default }) {
-            collections.insert(SiteConfig.CollectionSettings(name: .default), at: 0)
-        }
-        var rootsPath: String?
-        var allowed: [String] = []
-        if var r = try top.mapping("authenticator") {
-            rootsPath = try r.string("rootCertificates")
-            for (i, item) in (try r.sequence("allowedPeers") ?? []).enumerated() {
-                guard case .scalar(let text, _) = item.value, text.count == 64, text.allSatisfy(\.isHexDigit) else {
-                    throw ConfigError(mark: item.mark, key: "authenticator.allowedPeers[\(i)]",
-                                      message: "a peer id is 64 hex digits (`shoal identity show` on that gateway prints it)")
+        errors.attempt { () throws(ConfigError) in
+            var inner = ConfigErrors()
+            for (i, item) in (try top.sequence("collections") ?? []).enumerated() {
+                inner.attempt { () throws(ConfigError) in
+                    let c = try ConfigLoader.collection(item, index: i)
+                    guard !site.collections.contains(where: { $0.name == c.name }) else {
+                        throw ConfigError(mark: item["name"]?.mark ?? item.mark, key: "collections[\(i)].name", message: "\(c.name) is listed twice")
+                    }
+                    site.collections.append(c)
                 }
-                allowed.append(text.lowercased())
             }
-            try r.finish()
+            try inner.check()
         }
-        var listen: HostPort?
-        var peers: [HostPort] = []
-        if var r = try top.mapping("replication") {
-            if let text = try r.string("listen"), text != "none" {
-                guard let hp = HostPort(parsing: text) else {
-                    throw ConfigError(mark: r.mark(of: "listen"), key: "replication.listen", message: "expected address:port (0.0.0.0:4984, [::]:4984) or none")
-                }
-                listen = hp
-            }
-            for (i, item) in (try r.sequence("peers") ?? []).enumerated() {
-                guard case .scalar(let text, _) = item.value, let hp = HostPort(parsing: text), hp.port != 0 else {
-                    throw ConfigError(mark: item.mark, key: "replication.peers[\(i)]", message: "expected address:port (192.168.1.20:4984, [fe80::2%eth0]:4984)")
-                }
-                peers.append(hp)
-            }
-            try r.finish()
+        if !site.collections.contains(where: { $0.name == .default }) {
+            site.collections.insert(SiteConfig.CollectionSettings(name: .default), at: 0)
         }
-        var transports: [SiteTransport] = [.wifi]
-        if let list = try top.sequence("transports") {
-            transports = []
+        errors.attempt { () throws(ConfigError) in
+            guard var r = try top.mapping("authenticator") else { return }
+            var inner = ConfigErrors()
+            inner.attempt { () throws(ConfigError) in
+                site.rootCertificatesPath = try r.string("rootCertificates")
+                if site.rootCertificatesPath != nil { site.rootCertificatesMark = r.mark(of: "rootCertificates") }
+            }
+            inner.attempt { () throws(ConfigError) in
+                var bad = ConfigErrors()
+                for (i, item) in (try r.sequence("allowedPeers") ?? []).enumerated() {
+                    guard case .scalar(let text, _) = item.value, text.count == 64, text.allSatisfy(\.isHexDigit) else {
+                        bad.add(ConfigError(mark: item.mark, key: "authenticator.allowedPeers[\(i)]",
+                                              message: "a peer id is 64 hex digits (`shoal identity show` on that gateway prints it)"))
+                        continue
+                    }
+                    site.allowedPeers.append(text.lowercased())
+                }
+                try bad.check()
+            }
+            inner.attempt { () throws(ConfigError) in try r.finish() }
+            try inner.check()
+        }
+        errors.attempt { () throws(ConfigError) in
+            guard var r = try top.mapping("replication") else { return }
+            var inner = ConfigErrors()
+            inner.attempt { () throws(ConfigError) in
+                if let text = try r.string("listen"), text != "none" {
+                    guard let hp = HostPort(parsing: text), !hp.isName else {
+                        throw ConfigError(mark: r.mark(of: "listen"), key: "replication.listen", message: "expected a numeric address:port (0.0.0.0:4984, [::]:4984) or none")
+                    }
+                    site.listenAddress = hp
+                }
+            }
+            inner.attempt { () throws(ConfigError) in
+                var bad = ConfigErrors()
+                for (i, item) in (try r.sequence("peers") ?? []).enumerated() {
+                    guard case .scalar(let text, _) = item.value, let hp = HostPort(parsing: text), hp.port != 0 else {
+                        bad.add(ConfigError(mark: item.mark, key: "replication.peers[\(i)]",
+                                              message: "expected host:port (192.168.1.20:4984, gw2.local:4984, [fe80::2%eth0]:4984)"))
+                        continue
+                    }
+                    site.staticPeers.append(hp)
+                }
+                try bad.check()
+            }
+            inner.attempt { () throws(ConfigError) in try r.finish() }
+            try inner.check()
+        }
+        errors.attempt { () throws(ConfigError) in
+            guard let list = try top.sequence("transports") else { return }
+            var transports: [SiteTransport] = []
             for (i, item) in list.enumerated() {
                 guard case .scalar(let text, _) = item.value, let transport = SiteTransport(rawValue: text) else {
                     throw ConfigError(mark: item.mark, key: "transports[\(i)]", message: "expected wifi or bluetooth")
@@ -236,18 +294,57 @@ public struct ConfigLoader: Sendable {
             guard !transports.isEmpty else {
                 throw ConfigError(mark: top.mark(of: "transports"), key: "transports", message: "name at least one transport: [wifi], [bluetooth] or [wifi, bluetooth]")
             }
+            site.transports = transports
         }
-        let mesh = top.raw("mesh")
-        let log = top.raw("log")
-        try top.finish()
-        var site = SiteConfig(group: group, identityLabel: label, collections: collections, rootCertificatesPath: rootsPath,
-                              allowedPeers: allowed, listenAddress: listen, staticPeers: peers, identityValidDays: validDays,
-                              meshNode: mesh, logNode: log, source: file)
-        site.transports = transports
+        site.meshNode = top.raw("mesh")
+        site.logNode = top.raw("log")
+        errors.attempt { () throws(ConfigError) in try top.finish() }
         // Validate the overrides now, so a bad site file fails at load, not at first use.
-        _ = try applying(site, to: BoardConfig(id: "check", name: "check", support: .simulated, storagePath: "/", durability: .full, controlSocket: "/"))
-        site.source = file
+        if let m = site.meshNode {
+            errors.attempt { () throws(ConfigError) in
+                var r = try ConfigReader(m, path: "mesh")
+                var mesh = MeshOptions()
+                try mesh.apply(&r)
+            }
+        }
+        if let l = site.logNode {
+            errors.attempt { () throws(ConfigError) in
+                var r = try ConfigReader(l, path: "log")
+                var log = LogSettings()
+                try log.apply(&r)
+            }
+        }
+        if let checkFiles, let e = checkFiles(site) { errors.add(e) }
+        try errors.check()
         return site
+    }
+
+    /// One entry of `collections:`.
+    static func collection(_ item: ConfigNode, index i: Int) throws(ConfigError) -> SiteConfig.CollectionSettings {
+        var r = try ConfigReader(item, path: "collections[\(i)]")
+        let text = try r.requiredString("name")
+        let name: CollectionName
+        do { name = try CollectionName(parsing: text) } catch {
+            throw ConfigError(mark: r.mark(of: "name"), key: "collections[\(i)].name", message: error.reason)
+        }
+        var c = SiteConfig.CollectionSettings(name: name)
+        var errors = ConfigErrors()
+        errors.attempt { () throws(ConfigError) in c.push = try r.bool("push") ?? true }
+        errors.attempt { () throws(ConfigError) in c.pull = try r.bool("pull") ?? true }
+        errors.attempt { () throws(ConfigError) in c.resolver = try r.resolverSpec("resolver") ?? .lastWriteWins }
+        errors.attempt { () throws(ConfigError) in
+            if let ids = try r.stringList("documentIDs") {
+                for (k, id) in ids.enumerated() where (try? DocumentID(id)) == nil {
+                    throw ConfigError(mark: r.mark(of: "documentIDs"), key: "collections[\(i)].documentIDs[\(k)]", message: "\"\(id)\" is not a valid document id")
+                }
+                c.documentIDs = ids
+            }
+        }
+        errors.attempt { () throws(ConfigError) in c.pushFilter = try r.filterSpec("pushFilter") }
+        errors.attempt { () throws(ConfigError) in c.pullFilter = try r.filterSpec("pullFilter") }
+        errors.attempt { () throws(ConfigError) in try r.finish() }
+        try errors.check()
+        return c
     }
 
     /// The board with the site's mesh and log overrides applied.

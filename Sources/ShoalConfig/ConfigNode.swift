@@ -72,11 +72,19 @@ public struct ConfigNode: Sendable, Equatable {
     }
 }
 
-/// A configuration error: file, line, the key's path, and what to do.
+/// A configuration error: file, line, the key's path, and what to do. A check that goes on after
+/// an error (a board or site file is read to its end) throws the first one and carries the rest in
+/// `also`, at most `ConfigError.maxReported` in all; `omitted` counts those left out.
 public struct ConfigError: Error, Sendable, Equatable, CustomStringConvertible {
     public var mark: SourceMark
     public var key: String
     public var message: String
+    /// Further errors found in the same file (or files), in order.
+    public var also: [ConfigError] = []
+    /// Errors found beyond `maxReported`.
+    public var omitted = 0
+
+    public static let maxReported = 20
 
     public init(mark: SourceMark, key: String, message: String) {
         self.mark = mark
@@ -84,8 +92,61 @@ public struct ConfigError: Error, Sendable, Equatable, CustomStringConvertible {
         self.message = message
     }
 
-    public var description: String {
+    /// This error alone, without the ones found after it.
+    public var line: String {
         key.isEmpty ? "\(mark.file):\(mark.line): \(message)" : "\(mark.file):\(mark.line): \(key): \(message)"
+    }
+
+    /// Every error, one a line, the first one first.
+    public var all: [ConfigError] {
+        var first = self
+        first.also = []
+        first.omitted = 0
+        return [first] + also
+    }
+
+    public var description: String {
+        var lines = all.map(\.line)
+        if omitted > 0 { lines.append("and \(omitted) more error\(omitted == 1 ? "" : "s")") }
+        return lines.joined(separator: "\n")
+    }
+}
+
+/// Gathers the errors of one check, so a file is read to its end and every mistake in it is
+/// reported at once (bounded by `ConfigError.maxReported`).
+public struct ConfigErrors: Sendable {
+    public private(set) var errors: [ConfigError] = []
+    public private(set) var total = 0
+    public init() {}
+
+    public var isEmpty: Bool { total == 0 }
+
+    public mutating func add(_ error: ConfigError) {
+        total += error.all.count + error.omitted
+        for e in error.all where errors.count < ConfigError.maxReported { errors.append(e) }
+    }
+
+    /// Runs `body`; an error it throws is noted and the check goes on.
+    public mutating func attempt(_ body: () throws(ConfigError) -> Void) {
+        do { try body() } catch { add(error) }
+    }
+
+    /// Runs `body` for its value; nil (and the error noted) when it throws.
+    public mutating func value<T>(_ body: () throws(ConfigError) -> T) -> T? {
+        do { return try body() } catch { add(error); return nil }
+    }
+
+    /// The first error with the others in `also`, or nil when there was none.
+    public var combined: ConfigError? {
+        guard var first = errors.first else { return nil }
+        first.also = Array(errors.dropFirst())
+        first.omitted = total - errors.count
+        return first
+    }
+
+    /// Throws `combined`, if there was an error.
+    public func check() throws(ConfigError) {
+        if let e = combined { throw e }
     }
 }
 

@@ -102,10 +102,12 @@ public struct ConfigReader {
 
     /// Rejects every key that was never read.
     public func finish() throws(ConfigError) {
+        var errors = ConfigErrors()
+        let known = used.sorted().joined(separator: ", ")
         for e in entries where !used.contains(e.key) {
-            let known = used.sorted().joined(separator: ", ")
-            throw ConfigError(mark: e.keyMark, key: keyPath(e.key), message: "unknown key (known here: \(known))")
+            errors.add(ConfigError(mark: e.keyMark, key: keyPath(e.key), message: "unknown key (known here: \(known))"))
         }
+        try errors.check()
     }
 
     func describe(_ n: ConfigNode) -> String {

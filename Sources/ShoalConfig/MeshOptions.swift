@@ -45,13 +45,17 @@ public struct MeshOptions: Sendable, Equatable {
 
     /// Applies the keys present in a `mesh:` mapping over these options.
     public mutating func apply(_ reader: inout ConfigReader) throws(ConfigError) {
+        var errors = ConfigErrors()
         for field in MeshOptions.fields {
-            if let v = try reader.int(field.key, in: field.range) { self[keyPath: field.path] = v }
+            errors.attempt { () throws(ConfigError) in
+                if let v = try reader.int(field.key, in: field.range) { self[keyPath: field.path] = v }
+            }
         }
+        errors.attempt { () throws(ConfigError) in try reader.finish() }
+        try errors.check()
         if let (key, message) = crossProblem() {
             throw ConfigError(mark: reader.mark(of: key), key: reader.keyPath(key), message: message)
         }
-        try reader.finish()
     }
 
     /// What no single range can say: an option that must not pass another. nil when consistent.

@@ -12,10 +12,13 @@ public struct SiteConfig: Sendable, Equatable {
     /// the SHA-256 of a peer's certificate). A peer passes if its chain verifies to a root or its
     /// id is listed. With neither, only this gateway's own CA (if CA-signed) is trusted.
     public var rootCertificatesPath: String?
+    /// Where the site file names it, for errors about the file it names.
+    public var rootCertificatesMark: SourceMark?
     public var allowedPeers: [String] = []
     /// Where this gateway accepts replication links (IPv4 `address:port`), nil for nowhere.
     public var listenAddress: HostPort?
-    /// Peers this gateway dials itself (wired gateways on Ethernet, before discovery exists).
+    /// Peers this gateway dials itself (wired gateways on Ethernet, before discovery exists); a host
+    /// name is resolved at each dial (`.local` through avahi-daemon where the system cannot).
     public var staticPeers: [HostPort] = []
     /// The radios this site syncs over (the Couchbase seed's `transports`; default Wi-Fi only).
     /// Wi-Fi means TCP to static peers and, where the board names a Wi-Fi interface, DNS-SD
@@ -78,8 +81,32 @@ public struct HostPort: Sendable, Equatable, CustomStringConvertible {
         let parts = text.split(separator: ":", omittingEmptySubsequences: false)
         guard parts.count == 2, let port = UInt16(parts[1]) else { return nil }
         let octets = parts[0].split(separator: ".", omittingEmptySubsequences: false)
-        guard octets.count == 4, octets.allSatisfy({ UInt8($0) != nil }) else { return nil }
+        if octets.count == 4, octets.allSatisfy({ UInt8($0) != nil }) {
+            self.init(host: String(parts[0]), port: port)
+            return
+        }
+        guard HostPort.isHostName(parts[0]) else { return nil }
         self.init(host: String(parts[0]), port: port)
+    }
+
+    /// A DNS host name (`gw2.local`, `localhost`): labels of letters, digits and '-', not starting or
+    /// ending with '-', at most 63 bytes each and 253 in all; not all digits and dots (that is a
+    /// malformed address, not a name).
+    static func isHostName(_ text: Substring) -> Bool {
+        guard !text.isEmpty, text.utf8.count <= 253 else { return false }
+        let labels = text.split(separator: ".", omittingEmptySubsequences: false)
+        for label in labels {
+            guard !label.isEmpty, label.utf8.count <= 63, label.first != "-", label.last != "-",
+                  label.utf8.allSatisfy({ $0 < 0x80 && (Character(Unicode.Scalar($0)).isLetter || Character(Unicode.Scalar($0)).isNumber || $0 == 0x2D) })
+            else { return false }
+        }
+        return !text.allSatisfy { $0.isNumber || $0 == "." }
+    }
+
+    /// A host name to resolve, not a numeric address.
+    public var isName: Bool {
+        !isIPv6 && !(host.split(separator: ".", omittingEmptySubsequences: false).count == 4
+            && host.split(separator: ".", omittingEmptySubsequences: false).allSatisfy { UInt8($0) != nil })
     }
 
     public var isIPv6: Bool { host.contains(":") }

@@ -88,3 +88,46 @@ public enum SystemCall {
         try run("\(call()): fcntl(F_SETFD)") { fcntl(fd, F_SETFD, FD_CLOEXEC) }
     }
 }
+
+/// A host name that did not resolve: getaddrinfo(3)'s own words (`Name or service not known`).
+public struct NameLookupError: Error, Sendable, Equatable, CustomStringConvertible {
+    public let host: String
+    public let reason: String
+    public init(host: String, reason: String) {
+        self.host = host
+        self.reason = reason
+    }
+    public var description: String { "\(host) does not resolve: \(reason)" }
+}
+
+extension SystemCall {
+    /// getaddrinfo(3) for a TCP host: its numeric addresses (IPv4 and IPv6, in the resolver's order,
+    /// at most `limit`), link-local IPv6 ones with `%interface`. It blocks (DNS, /etc/hosts, NSS):
+    /// call it on a thread of its own, never on Swift's cooperative pool. EAI_AGAIN is the caller's
+    /// to retry later (a name server that does not answer now), not retried here.
+    public static func addresses(of host: String, limit: Int = 8) throws(NameLookupError) -> [String] {
+        var hints = addrinfo()
+        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        hints.ai_flags = AI_ADDRCONFIG
+        var result: UnsafeMutablePointer<addrinfo>?
+        var rc: Int32
+        repeat { rc = getaddrinfo(host, nil, &hints, &result) } while rc == EAI_SYSTEM && errno == EINTR
+        guard rc == 0 else {
+            let reason = rc == EAI_SYSTEM ? String(cString: strerror(errno)) : String(cString: gai_strerror(rc))
+            throw NameLookupError(host: host, reason: reason)
+        }
+        defer { freeaddrinfo(result) }
+        var out: [String] = []
+        var item = result
+        while let i = item, out.count < limit {
+            item = i.pointee.ai_next
+            guard let sa = i.pointee.ai_addr else { continue }
+            var text = [CChar](repeating: 0, count: Int(NI_MAXHOST))
+            guard getnameinfo(sa, i.pointee.ai_addrlen, &text, socklen_t(text.count), nil, 0, NI_NUMERICHOST) == 0 else { continue }
+            let address = String(decoding: text.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            if !out.contains(address) { out.append(address) }
+        }
+        guard !out.isEmpty else { throw NameLookupError(host: host, reason: "no usable address") }
+        return out
+    }
+}

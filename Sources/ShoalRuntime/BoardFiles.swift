@@ -14,8 +14,13 @@ public struct BoardFiles: BoardSource {
 
     public init(directories: [String] = BoardFiles.defaultDirectories) { self.directories = directories }
 
+    /// A name with a `/` or a `.yaml`/`.yml` suffix is a file's path, not a board's name.
+    public static func isPath(_ name: String) -> Bool {
+        name.contains("/") || name.hasSuffix(".yaml") || name.hasSuffix(".yml")
+    }
+
     public func boardFile(named name: String, relativeTo: String?) -> (path: String, text: String)? {
-        if name.contains("/") || name.hasSuffix(".yaml") || name.hasSuffix(".yml") {
+        if BoardFiles.isPath(name) {
             var path = name
             if !name.hasPrefix("/"), let from = relativeTo, from.contains("/") { path = Files.directory(of: from) + "/" + name }
             if let text = try? Files.read(path) { return (path, text) }

@@ -1,3 +1,4 @@
+import ShoalConfig
 import ShoalCore
 import ShoalMesh
 import ShoalWire
@@ -38,6 +39,7 @@ extension ControlHandler {
                 "links": .array(view.links.map { .array([.string($0.0.description), .string($0.1.description)]) }),
                 "tree": .array(view.treeNeighbours.map { .string($0.description) }),
                 "dot": .string(view.dot()),
+                "options": ControlHandler.meshOptions(gateway.board.mesh),
             ]
         case "events":
             let since = r["since"]?.int64Value ?? 0
@@ -87,6 +89,13 @@ extension ControlHandler {
         if let subject = p.certificateSubject {
             o["certificate"] = ["subject": .string(subject), "notAfter": p.certificateNotAfter.map { .int($0) } ?? .null]
         }
+        return .object(o)
+    }
+
+    /// The mesh options this gateway runs with (the board's, with the site's overrides).
+    static func meshOptions(_ mesh: MeshOptions) -> JSONValue {
+        var o: [String: JSONValue] = [:]
+        for (k, v) in mesh.all { o[k] = .int(v) }
         return .object(o)
     }
 }

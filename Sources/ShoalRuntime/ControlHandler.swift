@@ -36,7 +36,11 @@ struct ControlHandler {
         guard let op = r["op"]?.stringValue else { throw bad("missing \"op\"") }
         switch op {
         case "ping": return ["pong": true]
-        case "status": return gateway.statusSnapshot(store: opened.store).json
+        case "status":
+            // The effective mesh options (board, then site) ride along: what this gateway runs with.
+            guard case .object(var o) = gateway.statusSnapshot(store: opened.store).json else { return gateway.statusSnapshot(store: opened.store).json }
+            o["meshOptions"] = ControlHandler.meshOptions(gateway.board.mesh)
+            return .object(o)
         case "changes":
             let store = try openStore()
             let since = r["since"]?.int64Value ?? 0

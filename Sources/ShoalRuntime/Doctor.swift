@@ -47,6 +47,7 @@ public enum Doctor {
         checks.append(ledCheck(board.led, env))
         checks.append(contentsOf: radioChecks(board, config.site, env))
         checks.append(identityCheck(config, env))
+        checks.append(linkCheck(config))
         checks.append(storeCheck(config.storePath))
         checks.append(clockCheck(env))
         checks.append(spaceCheck(config.storePath, env))
@@ -158,6 +159,47 @@ public enum Doctor {
             return Check(name: "identity", outcome: .fail, detail: "\(label): \(error)",
                          fix: "move the broken files in \(config.identityDirectory) aside and let `shoal run` create a new identity")
         }
+    }
+
+    /// Whether this gateway can link to anyone: it must trust some peer (allowedPeers, roots, or
+    /// its own CA when CA-signed) and have a way to find or reach one (discovery on a radio the
+    /// board has, static peers, or a listen address others can dial). A gateway that will link to
+    /// nobody still boots, so this warns rather than fails.
+    static func linkCheck(_ config: LoadedConfig) -> Check {
+        let site = config.site, board = config.board
+        var problems: [String] = []
+        var fixes: [String] = []
+        let caSigned = ((try? IdentityStore(directory: config.identityDirectory).find(site.identityLabel))??.certificate.chainDER.count ?? 1) > 1
+        if config.trustedRoots.isEmpty && config.allowedPeers.isEmpty && !caSigned {
+            problems.append("it trusts no peer (authenticator.allowedPeers is empty, no rootCertificates, its identity is self-signed): every link will be refused")
+            fixes.append("list your gateways' peer ids (`shoal identity show` on each) in authenticator.allowedPeers, or give rootCertificates")
+        }
+        var ways: [String] = []
+        var why: [String] = []
+        if site.transports.contains(.wifi) {
+            if let i = board.wifiInterface { ways.append("DNS-SD on \(i)") } else { why.append("Wi-Fi: the board names no interface (no discovery)") }
+            if !site.staticPeers.isEmpty { ways.append("\(site.staticPeers.count) static peer\(site.staticPeers.count == 1 ? "" : "s")") }
+            if let l = site.listenAddress { ways.append("listening on \(l)") }
+        }
+        if site.transports.contains(.bluetooth) {
+            if let a = board.bluetoothAdapter { ways.append("Bluetooth LE on \(a)") } else { why.append("Bluetooth: the board names no adapter") }
+        }
+        if ways.isEmpty {
+            problems.append("it has no way to find or reach a peer (\((why.isEmpty ? ["no transport"] : why).joined(separator: "; ")); no replication.peers, no replication.listen)")
+            fixes.append("give replication.peers (host:port of other gateways) or replication.listen, or a board with a Wi-Fi interface or Bluetooth adapter")
+        } else if let own = site.allowedPeers.first, site.allowedPeers.count == 1, config.trustedRoots.isEmpty,
+                  let me = (try? IdentityStore(directory: config.identityDirectory).find(site.identityLabel))??.peerID.description, own == me {
+            problems.append("authenticator.allowedPeers lists only this gateway's own peer id")
+            fixes.append("list the other gateways' peer ids (`shoal identity show` on each)")
+        }
+        guard problems.isEmpty else {
+            return Check(name: "links", outcome: .warn, detail: "this gateway will link to nobody: " + problems.joined(separator: "; "),
+                         fix: fixes.joined(separator: "; "))
+        }
+        let trust = [config.allowedPeers.isEmpty ? nil : "\(config.allowedPeers.count) allowed peer\(config.allowedPeers.count == 1 ? "" : "s")",
+                     config.trustedRoots.isEmpty ? nil : "\(config.trustedRoots.count) trusted root\(config.trustedRoots.count == 1 ? "" : "s")",
+                     caSigned && config.trustedRoots.isEmpty ? "its own CA" : nil].compactMap { $0 }
+        return Check(name: "links", outcome: .pass, detail: "trusts \(trust.joined(separator: ", ")); reaches peers by \(ways.joined(separator: ", "))")
     }
 
     static func storeCheck(_ path: String) -> Check {

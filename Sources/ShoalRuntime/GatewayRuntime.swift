@@ -17,6 +17,7 @@ public enum GatewayRuntime {
         public static let failure: Int32 = 1
         public static let usage: Int32 = 2
         public static let config: Int32 = 3
+        public static let notFound: Int32 = 4
     }
 
     /// Where the store service sits in the tree (its state drives the LED's store error).
@@ -60,6 +61,12 @@ public enum GatewayRuntime {
         let config: LoadedConfig
         do {
             config = try ConfigurationLoading.load(options, logger: logger)
+        } catch let e as BoardNotFound {
+            logger.error(.board, "--board: \(e)")
+            return ExitCode.notFound
+        } catch let e as ConfigError {
+            for line in e.description.split(separator: "\n") { logger.error(.board, "configuration: \(line)") }
+            return ExitCode.config
         } catch {
             logger.error(.board, "configuration: \(error)")
             return ExitCode.config

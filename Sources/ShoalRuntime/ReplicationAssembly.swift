@@ -99,7 +99,7 @@ package struct ReplicationAssembly: Sendable {
         do {
             switch links {
             case .network(let listen, let peers, let wifi, let bluetooth):
-                try driver.start(listen: listen, peers: peers, wifi: wifi, bluetooth: bluetooth)
+                try driver.start(listen: listen, peers: peers, wifi: wifi, bluetooth: bluetooth, backoffMillis: Int(clamping: mesh.backoffMillis))
             case .transports(let make):
                 try driver.start(transports: make(driver.serverTLS, driver.clientTLS), missing: [:])
             }

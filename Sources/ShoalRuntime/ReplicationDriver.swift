@@ -102,13 +102,15 @@ package actor ReplicationDriver: TransportHost {
 
     /// The network transports a site file asks for: TCP (listening, static peers, DNS-SD with
     /// `wifi`) and, with `bluetooth`, Bluetooth LE.
-    package nonisolated func start(listen: HostPort?, peers: [HostPort], wifi: WifiDiscovery? = nil, bluetooth: BluetoothDiscovery? = nil) throws {
+    package nonisolated func start(listen: HostPort?, peers: [HostPort], wifi: WifiDiscovery? = nil, bluetooth: BluetoothDiscovery? = nil,
+                                   backoffMillis: Int = 10_000) throws {
         var list: [any Transport] = []
         if let bluetooth {
             list.append(try BluetoothTransport(adapter: bluetooth.adapter, serviceUUID: bluetooth.serviceUUID,
                                                identity: serverTLS.identity, authenticator: serverTLS.authenticator, executor: executor))
         }
-        list.append(TCPTransport(listen: listen, peers: peers, wifi: wifi, serverTLS: serverTLS, clientTLS: clientTLS, executor: executor))
+        list.append(TCPTransport(listen: listen, peers: peers, wifi: wifi, serverTLS: serverTLS, clientTLS: clientTLS, executor: executor,
+                                 backoffMillis: backoffMillis))
         try start(transports: list, missing: [.bluetooth: "the board names no Bluetooth adapter (bluetooth.adapter in its board file)"])
     }
 

@@ -43,6 +43,14 @@ public struct ConfigurationFailure: Error, CustomStringConvertible {
     public var description: String { message }
 }
 
+/// A board named on the command line (`--board`, `board show NAME`) that no file is for (exit 4,
+/// "not found"); a board file's own `extends:` that names nothing is a configuration error.
+public struct BoardNotFound: Error, CustomStringConvertible {
+    public let message: String
+    public init(message: String) { self.message = message }
+    public var description: String { message }
+}
+
 public enum ConfigurationLoading {
     public static let defaultSitePath = "/etc/shoal/shoal.yaml"
 
@@ -64,16 +72,16 @@ public enum ConfigurationLoading {
                 boardName = "generic-linux"
             }
         }
-        var board = try loader.loadBoard(boardName)
+        var board = try loadBoard(boardName, loader)
         guard board.support != .abstract else {
             throw ConfigurationFailure(message: "board \(board.id) is abstract (a base for other boards); choose one of: \(runnableBoards(loader).joined(separator: ", "))")
         }
         let site: SiteConfig
         if let path = options.configPath {
             guard let text = try Files.read(path) else { throw ConfigurationFailure(message: "\(path): no such file (given with --config)") }
-            site = try loader.loadSite(text: text, file: path)
+            site = try loader.loadSite(text: text, file: path, checkFiles: referencedFileProblem)
         } else if let text = try Files.read(defaultSitePath) {
-            site = try loader.loadSite(text: text, file: defaultSitePath)
+            site = try loader.loadSite(text: text, file: defaultSitePath, checkFiles: referencedFileProblem)
         } else {
             site = try loader.loadSite(text: SiteConfig.embeddedDefault, file: "<built-in site>")
         }
@@ -81,20 +89,50 @@ public enum ConfigurationLoading {
         if let dir = options.dataDir { board.storagePath = dir }
         let storePath = board.storagePath + "/shoal.db"
         let socketPath = options.socketPath ?? (options.dataDir.map { $0 + "/control.sock" } ?? board.controlSocket)
-        var roots: [Certificate] = []
-        if let path = site.rootCertificatesPath {
-            guard let text = try Files.read(path) else {
-                throw ConfigurationFailure(message: "\(site.source): authenticator.rootCertificates: \(path) does not exist")
-            }
-            do {
-                let chain = try Certificate(parsing: Array(text.utf8))
-                roots = try chain.chainDER.map { der throws in try Certificate(parsing: der) }
-            } catch {
-                throw ConfigurationFailure(message: "\(site.source): authenticator.rootCertificates: \(path): \(error)")
-            }
-        }
+        let roots = try trustedRoots(site)
         let allowed = Set(site.allowedPeers.compactMap(PeerID.init(hex:)))
         return LoadedConfig(board: board, site: site, storePath: storePath, socketPath: socketPath, trustedRoots: roots, allowedPeers: allowed)
+    }
+
+    /// Loads a board named on the command line; one that does not exist is `BoardNotFound`: a
+    /// path says "no such file", a name lists the known boards.
+    public static func loadBoard(_ name: String, _ loader: ConfigLoader) throws -> BoardConfig {
+        guard loader.source.boardFile(named: name, relativeTo: nil) != nil else {
+            if BoardFiles.isPath(name) { throw BoardNotFound(message: "\(name): no such file") }
+            throw BoardNotFound(message: "no board \"\(name)\" (known boards: \(loader.source.boardNames().joined(separator: ", ")); a file needs a / or .yaml)")
+        }
+        return try loader.loadBoard(name)
+    }
+
+    /// The certificates in the file the site's `authenticator.rootCertificates` names, read and
+    /// parsed. A missing file, or one with no certificate in it (a key, garbage), is an error at
+    /// that line of the site file, so `board check --config` and `shoal run` both name it.
+    public static func trustedRoots(_ site: SiteConfig) throws(ConfigError) -> [Certificate] {
+        guard let path = site.rootCertificatesPath else { return [] }
+        let mark = site.rootCertificatesMark ?? SourceMark(file: site.source, line: 0, column: 0)
+        let key = "authenticator.rootCertificates"
+        let text: String?
+        do { text = try Files.read(path) } catch {
+            throw ConfigError(mark: mark, key: key, message: "\(path): cannot be read (\(error))")
+        }
+        guard let text else {
+            throw ConfigError(mark: mark, key: key, message: "\(path): no such file (the PEM of the CA that signs your gateways)")
+        }
+        guard text.contains("-----BEGIN CERTIFICATE-----") else {
+            throw ConfigError(mark: mark, key: key, message: "\(path): no certificate in it (expected PEM blocks \"-----BEGIN CERTIFICATE-----\"; a key or a CSR is not a root)")
+        }
+        do {
+            let chain = try Certificate(parsing: Array(text.utf8))
+            return try chain.chainDER.map { der throws in try Certificate(parsing: der) }
+        } catch {
+            throw ConfigError(mark: mark, key: key, message: "\(path): \(error)")
+        }
+    }
+
+    /// The first problem with a file the site names, for `ConfigLoader.loadSite(checkFiles:)`.
+    public static func referencedFileProblem(_ site: SiteConfig) -> ConfigError? {
+        do { _ = try trustedRoots(site) } catch { return error }
+        return nil
     }
 
     public static func runnableBoards(_ loader: ConfigLoader) -> [String] {

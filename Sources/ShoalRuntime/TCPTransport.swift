@@ -71,8 +71,14 @@ package actor TCPTransport: Transport {
     /// Peers whose TXT said another protocol version (logged once each).
     var incompatible: Set<PeerID> = []
 
-    package init(listen: HostPort?, peers: [HostPort], wifi: WifiDiscovery?, serverTLS: TLSContext, clientTLS: TLSContext, executor: ThreadExecutor) {
+    /// How long a static peer whose name did not resolve waits before the next try (the mesh's
+    /// backoffMillis).
+    nonisolated let backoffMillis: Int
+
+    package init(listen: HostPort?, peers: [HostPort], wifi: WifiDiscovery?, serverTLS: TLSContext, clientTLS: TLSContext, executor: ThreadExecutor,
+                 backoffMillis: Int = 10_000) {
         self.executor = executor
+        self.backoffMillis = backoffMillis
         self.listen = listen
         self.staticPeers = peers
         self.wifi = wifi
@@ -196,7 +202,7 @@ package actor TCPTransport: Transport {
         var problems: [String] = []
         for a in list where !host.isStopping {
             do {
-                stream = try TCPStream.connect(host: a.host, port: a.port, timeoutMillis: 5000)
+                stream = try TCPTransport.connect(a, timeoutMillis: 5000)
                 address = a
                 break
             } catch {
@@ -212,12 +218,33 @@ package actor TCPTransport: Transport {
     /// answers at each address (the peer id is its certificate's digest), so the mesh can choose.
     nonisolated func probeLoop(_ host: any TransportHost) {
         var known: [String: PeerID] = [:]
+        /// Static peers by name: when the name failed to resolve, when to try again and why not.
+        var unresolved: [String: (retryAt: Int, reason: String)] = [:]
+        /// Static peers by name: what each resolved to last (logged when it changes).
+        var resolvedTo: [String: [HostPort]] = [:]
         while !host.isStopping {
             if scanning.load(ordering: .relaxed) {
                 let linked = linkedAddresses.withLock { $0 }
                 for address in staticPeers where !host.isStopping && !linked.contains(address.description) {
+                    if let u = unresolved[address.description], monotonicMillis() < u.retryAt { continue }
                     do {
-                        let stream = try TCPStream.connect(host: address.host, port: address.port, timeoutMillis: 2000)
+                        let numeric: [HostPort]
+                        do { numeric = try TCPTransport.resolve(address) } catch {
+                            // A failed attempt with its reason, logged when the reason changes, tried
+                            // again after backoffMillis: never a crash, never a log line every 2 s.
+                            host.countFailedConnection()
+                            if unresolved[address.description]?.reason != error.reason {
+                                host.log.warning(.mesh, "static peer \(address): \(error); trying again every \(backoffMillis) ms")
+                            }
+                            unresolved[address.description] = (monotonicMillis() + backoffMillis, error.reason)
+                            throw error
+                        }
+                        unresolved.removeValue(forKey: address.description)
+                        if address.isName, resolvedTo[address.description] != numeric {
+                            resolvedTo[address.description] = numeric
+                            host.log.info(.mesh, "static peer \(address) resolves to \(numeric.map(\.description).joined(separator: ", "))")
+                        }
+                        let stream = try TCPTransport.connect(numeric, timeoutMillis: 2000)
                         let session: TLSSession
                         do { session = try TLSSession.connect(over: stream, context: clientTLS) } catch {
                             stream.close()
@@ -236,7 +263,7 @@ package actor TCPTransport: Transport {
                         }
                     } catch {
                         if let old = known.removeValue(forKey: address.description) { host.post(.lost(old, .wifi)) }
-                        host.log.verbose(.mesh, "static peer \(address) does not answer: \(error)")
+                        if !(error is NameLookupError) { host.log.verbose(.mesh, "static peer \(address) does not answer: \(error)") }
                     }
                 }
             }
@@ -247,6 +274,37 @@ package actor TCPTransport: Transport {
                 probeRequested.withLock { $0 = false }
             }
         }
+    }
+}
+
+extension TCPTransport {
+    /// The numeric addresses of a site file's peer: itself when numeric; a host name resolved now
+    /// (getaddrinfo, on the calling thread: a transport's own), and a `.local` name the system
+    /// cannot resolve asked of avahi-daemon.
+    static func resolve(_ a: HostPort) throws(NameLookupError) -> [HostPort] {
+        guard a.isName else { return [a] }
+        do {
+            return try SystemCall.addresses(of: a.host).map { HostPort(host: $0, port: a.port) }
+        } catch {
+            guard a.host.lowercased().hasSuffix(".local") else { throw error }
+            do { return [HostPort(host: try MDNSHostResolver.resolve(a.host), port: a.port)] } catch let avahi {
+                throw NameLookupError(host: a.host, reason: "\(error.reason); \(avahi.reason)")
+            }
+        }
+    }
+
+    /// A connection to the first of `list` that answers (the last failure if none does).
+    static func connect(_ list: [HostPort], timeoutMillis: Int32) throws -> TCPStream {
+        var last: (any Error)?
+        for a in list {
+            do { return try TCPStream.connect(host: a.host, port: a.port, timeoutMillis: timeoutMillis) } catch { last = error }
+        }
+        throw last ?? NameLookupError(host: list.first?.host ?? "?", reason: "no address")
+    }
+
+    /// A connection to a site file's or DNS-SD's address, resolving a name first.
+    static func connect(_ a: HostPort, timeoutMillis: Int32) throws -> TCPStream {
+        try connect(try resolve(a), timeoutMillis: timeoutMillis)
     }
 }
 

@@ -38,6 +38,7 @@ public enum YAMLParser {
                 defer { yaml_event_delete(&event) }
                 if try builder.handle(&event) { break }
             }
+            try builder.duplicates.check()
             return builder.result ?? ConfigNode(.null, mark: SourceMark(file: file, line: 1, column: 1))
         }
     }
@@ -52,6 +53,8 @@ public enum YAMLParser {
         var stack: [Frame] = []
         var result: ConfigNode?
         var documents = 0
+        /// Duplicate keys found so far (the parse fails at the end with all of them).
+        var duplicates = ConfigErrors()
 
         init(file: String) { self.file = file }
 
@@ -107,6 +110,21 @@ public enum YAMLParser {
             }
         }
 
+        /// The key path of `key` in the mapping being built (`board.name`, `collections[1].name`):
+        /// the keys and indices of the enclosing frames, outermost first.
+        func path(to key: String) -> String {
+            var path = ""
+            for frame in stack {
+                switch frame {
+                case .mapping(_, let pending, _):
+                    if let (k, _) = pending { path += path.isEmpty ? k : ".\(k)" }
+                case .sequence(let items, _):
+                    path += "[\(items.count)]"
+                }
+            }
+            return path.isEmpty ? key : "\(path).\(key)"
+        }
+
         mutating func push(_ frame: Frame, at: SourceMark) throws(ConfigError) {
             // A collection used as a mapping key is not a config key.
             if case .mapping(_, nil, _)? = stack.last {
@@ -135,8 +153,9 @@ public enum YAMLParser {
                     guard case .scalar(let key, _) = node.value else {
                         throw ConfigError(mark: node.mark, key: "", message: "a key must be a plain name")
                     }
-                    if entries.contains(where: { $0.key == key }) {
-                        throw ConfigError(mark: node.mark, key: key, message: "duplicate key")
+                    if let first = entries.first(where: { $0.key == key }) {
+                        // Noted, and the file read on, so every duplicate is reported at once.
+                        duplicates.add(ConfigError(mark: node.mark, key: path(to: key), message: "duplicate key (first at line \(first.keyMark.line))"))
                     }
                     stack.append(.mapping(entries: entries, pendingKey: (key, node.mark), mark: m))
                 }

@@ -20,7 +20,9 @@ extension CLI {
                     rows.append(["id": .string(name), "name": .string(b.name), "support": .string(b.support.rawValue),
                                  "model": b.model.map { .string($0) } ?? .null, "source": .string(b.sources.last ?? "")])
                 } catch {
-                    rows.append(["id": .string(name), "error": .string("\(error)")])
+                    // One line per board: the first error, and how many more `board check` shows.
+                    let more = error.all.count - 1 + error.omitted
+                    rows.append(["id": .string(name), "error": .string(error.line + (more > 0 ? " (and \(more) more: shoal board check \(name))" : ""))])
                 }
             }
             if a.flags.contains("--json") { output(.array(rows)); return ExitCode.ok }
@@ -31,21 +33,53 @@ extension CLI {
             }
             return ExitCode.ok
         case "show":
-            try a.expectPositionals(2...2, command: "board show", usage: "board show NAME")
-            let b = try loader.loadBoard(a.positionals[1])
-            let j = json(b)
-            if a.flags.contains("--json") { output(j) } else { out(j.prettyText) }
+            try a.expectPositionals(2...2, command: "board show", usage: "board show NAME [--config SITE]")
+            var b = try ConfigurationLoading.loadBoard(a.positionals[1], loader)
+            var site: SiteConfig?
+            if let path = a.values["--config"] {
+                guard let text = try Files.read(path) else { throw ConfigurationFailure(message: "\(path): no such file (given with --config)") }
+                let s = try loader.loadSite(text: text, file: path)
+                b = try loader.applying(s, to: b)
+                site = s
+            }
+            let (tree, _) = try loader.boardTree(a.positionals[1])
+            let origins = BoardOrigins(board: tree, site: site)
+            var j = json(b)
+            if case .object(var o) = j {
+                o["origins"] = .object(origins.map(of: j))
+                if let site { o["site"] = .string(site.source) }
+                j = .object(o)
+            }
+            if a.flags.contains("--json") { output(j); return ExitCode.ok }
+            out("board \(b.id): \(b.name) (\(b.support.rawValue)); merged from \(b.sources.joined(separator: " < "))\(site.map { "; site \($0.source)" } ?? "")")
+            for (key, value) in BoardOrigins.leaves(of: json(b)) where !key.hasPrefix("sources") && key != "id" {
+                out("\(key.padding(42)) \(value.padding(30)) \(origins.origin(of: key))")
+            }
             return ExitCode.ok
         case "check":
-            try a.expectPositionals(2...2, command: "board check", usage: "board check FILE")
-            let b = try loader.loadBoard(a.positionals[1])
-            out("\(a.positionals[1]): ok (\(b.name), \(b.support.rawValue); merged from \(b.sources.joined(separator: " < ")))")
-            if let site = a.values["--config"] {
-                guard let text = try Files.read(site) else { throw ConfigurationFailure(message: "\(site): no such file") }
-                let s = try loader.loadSite(text: text, file: site)
-                _ = try loader.applying(s, to: b)
-                out("\(site): ok (group \(s.group), \(s.collections.count) collections)")
+            try a.expectPositionals(2...2, command: "board check", usage: "board check FILE [--config SITE]")
+            // Both files are read to their end; every error in either is reported (bounded).
+            var errors = ConfigErrors()
+            var board: BoardConfig?
+            do { board = try ConfigurationLoading.loadBoard(a.positionals[1], loader) } catch {
+                guard let e = error as? ConfigError else { throw error }
+                errors.add(e)
             }
+            if let b = board {
+                out("\(a.positionals[1]): ok (\(b.name), \(b.support.rawValue); merged from \(b.sources.joined(separator: " < ")))")
+            }
+            if let path = a.values["--config"] {
+                guard let text = try Files.read(path) else { throw ConfigurationFailure(message: "\(path): no such file (given with --config)") }
+                do {
+                    let s = try loader.loadSite(text: text, file: path, checkFiles: ConfigurationLoading.referencedFileProblem)
+                    let roots = try ConfigurationLoading.trustedRoots(s)
+                    if let b = board { _ = try loader.applying(s, to: b) }
+                    out("\(path): ok (group \(s.group), \(s.collections.count) collections\(roots.isEmpty ? "" : ", \(roots.count) trusted root\(roots.count == 1 ? "" : "s")"))")
+                } catch {
+                    errors.add(error)
+                }
+            }
+            if let e = errors.combined { throw e }
             return ExitCode.ok
         default:
             throw UsageError(command: "board", message: "unknown subcommand \"\(sub)\": list, show or check")

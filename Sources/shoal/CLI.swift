@@ -101,6 +101,9 @@ enum CLI {
         } catch let e as ConfigurationFailure {
             printError(e.description)
             return ExitCode.config
+        } catch let e as BoardNotFound {
+            printError("shoal \(label): \(e)")
+            return ExitCode.notFound
         } catch let e as NotFound {
             printError("shoal \(label): \(e.message)")
             return ExitCode.notFound

@@ -22,11 +22,16 @@ extension CLI {
             })])
         } else {
             for c in checks {
-                out("\(c.outcome.rawValue.uppercased().padding(4))  \(c.name.padding(18)) \(c.detail)")
+                // A detail of several lines (every error of a config file) stays in its column.
+                let detail = c.detail.split(separator: "\n").joined(separator: "\n" + String(repeating: " ", count: 25))
+                out("\(c.outcome.rawValue.uppercased().padding(4))  \(c.name.padding(18)) \(detail)")
                 if let fix = c.fix, c.outcome != .pass { out("      \(String(repeating: " ", count: 18)) → \(fix)") }
             }
             let warned = checks.filter { $0.outcome == .warn }.count
-            out(failed ? "doctor: \(checks.filter { $0.outcome == .fail }.count) check(s) failed" : "doctor: ready\(warned > 0 ? " (\(warned) warning\(warned == 1 ? "" : "s"))" : "")")
+            let isolated = checks.contains { $0.name == "links" && $0.outcome != .pass }
+            let counted = warned > 0 ? " (\(warned) warning\(warned == 1 ? "" : "s"))" : ""
+            out(failed ? "doctor: \(checks.filter { $0.outcome == .fail }.count) check(s) failed"
+                : isolated ? "doctor: it boots, but it will link to nobody\(counted)" : "doctor: ready\(counted)")
         }
         return failed ? ExitCode.failure : ExitCode.ok
     }

@@ -36,8 +36,8 @@ enum Help {
           0  success
           1  failure (the gateway's root supervisor gave up, or an unexpected error)
           2  usage error (unknown command or option, missing argument)
-          3  configuration error (board or site file; the message names file:line: key)
-          4  not found (document, collection, board)
+          3  configuration error (board or site file; each error names file:line: key)
+          4  not found (document, collection, board or board file)
           5  no running gateway answers on the control socket
           6  request rejected (invalid document or JSON, bad request)
         """
@@ -50,7 +50,8 @@ enum Help {
             files load and the board matches this hardware's model; the status LED exists and is free
             (a GPIO line not held by another program, or a writable sysfs LED); the Wi-Fi interface
             and Bluetooth adapter are present; avahi-daemon answers (when Wi-Fi is a transport); the
-            identity exists and is not near expiry (30 days); the store passes PRAGMA integrity_check
+            identity exists and is not near expiry (30 days); the gateway can link to someone (it
+            trusts a peer and can find or reach one: a warning otherwise); the store passes PRAGMA integrity_check
             (opened read-only); the clock is plausible; the data partition has free space. Each check
             passes, warns or fails and says what to do. Exit 0 if nothing failed, 1 otherwise.
             """,
@@ -117,12 +118,15 @@ enum Help {
             """,
         "board": """
             Usage: shoal board list [--json] [--board-dir DIR]
-                   shoal board show NAME|PATH [--json] [--board-dir DIR]
-                   shoal board check FILE [--config SITE] [--board-dir DIR]
+                   shoal board show NAME|PATH [--config SITE] [--json] [--board-dir DIR]
+                   shoal board check NAME|PATH [--config SITE] [--board-dir DIR]
 
             list: every board shoal knows (built-in and in --board-dir). show: a board after its
-            `extends:` chain is merged. check: validates a board file (and a site file); errors
-            name file:line: key. Exit 3 if invalid.
+            `extends:` chain is merged and, with --config, the site's mesh: and log: applied; each
+            value with the file:line it came from (or default). check: validates a board file and,
+            with --config, a site file and the files it names (rootCertificates); every error is
+            reported as file:line: key (at most 20). Exit 3 if invalid, 4 if there is no such board
+            or file.
             """,
         "peers": """
             Usage: shoal peers [--json] [--socket PATH]

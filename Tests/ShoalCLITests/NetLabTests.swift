@@ -241,5 +241,30 @@ extension ProcessSuites {
             }
             #expect(gateways.allSatisfy { $0.isRunning })
         }
+    
+        /// Issue 19: a static peer named `<host>.local` resolves through avahi-daemon at dial time.
+        /// The gateways' own resolver cannot do it here (nss-mdns, if installed, talks to the host's
+        /// avahi socket, and no daemon runs in the host's namespace), so this takes the avahi-client
+        /// path. (One group: replication refuses a peer of another group. DNS-SD may link them too;
+        /// the log line says the name was resolved, and to g2's address.)
+        @Test("a static peer named HOST.local is resolved through avahi-daemon at dial time; an unknown .local name is a logged failed attempt")
+        func staticPeerByLocalName() throws {
+            let lab = try NetLab(nodes: 2)
+            defer { lab.teardown() }
+            let ids = try Self.identities(lab)
+            let g2Name = "\(lab.nodes[1].ns).local"
+            let s1 = try Self.site(lab, "g1", group: "lab.names", allowed: [ids[1]],
+                                   extra: "replication:\n  peers: [nosuch-\(lab.prefix).local:4984, \(g2Name):4984]")
+            let s2 = try Self.site(lab, "g2", group: "lab.names", allowed: [ids[0]], extra: "replication:\n  listen: 0.0.0.0:4984")
+            let g2 = try lab.startGateway(lab.nodes[1], site: s2)
+            let g1 = try lab.startGateway(lab.nodes[0], site: s1)
+            #expect(g2.put("from-g2", #"{"v":2}"#))
+            let arrived = eventuallyBlocking(within: 60, every: 0.2) { g1.get("from-g2") != nil }
+            let log = (try? String(contentsOfFile: g1.dataDir + "/shoal.log", encoding: .utf8)) ?? ""
+            #expect(arrived, "g1 dialled g2 as \(g2Name)\n\(g1.linkLog())")
+            #expect(log.contains("static peer \(g2Name):4984 resolves to 10.77.0.2"), "\(g1.linkLog())")
+            #expect(log.contains("nosuch-\(lab.prefix).local does not resolve"), "\(g1.linkLog())")
+            #expect(g1.isRunning && g2.isRunning)
+        }
     }
 }

@@ -67,5 +67,53 @@ extension ProcessSuites {
             #expect(bEnd.stderr.contains("is not in allowedPeers"), "b's log: \(bEnd.stderr.suffix(2000))")
             #expect(aEnd.stderr.contains("replicating with peer \(bID)"))
         }
+    
+        @Test("a static peer given by host name is resolved at dial time; a name that does not resolve is a failed attempt, not a crash")
+        func hostNamePeer() throws {
+            let base = TemporaryDirectory()
+            defer { base.remove() }
+            let aDir = base.path + "/a", bDir = base.path + "/b"
+            let aID = try Self.peerID(aDir), bID = try Self.peerID(bDir)
+            let port = 20_000 + Int((getpid() + 7) % 20_000)
+            func site(_ name: String, allow: String, extra: String) throws -> String {
+                let path = base.path + "/\(name).yaml"
+                try """
+                group: test.hostname
+                collections:
+                  - name: sensors.readings
+                authenticator:
+                  allowedPeers: [\(allow)]
+                mesh: {backoffMillis: 500}
+                replication:
+                \(extra)
+                """.write(toFile: path, atomically: true, encoding: .utf8)
+                return path
+            }
+            let bSite = try site("b", allow: aID, extra: "  listen: 127.0.0.1:\(port)")
+            let aSite = try site("a", allow: bID, extra: "  peers: [no-such-gateway.invalid:\(port), localhost:\(port)]")
+            #expect(try Shoal.run(["board", "check", "sim", "--config", aSite]).status == 0)
+            let b = try RunningGateway(dataDir: bDir, extraArgs: ["--config", bSite])
+            let a = try RunningGateway(dataDir: aDir, extraArgs: ["--config", aSite])
+            #expect(try b.cli(["doc", "put", "sensors.readings", "from-b", #"{"v":"b"}"#]).status == 0)
+            var aHas = false
+            let deadline = Date().addingTimeInterval(30)
+            while Date() < deadline && !aHas {
+                aHas = (try? a.cli(["doc", "get", "sensors.readings", "from-b"]).status) == 0
+                Thread.sleep(forTimeInterval: 0.1)
+            }
+            #expect(aHas, "a dialled b as localhost:\(port)")
+            // The running gateway shows the mesh options it runs with (the site's backoffMillis).
+            let status = try Shoal.json(a.cli(["status", "--json"])) as? [String: Any]
+            #expect((status?["meshOptions"] as? [String: Any])?["backoffMillis"] as? Int == 500)
+            let mesh = try Shoal.json(a.cli(["mesh", "--json"])) as? [String: Any]
+            #expect((mesh?["options"] as? [String: Any])?["backoffMillis"] as? Int == 500)
+            #expect(((status?["counters"] as? [String: Any])?["failedConnectionAttempts"] as? Int ?? 0) >= 1, "the unresolvable name counts as a failed attempt")
+            let aEnd = a.stop()
+            _ = b.stop()
+            #expect(aEnd.status == 0)
+            #expect(aEnd.stderr.contains("static peer no-such-gateway.invalid:\(port): no-such-gateway.invalid does not resolve"), "\(aEnd.stderr.suffix(3000))")
+            let warnings = aEnd.stderr.components(separatedBy: "no-such-gateway.invalid does not resolve").count - 1
+            #expect(warnings == 1, "logged once, not at every retry (\(warnings) times)")
+        }
     }
 }

@@ -10,15 +10,18 @@ import Testing
 @Suite("shoal doctor")
 struct DoctorTests {
     /// A healthy setup on the given board, in a fresh directory, with every probe injected.
-    func setup(board name: String = "pi4b", site: String = "group: g\n") throws -> (LoadedConfig, Doctor.Environment, String) {
+    static let linkedSite = "group: g\nauthenticator:\n  allowedPeers: [\(String(repeating: "ab", count: 32))]\n"
+
+    func setup(board name: String = "pi4b", site: String = DoctorTests.linkedSite) throws -> (LoadedConfig, Doctor.Environment, String) {
         let path = TemporaryDirectory(prefix: "shoal-doctor").path
         var board = try repoLoader.applying(try repoLoader.loadSite(text: site, file: "site.yaml"), to: try repoLoader.loadBoard(name))
         board.led.driver = .sysfs
         board.led.name = "ACT"
         try Files.makeDirectories(path + "/leds/ACT")
         try Files.write(path + "/leds/ACT/brightness", "0")
-        let config = LoadedConfig(board: board, site: try repoLoader.loadSite(text: site, file: "site.yaml"), storePath: path + "/data/shoal.db",
-                                  socketPath: path + "/control.sock", trustedRoots: [], allowedPeers: [])
+        let loadedSite = try repoLoader.loadSite(text: site, file: "site.yaml")
+        let config = LoadedConfig(board: board, site: loadedSite, storePath: path + "/data/shoal.db",
+                                  socketPath: path + "/control.sock", trustedRoots: [], allowedPeers: Set(loadedSite.allowedPeers.compactMap(PeerID.init(hex:))))
         try Files.makeDirectories(path + "/data")
         var env = Doctor.Environment()
         env.deviceTreeModel = "Raspberry Pi 4 Model B Rev 1.5"
@@ -39,7 +42,7 @@ struct DoctorTests {
         let (config, env, _) = try setup()
         let checks = Doctor.run(config: config, configError: nil, environment: env)
         #expect(checks.allSatisfy { $0.outcome == .pass }, "\(checks.filter { $0.outcome != .pass })")
-        #expect(Set(checks.map(\.name)).isSuperset(of: ["config", "board model", "status LED", "wifi interface", "avahi-daemon", "bluetooth adapter", "identity", "store", "clock", "free space"]))
+        #expect(Set(checks.map(\.name)).isSuperset(of: ["config", "board model", "status LED", "wifi interface", "avahi-daemon", "bluetooth adapter", "identity", "links", "store", "clock", "free space"]))
     }
 
     @Test("each check fails on a broken setup, and says what to do")
@@ -81,5 +84,26 @@ struct DoctorTests {
         // No identity yet: a warning (the first run makes one).
         _ = try IdentityStore(directory: config.identityDirectory).delete("shoal")
         #expect(outcome(Doctor.run(config: config, configError: nil, environment: env), "identity") == .warn)
+    }
+
+    @Test("a gateway that will link to nobody warns: it trusts no peer, or it has no way to find or reach one")
+    func linksToNobody() throws {
+        // deploy/shoal.yaml as shipped: empty allowedPeers, no roots, a self-signed identity.
+        let (lonely, env, _) = try setup(site: "group: g\nauthenticator:\n  allowedPeers: []\n")
+        let trust = try #require(Doctor.run(config: lonely, configError: nil, environment: env).first { $0.name == "links" })
+        #expect(trust.outcome == .warn && trust.detail.contains("trusts no peer") && trust.fix != nil, "\(trust)")
+
+        // Wi-Fi on a board without an interface, no static peers, no listen address.
+        let (unreachable, env2, _) = try setup(board: "sim")
+        let reach = try #require(Doctor.run(config: unreachable, configError: nil, environment: env2).first { $0.name == "links" })
+        #expect(reach.outcome == .warn && reach.detail.contains("no way to find or reach a peer"), "\(reach)")
+        // Bluetooth only, on a board without an adapter.
+        let (noRadio, env3, _) = try setup(board: "sim", site: DoctorTests.linkedSite + "transports: [bluetooth]\n")
+        let radio = try #require(Doctor.run(config: noRadio, configError: nil, environment: env3).first { $0.name == "links" })
+        #expect(radio.outcome == .warn && radio.detail.contains("no adapter"), "\(radio)")
+        // The same board with a static peer by name links.
+        let (wired, env4, _) = try setup(board: "sim", site: DoctorTests.linkedSite + "replication:\n  peers: [gw2.local:4984]\n")
+        let ok = try #require(Doctor.run(config: wired, configError: nil, environment: env4).first { $0.name == "links" })
+        #expect(ok.outcome == .pass, "\(ok)")
     }
 }
