@@ -53,6 +53,10 @@ package actor TCPTransport: Transport {
     nonisolated let probeRequested = Locked(false)
     /// Static addresses whose gateway we are linked to (the prober skips them).
     nonisolated let linkedAddresses = Locked<Set<String>>([])
+    /// Static addresses whose gateway refused us, and when last (monotonic ms): the prober leaves
+    /// them to the mesh's dials (one per backoffMillis) and probes them again only if no dial came
+    /// for a backoff and a probe interval more (to notice a gateway that went away).
+    nonisolated let refusedAt = Locked<[String: Int]>([:])
     /// Incoming connections still in their TLS handshake, per remote address: a flood or
     /// slow-loris handshakes from one address cannot use up threads, and honest peers (other
     /// addresses) still get in.
@@ -173,13 +177,12 @@ package actor TCPTransport: Transport {
             }
             host.spawn("repl-link") {
                 let session: TLSSession
-                do {
+                do throws(TLSError) {
                     session = try TLSSession.accept(over: stream, context: self.serverTLS)
                 } catch {
                     self.admission.withLock { $0.release(from) }
-                    host.countFailedConnection()
-                    host.log.warning(.tls, "refused an incoming replication link from \(from): \(error)")
                     stream.close()
+                    host.incomingFailed(from: "from \(from)", error)
                     return
                 }
                 self.admission.withLock { $0.release(from) }
@@ -203,8 +206,16 @@ package actor TCPTransport: Transport {
                 problems.append("\(a): \(error)")
             }
         }
-        guard let stream else { return host.post(.dialFailed(peer, .wifi, reason: problems.joined(separator: "; "))) }
-        guard let session = host.handshake(stream, expecting: peer, over: .wifi, at: address.description, context: clientTLS) else { return }
+        let key = address.description
+        guard let stream else {
+            refusedAt.withLock { for a in list { $0[a.description] = nil } }
+            return host.post(.dialFailed(peer, .wifi, reason: problems.joined(separator: "; ")))
+        }
+        let refused: (TLSError) -> Void = { error in
+            self.refusedAt.withLock { if case .refusedByPeer = error { $0[key] = monotonicMillis() } else { $0[key] = nil } }
+        }
+        guard let session = host.handshake(stream, expecting: peer, over: .wifi, at: key, context: clientTLS, failed: refused) else { return }
+        refusedAt.withLock { $0[key] = nil }
         host.run(LinkIO(id: host.newLinkID(), session: session, stream: stream, address: address.description), outgoing: true)
     }
 
@@ -216,13 +227,29 @@ package actor TCPTransport: Transport {
             if scanning.load(ordering: .relaxed) {
                 let linked = linkedAddresses.withLock { $0 }
                 for address in staticPeers where !host.isStopping && !linked.contains(address.description) {
+                    if let at = refusedAt.withLock({ $0[address.description] }), monotonicMillis() < at + host.backoffMillis + 2000 { continue }
                     do {
                         let stream = try TCPStream.connect(host: address.host, port: address.port, timeoutMillis: 2000)
                         let session: TLSSession
                         do { session = try TLSSession.connect(over: stream, context: clientTLS) } catch {
                             stream.close()
+                            if case .refusedByPeer(let who?, _) = error, let peer = PeerID(hex: who) {
+                                // It answers, and refuses us: heard, and a failed attempt (one input).
+                                refusedAt.withLock { $0[address.description] = monotonicMillis() }
+                                if let old = known[address.description], old != peer { host.post(.lost(old, .wifi)) }
+                                known[address.description] = peer
+                                host.onNodeThread {
+                                    self.assumeIsolated { t in
+                                        t.staticAddress[peer] = address
+                                        t.refreshAddresses(peer)
+                                    }
+                                    host.post(.refused(peer, .wifi, at: address.description, error: error))
+                                }
+                                continue
+                            }
                             throw error
                         }
+                        refusedAt.withLock { $0[address.description] = nil }
                         let peer = session.peerID
                         if let old = known[address.description], old != peer { host.post(.lost(old, .wifi)) }
                         known[address.description] = peer
@@ -235,6 +262,7 @@ package actor TCPTransport: Transport {
                             host.post(.discovered(peer, .wifi, probe: probe))
                         }
                     } catch {
+                        refusedAt.withLock { $0[address.description] = nil }
                         if let old = known.removeValue(forKey: address.description) { host.post(.lost(old, .wifi)) }
                         host.log.verbose(.mesh, "static peer \(address) does not answer: \(error)")
                     }

@@ -54,7 +54,7 @@ public enum TLSError: Error, Sendable, Equatable, CustomStringConvertible {
     static func refusal(_ alert: UInt8) -> String {
         switch Int32(alert) {
         case MBEDTLS_SSL_ALERT_MSG_ACCESS_DENIED:
-            "our peer id is not in its allowedPeers and its authenticator did not accept us (add our id to its allowedPeers, or sign our certificate with a root it trusts); see its log"
+            "its authenticator does not accept us (our peer id is not in its allowedPeers, nor is our certificate signed by a root it trusts); add our peer id to its allowedPeers"
         case MBEDTLS_SSL_ALERT_MSG_UNKNOWN_CA: "our certificate is not signed by a root it trusts; add our CA to its rootCertificates or our id to its allowedPeers"
         case MBEDTLS_SSL_ALERT_MSG_CERT_EXPIRED: "our certificate has expired by its clock; renew our identity, or check both clocks"
         case MBEDTLS_SSL_ALERT_MSG_CERT_UNKNOWN: "our certificate is not valid yet by its clock; check both clocks"
