@@ -258,7 +258,8 @@ public final class TLSSession: @unchecked Sendable {  // an mbedTLS session, use
             return .closedDuringHandshake
         case MBEDTLS_ERR_SSL_FATAL_ALERT_MESSAGE: return .protocolError("the peer ended the handshake with a fatal alert; check its log for why")
         case MBEDTLS_ERR_SSL_NO_CLIENT_CERTIFICATE: return .noPeerCertificate
-        case MBEDTLS_ERR_SSL_BAD_HS_CERTIFICATE: return .badCertificate("the peer's certificate message could not be parsed")
+        case MBEDTLS_ERR_SSL_BAD_HS_CERTIFICATE:
+            return .badCertificate("the peer's certificate message could not be parsed, or its key usage does not allow ECDSA signatures (digitalSignature)")
         default:
             if rc & 0x7F80 != 0 && -rc >= 0x2000 && -rc < 0x3000 { return .badCertificate(MbedTLS.describe(rc)) }
             return .protocolError(MbedTLS.describe(rc))
