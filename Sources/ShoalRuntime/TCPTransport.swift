@@ -219,6 +219,19 @@ package actor TCPTransport: Transport {
         host.run(LinkIO(id: host.newLinkID(), session: session, stream: stream, address: address.description), outgoing: true)
     }
 
+    /// A static peer that answered and refused us: heard (at that address), and a failed attempt,
+    /// in one input; the prober then leaves it to the mesh's dials, one per backoffMillis.
+    nonisolated func probeRefused(_ peer: PeerID, at address: HostPort, _ error: TLSError, _ host: any TransportHost) {
+        refusedAt.withLock { $0[address.description] = monotonicMillis() }
+        host.onNodeThread {
+            self.assumeIsolated { t in
+                t.staticAddress[peer] = address
+                t.refreshAddresses(peer)
+            }
+            host.post(.refused(peer, .wifi, at: address.description, error: error))
+        }
+    }
+
     /// The site's static peers, probed during discovery phases: a handshake says which gateway
     /// answers at each address (the peer id is its certificate's digest), so the mesh can choose.
     nonisolated func probeLoop(_ host: any TransportHost) {
@@ -234,17 +247,9 @@ package actor TCPTransport: Transport {
                         do { session = try TLSSession.connect(over: stream, context: clientTLS) } catch {
                             stream.close()
                             if case .refusedByPeer(let who?, _) = error, let peer = PeerID(hex: who) {
-                                // It answers, and refuses us: heard, and a failed attempt (one input).
-                                refusedAt.withLock { $0[address.description] = monotonicMillis() }
                                 if let old = known[address.description], old != peer { host.post(.lost(old, .wifi)) }
                                 known[address.description] = peer
-                                host.onNodeThread {
-                                    self.assumeIsolated { t in
-                                        t.staticAddress[peer] = address
-                                        t.refreshAddresses(peer)
-                                    }
-                                    host.post(.refused(peer, .wifi, at: address.description, error: error))
-                                }
+                                probeRefused(peer, at: address, error, host)
                                 continue
                             }
                             throw error
