@@ -58,6 +58,9 @@ public final class GatewayCore {
         /// An authenticated link is up: dialled by us (`outgoing`) or accepted.
         case linkOpened(LinkID, peer: PeerID, MeshTransport, outgoing: Bool)
         case dialFailed(PeerID, MeshTransport, reason: String)
+        /// The peer answered and its authenticator refused us (a dial or a probe): heard, and a
+        /// failed attempt.
+        case refused(PeerID, MeshTransport, reason: String)
         /// Frames that arrived together on one link, in order (see `ReplicationNode.prepare`).
         case frames(LinkID, [PreparedFrame])
         /// The link's I/O ended (the peer closed it, it broke, or we closed it).
@@ -154,6 +157,7 @@ public final class GatewayCore {
         case .lost(let p, let t): run.mesh(mesh.handle(.lost(p, t), now: now), self)
         case .linkOpened(let id, let p, let t, let outgoing): opened(id, p, t, outgoing: outgoing, &run)
         case .dialFailed(let p, let t, let why): run.mesh(mesh.handle(.outgoingFailed(p, t, reason: why), now: now), self)
+        case .refused(let p, let t, let why): run.mesh(mesh.handle(.refused(p, t, reason: why), now: now), self)
         case .frames(let id, let frames): received(id, frames, &run)
         case .linkClosed(let id): forget(id, &run)
         case .localChangesCommitted: run.replication(node.localChangesCommitted(), self)

@@ -126,6 +126,7 @@ extension MeshManager {
         var r = peers[peer] ?? PeerRecord()
         r.failures = 0
         r.failedAt = nil
+        r.lastError = nil
         peers[peer] = r
         open(Connection(id: id, peer: peer, transport: t, outgoing: true), now: now, &out)
         return .finish
@@ -138,6 +139,7 @@ extension MeshManager {
         r.failures += 1
         r.failedAt = now
         r.failedOn = t
+        r.lastError = reason
         if t == .wifi { r.wifiFailures += 1; r.wifiFailedAt = now }
         peers[peer] = r
         out.append(.event(.peerReplicator(peer, t, outgoing: true, activity: .offline, error: reason)))

@@ -53,6 +53,8 @@ public final class MeshManager {
         var wifiFailures = 0
         var wifiFailedAt: UInt64?
         var lastActivity = PeerActivity.offline
+        /// Why the last attempt failed, until a link to it opens.
+        var lastError: String?
         /// When we last began hearing it over Bluetooth LE, or last lost a BLE link to it (what
         /// `bluetoothYieldMillis` counts from).
         var bluetoothYieldFrom: UInt64?
@@ -189,7 +191,8 @@ public final class MeshManager {
         guard record != nil || conn != nil || graph[peer] != nil else { return nil }
         return PeerInfo(peer: peer, online: conn != nil || !(record?.heardOn.isEmpty ?? true),
                         discoveredOn: (record?.heardOn ?? []).sorted(), connectedOn: conn?.transport, outgoing: conn?.outgoing,
-                        neighbours: graph[peer]?.neighbours ?? [], activity: conn == nil ? .offline : (conn!.busy ? .busy : .idle))
+                        neighbours: graph[peer]?.neighbours ?? [], activity: conn == nil ? .offline : (conn!.busy ? .busy : .idle),
+                        lastError: conn == nil ? record?.lastError : nil)
     }
 
     /// Every peer heard, linked or known from gossip.
@@ -219,6 +222,9 @@ public final class MeshManager {
         case .incoming(let id, let peer, let t): next = incoming(id, peer, t, now: now, &out)
         case .outgoingOpened(let id, let peer, let t): next = outgoingOpened(id, peer, t, now: now, &out)
         case .outgoingFailed(let peer, let t, let reason): next = outgoingFailed(peer, t, reason: reason, now: now, &out)
+        case .refused(let peer, let t, let reason):
+            guard heard(peer, t, load: nil, now: now, &out) == .finish else { next = .skip; break }
+            next = outgoingFailed(peer, t, reason: reason, now: now, &out)
         case .closed(let id): next = closed(id, now: now, &out)
         case .replicating(let id): next = replicating(id, now: now, &out)
         case .topology(let from, let origin, let seq, let neighbours): next = gossip(from: from, origin: origin, sequence: seq, neighbours: neighbours, &out)

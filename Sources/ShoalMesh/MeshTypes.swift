@@ -92,6 +92,10 @@ public enum MeshInput: Sendable {
     /// A connection we asked for is up (authenticated).
     case outgoingOpened(ConnectionID, PeerID, MeshTransport)
     case outgoingFailed(PeerID, MeshTransport, reason: String)
+    /// The peer answered over `t` (it is heard) and its authenticator refused us: a failed
+    /// attempt, with `backoffMillis` before the next. One input, so hearing it does not dial it
+    /// at once.
+    case refused(PeerID, MeshTransport, reason: String)
     case closed(ConnectionID)
     /// Gossip from a connection (see `ReplicationMessage.topology`).
     case topology(from: ConnectionID, origin: PeerID, sequence: UInt64, neighbours: [PeerID])
@@ -137,6 +141,9 @@ public struct PeerInfo: Sendable, Equatable {
     /// The peer's own links, from gossip.
     public var neighbours: [PeerID]
     public var activity: PeerActivity
+    /// Why the last attempt to link to it failed (a refusal says what the peer refused), until a
+    /// link to it opens.
+    public var lastError: String? = nil
 }
 
 /// The ObjectBox seed's mesh counters the manager keeps (replication keeps the others).

@@ -76,6 +76,10 @@ package actor ReplicationDriver: TransportHost {
     nonisolated let started = Locked<(transports: [any Transport], carrier: [MeshTransport: any Transport], missing: [MeshTransport: String])>(([], [:], [:]))
     /// Heartbeat of the actor's thread (monotonic ms), for the service's hang check.
     nonisolated let nodeBeat = Atomic<Int>(0)
+    /// The mesh's backoffMillis (a refused peer's wait, and the refusing side's warning window).
+    package nonisolated let backoffMillis: Int
+    /// Incoming handshakes that failed, for one warning per peer per backoff window.
+    nonisolated let incomingRefusals = Locked(RefusalLog())
 
     /// Fails only if the system refuses to make the driver's thread.
     /// `children`: where the links appear in the supervision tree (the replication service's
@@ -95,6 +99,7 @@ package actor ReplicationDriver: TransportHost {
         maxBodyBytes = core.node.store.options.maxBodyBytes
         lastSequence = core.node.store.lastSequence
         linkChildren = LinkChildren(report: children?.report, path: children?.path ?? "replication")
+        backoffMillis = Int(clamping: core.mesh.settings.backoffMillis)
     }
 
     package nonisolated var log: Logger { host.logger }
@@ -176,6 +181,20 @@ package actor ReplicationDriver: TransportHost {
     package nonisolated func newLinkID() -> LinkID { nextLink.add(1, ordering: .relaxed).oldValue }
     package nonisolated func countFailedConnection() { host.updateCounters { $0.failedConnections += 1 } }
 
+    package nonisolated func incomingFailed(from: String, _ error: TLSError) {
+        countFailedConnection()
+        let window = max(backoffMillis, 1000)
+        guard let quiet = incomingRefusals.withLock({ $0.note(error.peer ?? from, nowMillis: monotonicMillis(), windowMillis: window) }) else {
+            return log.verbose(.tls, "refused an incoming replication link \(from) again: \(error)")
+        }
+        let more = quiet > 0 ? " (\(quiet) more since the last warning)" : ""
+        if case .refusedByPeer = error {
+            log.warning(.tls, "an incoming replication link \(from) ended in its handshake: \(error)\(more)")
+        } else {
+            log.warning(.tls, "refused an incoming replication link \(from): \(error)\(more); said once per \(window) ms per peer")
+        }
+    }
+
     // MARK: On the actor
 
     var transports: [any Transport] = []
@@ -187,6 +206,8 @@ package actor ReplicationDriver: TransportHost {
     var discoveryDetail: [MeshTransport: String] = [:]
     /// The last problem each transport reported (logged once, not at every retry).
     var lastTransportError: [MeshTransport: String] = [:]
+    /// Why each peer last refused us (logged once, not at every redial), until a link to it opens.
+    var lastRefusal: [PeerID: String] = [:]
     var lastSequence: Int64
     /// One child per linked peer, in the supervision tree.
     var linkChildren: LinkChildren
@@ -278,6 +299,7 @@ package actor ReplicationDriver: TransportHost {
             links[id] = io
             feed(.linkOpened(id, peer: io.session.peerID, io.transport, outgoing: outgoing), now: now)
             if core.keeps(id) {
+                lastRefusal[io.session.peerID] = nil
                 carrier[io.transport]?.linkKept(io)
                 linkChildren.opened(id, peer: io.session.peerID)
             } else {
@@ -314,6 +336,17 @@ package actor ReplicationDriver: TransportHost {
         case .dialFailed(let peer, let kind, let reason):
             countFailedConnection()
             feed(.dialFailed(peer, kind, reason: reason), now: now)
+        case .refused(let peer, let kind, let address, let error):
+            countFailedConnection()
+            // Said once per reason; the redials (one per backoffMillis) are verbose.
+            let reason = "\(address): \(error)"
+            if lastRefusal[peer] == reason {
+                log.verbose(.mesh, "peer \(peer.short) at \(address) refused us again (\(kind.rawValue)); next try in \(backoffMillis) ms")
+            } else {
+                log.warning(.mesh, "\(error) (at \(address), \(kind.rawValue)); trying again every \(backoffMillis) ms (backoffMillis)")
+                lastRefusal[peer] = reason
+            }
+            feed(.refused(peer, kind, reason: reason), now: now)
         case .detail(let kind, let text):
             discoveryDetail[kind] = text
         }

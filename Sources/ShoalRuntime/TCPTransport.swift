@@ -53,6 +53,10 @@ package actor TCPTransport: Transport {
     nonisolated let probeRequested = Locked(false)
     /// Static addresses whose gateway we are linked to (the prober skips them).
     nonisolated let linkedAddresses = Locked<Set<String>>([])
+    /// Static addresses whose gateway refused us, and when last (monotonic ms): the prober leaves
+    /// them to the mesh's dials (one per backoffMillis) and probes them again only if no dial came
+    /// for a backoff and a probe interval more (to notice a gateway that went away).
+    nonisolated let refusedAt = Locked<[String: Int]>([:])
     /// Incoming connections still in their TLS handshake, per remote address: a flood or
     /// slow-loris handshakes from one address cannot use up threads, and honest peers (other
     /// addresses) still get in.
@@ -179,13 +183,12 @@ package actor TCPTransport: Transport {
             }
             host.spawn("repl-link") {
                 let session: TLSSession
-                do {
+                do throws(TLSError) {
                     session = try TLSSession.accept(over: stream, context: self.serverTLS)
                 } catch {
                     self.admission.withLock { $0.release(from) }
-                    host.countFailedConnection()
-                    host.log.warning(.tls, "refused an incoming replication link from \(from): \(error)")
                     stream.close()
+                    host.incomingFailed(from: "from \(from)", error)
                     return
                 }
                 self.admission.withLock { $0.release(from) }
@@ -209,9 +212,30 @@ package actor TCPTransport: Transport {
                 problems.append("\(a): \(error)")
             }
         }
-        guard let stream else { return host.post(.dialFailed(peer, .wifi, reason: problems.joined(separator: "; "))) }
-        guard let session = host.handshake(stream, expecting: peer, over: .wifi, at: address.description, context: clientTLS) else { return }
+        let key = address.description
+        guard let stream else {
+            refusedAt.withLock { for a in list { $0[a.description] = nil } }
+            return host.post(.dialFailed(peer, .wifi, reason: problems.joined(separator: "; ")))
+        }
+        let refused: (TLSError) -> Void = { error in
+            self.refusedAt.withLock { if case .refusedByPeer = error { $0[key] = monotonicMillis() } else { $0[key] = nil } }
+        }
+        guard let session = host.handshake(stream, expecting: peer, over: .wifi, at: key, context: clientTLS, failed: refused) else { return }
+        refusedAt.withLock { $0[key] = nil }
         host.run(LinkIO(id: host.newLinkID(), session: session, stream: stream, address: address.description), outgoing: true)
+    }
+
+    /// A static peer that answered and refused us: heard (at that address), and a failed attempt,
+    /// in one input; the prober then leaves it to the mesh's dials, one per backoffMillis.
+    nonisolated func probeRefused(_ peer: PeerID, at address: HostPort, _ error: TLSError, _ host: any TransportHost) {
+        refusedAt.withLock { $0[address.description] = monotonicMillis() }
+        host.onNodeThread {
+            self.assumeIsolated { t in
+                t.staticAddress[peer] = address
+                t.refreshAddresses(peer)
+            }
+            host.post(.refused(peer, .wifi, at: address.description, error: error))
+        }
     }
 
     /// The site's static peers, probed during discovery phases: a handshake says which gateway
@@ -227,6 +251,7 @@ package actor TCPTransport: Transport {
                 let linked = linkedAddresses.withLock { $0 }
                 for address in staticPeers where !host.isStopping && !linked.contains(address.description) {
                     if let u = unresolved[address.description], monotonicMillis() < u.retryAt { continue }
+                    if let at = refusedAt.withLock({ $0[address.description] }), monotonicMillis() < at + host.backoffMillis + 2000 { continue }
                     do {
                         let numeric: [HostPort]
                         do { numeric = try TCPTransport.resolve(address) } catch {
@@ -248,8 +273,15 @@ package actor TCPTransport: Transport {
                         let session: TLSSession
                         do { session = try TLSSession.connect(over: stream, context: clientTLS) } catch {
                             stream.close()
+                            if case .refusedByPeer(let who?, _) = error, let peer = PeerID(hex: who) {
+                                if let old = known[address.description], old != peer { host.post(.lost(old, .wifi)) }
+                                known[address.description] = peer
+                                probeRefused(peer, at: address, error, host)
+                                continue
+                            }
                             throw error
                         }
+                        refusedAt.withLock { $0[address.description] = nil }
                         let peer = session.peerID
                         if let old = known[address.description], old != peer { host.post(.lost(old, .wifi)) }
                         known[address.description] = peer
@@ -262,6 +294,7 @@ package actor TCPTransport: Transport {
                             host.post(.discovered(peer, .wifi, probe: probe))
                         }
                     } catch {
+                        refusedAt.withLock { $0[address.description] = nil }
                         if let old = known.removeValue(forKey: address.description) { host.post(.lost(old, .wifi)) }
                         if !(error is NameLookupError) { host.log.verbose(.mesh, "static peer \(address) does not answer: \(error)") }
                     }

@@ -64,6 +64,9 @@ package enum TransportEvent: Sendable {
     /// The radio under `kind` went down or came back.
     case radio(MeshTransport, up: Bool)
     case dialFailed(PeerID, MeshTransport, reason: String)
+    /// `peer` answered over `kind` (a dial or a probe) and its authenticator refused us; `error`
+    /// is its alert, typed (`TLSError.refusedByPeer`). Counts as a failed attempt.
+    case refused(PeerID, MeshTransport, at: String, error: TLSError)
     /// How discovery runs now, for `shoal status` (service type, adapter, daemon).
     case detail(MeshTransport, String)
 }
@@ -84,17 +87,28 @@ package protocol TransportHost: AnyObject, Sendable {
     func run(_ io: LinkIO, outgoing: Bool)
     /// A connection that failed before it became a link (refused, failed its handshake).
     func countFailedConnection()
+    /// An incoming connection whose handshake failed (we refused the peer, it refused us, or it
+    /// broke): counted, and logged once per peer (or address) per backoffMillis.
+    func incomingFailed(from: String, _ error: TLSError)
+    /// The mesh's backoffMillis: how long a refused peer waits before it tries again.
+    var backoffMillis: Int { get }
 }
 
 extension TransportHost {
     /// The client side of a dialled link's TLS handshake: the session if it is the peer we
-    /// wanted (otherwise the stream is closed and `.dialFailed` posted).
+    /// wanted (otherwise the stream is closed and `.dialFailed` or `.refused` posted; `failed`
+    /// hears a handshake's error first).
     package func handshake(_ stream: any LinkStream, expecting peer: PeerID, over kind: MeshTransport, at address: String,
-                           context: TLSContext) -> TLSSession? {
+                           context: TLSContext, failed: (TLSError) -> Void = { _ in }) -> TLSSession? {
         let session: TLSSession
         do { session = try TLSSession.connect(over: stream, context: context) } catch {
             stream.close()
-            post(.dialFailed(peer, kind, reason: "\(address): \(error)"))
+            failed(error)
+            if case .refusedByPeer = error {
+                post(.refused(peer, kind, at: address, error: error))
+            } else {
+                post(.dialFailed(peer, kind, reason: "\(address): \(error)"))
+            }
             return nil
         }
         guard session.peerID == peer else {
@@ -109,9 +123,8 @@ extension TransportHost {
     package func acceptAndRun(_ stream: any LinkStream, over kind: MeshTransport, from: String, context: TLSContext, address: String? = nil) {
         let session: TLSSession
         do { session = try TLSSession.accept(over: stream, context: context) } catch {
-            countFailedConnection()
-            log.warning(.tls, "refused an incoming replication link \(from): \(error)")
             stream.close()
+            incomingFailed(from: from, error)
             return
         }
         run(LinkIO(id: newLinkID(), session: session, stream: stream, address: address, transport: kind), outgoing: false)

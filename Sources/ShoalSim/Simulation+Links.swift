@@ -26,7 +26,12 @@ extension Simulation {
                 handshakes += 1
             } catch {
                 note("link \(id): TLS handshake failed: \(error)")
-                input(a, .dialFailed(b.peer, t, reason: "TLS: \(error)"))
+                // A refusal is told to the dialler as on a real link: heard, and a failed attempt.
+                if case TLSError.refusedByPeer = error {
+                    input(a, .refused(b.peer, t, reason: "TLS: \(error)"))
+                } else {
+                    input(a, .dialFailed(b.peer, t, reason: "TLS: \(error)"))
+                }
                 return
             }
         }

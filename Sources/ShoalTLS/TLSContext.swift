@@ -8,10 +8,13 @@ public enum TLSRole: Sendable { case client, server }
 /// that judges peers, and (server side) a session cache so a flaky link can resume instead of
 /// doing a full handshake again.
 ///
-/// What a reader gets wrong: mbedTLS's own certificate check runs in "optional" mode and its
-/// verdict is ignored. Shoal verifies the peer itself after the handshake, on both sides, every
-/// time (mbedTLS 2.28 checks no host name unless told to, and peers have no host names), and a
-/// session is handed to the caller only once that check passed.
+/// What a reader gets wrong: mbedTLS's own certificate verdict is replaced, not trusted. Each
+/// session's verify callback (TLSSession) hands the peer's chain to the authenticator inside the
+/// handshake, on both sides, every time, and sets mbedTLS's flags from its verdict ("required"
+/// mode: a refusal fails the handshake with an alert that tells the refused peer why). mbedTLS
+/// 2.28 checks no host name unless told to, and peers have no host names. A resumed session
+/// shows no certificate and is judged after the handshake; a session is handed to the caller
+/// only once the check passed.
 public final class TLSContext: @unchecked Sendable {  // an mbedTLS config, read-only after set-up (its cache locks itself)
     public let role: TLSRole
     public let identity: Identity
@@ -51,8 +54,8 @@ public final class TLSContext: @unchecked Sendable {  // an mbedTLS config, read
         self.handshakeTimeoutMillis = handshakeTimeoutMillis
         do { random = try RandomSource(personalization: role == .client ? "shoal-tls-client" : "shoal-tls-server") } catch { throw .mbedTLS(error) }
         // mbedTLS wants a CA chain configured. Giving it our own leaf (never a CA) means it finds
-        // no parent and spends no signature check on a verdict we ignore; the authenticator then
-        // checks the chain once, after the handshake.
+        // no parent and spends no signature check on a verdict the verify callback replaces; the
+        // authenticator checks the chain once, in that callback.
         caChain = identity.certificate
         mbedtls_ssl_config_init(config)
         if role == .server {
@@ -68,7 +71,7 @@ public final class TLSContext: @unchecked Sendable {  // an mbedTLS config, read
             try MbedTLS.check(mbedtls_ssl_config_defaults(config, role == .client ? MBEDTLS_SSL_IS_CLIENT : MBEDTLS_SSL_IS_SERVER,
                                                           MBEDTLS_SSL_TRANSPORT_STREAM, MBEDTLS_SSL_PRESET_DEFAULT), "mbedtls_ssl_config_defaults")
             mbedtls_ssl_conf_rng(config, mbedtls_ctr_drbg_random, random.drbg)
-            mbedtls_ssl_conf_authmode(config, MBEDTLS_SSL_VERIFY_OPTIONAL)
+            mbedtls_ssl_conf_authmode(config, MBEDTLS_SSL_VERIFY_REQUIRED)
             mbedtls_ssl_conf_ca_chain(config, caChain.chain, nil)
             try MbedTLS.check(mbedtls_ssl_conf_own_cert(config, identity.certificate.chain, identity.key.context), "mbedtls_ssl_conf_own_cert")
             mbedtls_ssl_conf_ciphersuites(config, TLSContext.cipherSuites)

@@ -1,3 +1,5 @@
+import CMbedTLS
+
 /// Why an identity could not be made or loaded, or why a peer was refused. Each case says what the
 /// operator can do next.
 public enum TLSError: Error, Sendable, Equatable, CustomStringConvertible {
@@ -8,6 +10,10 @@ public enum TLSError: Error, Sendable, Equatable, CustomStringConvertible {
     case badSignature(peer: String)
     case notInAllowList(peer: String)
     case rejectedByAuthenticator(peer: String)
+    /// The peer's authenticator refused us during the handshake and said so with a TLS alert
+    /// (`alert`: its code). `peer`: who refused, when its certificate came before the alert (a
+    /// server refused by the client it accepted does not learn who that was).
+    case refusedByPeer(peer: String?, alert: UInt8)
     case noPeerCertificate
     case badCertificate(String)
     case badKey(String)
@@ -29,6 +35,7 @@ public enum TLSError: Error, Sendable, Equatable, CustomStringConvertible {
         case .badSignature(let p): "peer \(p): a signature in its certificate chain does not verify"
         case .notInAllowList(let p): "peer \(p) is not in allowedPeers"
         case .rejectedByAuthenticator(let p): "peer \(p) was rejected by the authenticator"
+        case .refusedByPeer(let p, let alert): "\(p.map { "peer \($0)" } ?? "the peer") refused us: \(TLSError.refusal(alert))"
         case .noPeerCertificate: "the peer sent no certificate (mutual TLS is required)"
         case .badCertificate(let why): "not a valid certificate: \(why)"
         case .badKey(let why): "not a valid private key: \(why)"
@@ -40,6 +47,40 @@ public enum TLSError: Error, Sendable, Equatable, CustomStringConvertible {
         case .io(let why): "I/O error under TLS: \(why)"
         case .mbedTLS(let e): e.description
         case .invalidRequest(let why): why
+        }
+    }
+
+    /// What the refusing side's alert tells the refused side, and what to do about it there.
+    static func refusal(_ alert: UInt8) -> String {
+        switch Int32(alert) {
+        case MBEDTLS_SSL_ALERT_MSG_ACCESS_DENIED:
+            "its authenticator does not accept us (our peer id is not in its allowedPeers, nor is our certificate signed by a root it trusts); add our peer id to its allowedPeers"
+        case MBEDTLS_SSL_ALERT_MSG_UNKNOWN_CA: "our certificate is not signed by a root it trusts; add our CA to its rootCertificates or our id to its allowedPeers"
+        case MBEDTLS_SSL_ALERT_MSG_CERT_EXPIRED: "our certificate has expired by its clock; renew our identity, or check both clocks"
+        case MBEDTLS_SSL_ALERT_MSG_CERT_UNKNOWN: "our certificate is not valid yet by its clock; check both clocks"
+        case MBEDTLS_SSL_ALERT_MSG_UNSUPPORTED_CERT: "our certificate lacks a key usage it requires (clientAuth and serverAuth); recreate it with `shoal identity create`"
+        case MBEDTLS_SSL_ALERT_MSG_BAD_CERT: "a signature in our certificate chain does not verify for it"
+        case MBEDTLS_SSL_ALERT_MSG_NO_CERT: "it got no certificate from us"
+        default: "TLS alert \(alert) during the handshake; see its log"
+        }
+    }
+
+    /// The peer a refusal names (ours or theirs), for throttling and reporting.
+    public var peer: String? {
+        switch self {
+        case .expired(let p), .notYetValid(let p), .unknownCA(let p), .wrongKeyUsage(let p, _), .badSignature(let p),
+             .notInAllowList(let p), .rejectedByAuthenticator(let p): p
+        case .refusedByPeer(let p, _): p
+        default: nil
+        }
+    }
+
+    /// True when one side's authenticator refused the other (ours refused them, or theirs us): a
+    /// peer that answers, as opposed to a connection that failed.
+    public var isRefusal: Bool {
+        switch self {
+        case .expired, .notYetValid, .unknownCA, .wrongKeyUsage, .badSignature, .notInAllowList, .rejectedByAuthenticator, .refusedByPeer, .noPeerCertificate: true
+        default: false
         }
     }
 }

@@ -21,6 +21,7 @@ extension CLI {
             let link = p["connectedOn"]?.stringValue.map { "\($0) \(p["direction"]?.stringValue ?? "")" } ?? "-"
             let neighbours = (p["neighbours"]?.arrayValue ?? []).compactMap { $0.stringValue.map { String($0.prefix(8)) } }.joined(separator: " ")
             out("\(pad(id, 9)) \(pad(p["online"]?.boolValue == true ? "yes" : "no", 7)) \(pad(heard.isEmpty ? "-" : heard, 15)) \(pad(link, 18)) \(pad(p["activity"]?.stringValue ?? "?", 11)) \(pad(p["address"]?.stringValue ?? "-", 22)) \(neighbours.isEmpty ? "-" : neighbours)")
+            if let error = p["lastError"]?.stringValue { out("          last attempt failed: \(error)") }
         }
         return ExitCode.ok
     }
@@ -37,6 +38,7 @@ extension CLI {
         out("link           \(p["connectedOn"]?.stringValue.map { "\($0), \(p["direction"]?.stringValue ?? "")" } ?? "none")")
         out("activity       \(p["activity"]?.stringValue ?? "?")")
         out("address        \(p["address"]?.stringValue ?? "-")")
+        if let error = p["lastError"]?.stringValue { out("last error     \(error)") }
         if let c = p["certificate"] {
             out("certificate    \(c["subject"]?.stringValue ?? "?"), valid until \(c["notAfter"]?.int64Value.map(IdentityText.date) ?? "?")")
         }

@@ -58,7 +58,8 @@ extension ProcessSuites {
             _ = try Self.peerID(cDir)
             let cSite = try site("c", allow: bID, extra: "  peers: [127.0.0.1:\(port)]")
             let c = try RunningGateway(dataDir: cDir, extraArgs: ["--config", cSite])
-            Thread.sleep(forTimeInterval: 1.5)
+            // c learns that b refused it (b's alert), and has nothing of b's.
+            #expect(eventuallyBlocking(within: 30) { Self.refusals(c).count >= 1 }, "c never learned that b refused it")
             #expect((try? c.cli(["doc", "get", "sensors.readings", "from-b"]).status) == 4)
             let cEnd = c.stop()
             let bEnd = b.stop()
@@ -67,6 +68,71 @@ extension ProcessSuites {
             #expect(bEnd.stderr.contains("is not in allowedPeers"), "b's log: \(bEnd.stderr.suffix(2000))")
             #expect(aEnd.stderr.contains("replicating with peer \(bID)"))
         }
+
+        /// When each refusal a gateway was told of happened (its `shoal events`, monotonic order).
+        static func refusals(_ g: RunningGateway) -> [Int64] {
+            guard let r = try? g.cli(["events", "--json"]), r.status == 0 else { return [] }
+            return r.stdout.split(separator: "\n").compactMap { line -> Int64? in
+                guard let e = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any],
+                      e["type"] as? String == "peerReplicator", (e["error"] as? String)?.contains("refused us") == true else { return nil }
+                return (e["atMillis"] as? NSNumber)?.int64Value
+            }
+        }
+
+        @Test("a gateway the other's authenticator refuses learns why (peers, events, counters) and redials once per backoffMillis; the refusing side warns once per backoff, not every probe")
+        func refusedSideLearnsWhy() throws {
+            let base = TemporaryDirectory()
+            defer { base.remove() }
+            let bDir = base.path + "/b", cDir = base.path + "/c"
+            let bID = try Self.peerID(bDir), cID = try Self.peerID(cDir)
+            let port = 20_000 + Int((getpid() + 7) % 20_000)
+            // backoffMillis above the static-peer probe interval (2 s): before, c was refused at
+            // every probe, and b warned every 2 s.
+            func site(_ name: String, allow: String, extra: String) throws -> String {
+                let path = base.path + "/\(name).yaml"
+                try """
+                group: test.refusal
+                collections:
+                  - name: sensors.readings
+                authenticator:
+                  allowedPeers: [\(allow)]
+                replication:
+                \(extra)
+                mesh:
+                  backoffMillis: 3000
+                """.write(toFile: path, atomically: true, encoding: .utf8)
+                return path
+            }
+            let stranger = String(repeating: "0", count: 64)
+            let b = try RunningGateway(dataDir: bDir, extraArgs: ["--config", try site("b", allow: stranger, extra: "  listen: 127.0.0.1:\(port)")])
+            let c = try RunningGateway(dataDir: cDir, extraArgs: ["--config", try site("c", allow: bID, extra: "  peers: [127.0.0.1:\(port)]")])
+            var refusals: [Int64] = []
+            #expect(eventuallyBlocking(within: 40) { refusals = Self.refusals(c); return refusals.count >= 3 }, "c saw \(refusals.count) refusals")
+            // Redials only per backoffMillis (the events' clock is the wall clock: a little slack).
+            for (earlier, later) in zip(refusals, refusals.dropFirst()) {
+                #expect(later - earlier >= 2800, "refusals \(later - earlier) ms apart: \(refusals)")
+            }
+            let peers = try Shoal.json(c.cli(["peers", "--json"])) as? [[String: Any]]
+            let bPeer = peers?.first { $0["peer"] as? String == bID }
+            #expect(bPeer?["online"] as? Bool == true, "b is heard: \(String(describing: peers))")
+            #expect((bPeer?["lastError"] as? String)?.contains("not in its allowedPeers") == true, "\(String(describing: bPeer))")
+            let shown = try c.cli(["peer", String(bID.prefix(8))]).stdout
+            #expect(shown.contains("last error") && shown.contains("refused us"), "\(shown)")
+            let status = try Shoal.json(c.cli(["status", "--json"])) as? [String: Any]
+            #expect(((status?["counters"] as? [String: Any])?["failedConnectionAttempts"] as? Int ?? 0) >= 3)
+            let cEnd = c.stop(), bEnd = b.stop()
+            #expect(cEnd.status == 0 && bEnd.status == 0)
+            #expect(!cEnd.stderr.contains("link to unknown peer closed"))
+            #expect(cEnd.stderr.contains("WARNING mesh: peer \(bID) refused us"), "c's log: \(cEnd.stderr.suffix(1500))")
+            // b warns about c at most once per backoff window: its warnings' times ([seconds] first).
+            let warnings = bEnd.stderr.split(separator: "\n").filter { $0.contains("WARNING") && $0.contains("peer \(cID) is not in allowedPeers") }
+            let times = warnings.compactMap { line in Double(line.dropFirst().prefix { $0 != "]" }) }
+            #expect(!times.isEmpty, "b's log: \(bEnd.stderr.suffix(1500))")
+            for (earlier, later) in zip(times, times.dropFirst()) {
+                #expect(later - earlier >= 2.9, "b warned \(later - earlier) s apart: \(warnings)")
+            }
+        }
+
     
         @Test("a static peer given by host name is resolved at dial time; a name that does not resolve is a failed attempt, not a crash")
         func hostNamePeer() throws {

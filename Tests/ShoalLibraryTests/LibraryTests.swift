@@ -223,6 +223,14 @@ struct LibraryTests {
         defer { a.close(); b.close(); stranger.close() }
         ids.withLock { $0 = [a.id, b.id] }  // the stranger trusts them; they do not trust it
         let discovery = Recorder(a.replicator.peerDiscoveryChanges())
+        let strangerStatus = Recorder(stranger.replicator.peerReplicatorStatusChanges())
+        // When each refusal reached the stranger, per refusing peer.
+        let refusals = Guarded<[(PeerID, ContinuousClock.Instant)]>([])
+        let statuses = stranger.replicator.peerReplicatorStatusChanges()
+        let watch = Task {
+            for await s in statuses where s.error?.contains("refused us") == true { refusals.withLock { $0.append((s.peerID, .now)) } }
+        }
+        defer { watch.cancel() }
         for p in [a, b, stranger] { try p.replicator.start() }
         try a.database.collection("fleet.readings").put("x", json: #"{"v":1}"#)
         #expect(await timeUntil { try b.database.collection("fleet.readings").get("x") != nil } != nil)
@@ -231,10 +239,20 @@ struct LibraryTests {
         #expect(await timeUntil { a.replicator.counters.failedConnectionAttempts + stranger.replicator.counters.failedConnectionAttempts >= 3 } != nil)
         #expect(try stranger.database.collection("fleet.readings").get("x") == nil)
         #expect(!a.replicator.neighborPeers.contains(stranger.id))
-        // The stranger's own handshake can complete before the refusing side checks it and hangs
-        // up, so its view may show a link for a moment on each redial: it does not stay linked.
-        #expect(await timeUntil { stranger.replicator.neighborPeers.isEmpty } != nil)
-        #expect(a.replicator.counters.failedConnectionAttempts + stranger.replicator.counters.failedConnectionAttempts > 0)
+        // The stranger learns why, per peer, in its status listener and its PeerInfo; it counts
+        // each refusal and redials only after backoffMillis (500 ms here).
+        #expect(await timeUntil { refusals.withLock { r in r.filter { $0.0 == a.id }.count >= 3 } } != nil, "the stranger was not told of a's refusals")
+        let fromA = refusals.withLock { r in r.filter { $0.0 == a.id }.map(\.1) }
+        for (earlier, later) in zip(fromA, fromA.dropFirst()) {
+            #expect(later - earlier >= .milliseconds(450), "refused \(later - earlier) apart")
+        }
+        let reason = stranger.replicator.peerInfo(for: a.id)?.replicatorStatus.error
+        #expect(reason?.contains("not in its allowedPeers") == true, "\(String(describing: reason))")
+        #expect(stranger.replicator.counters.failedConnectionAttempts >= 3)
+        // It never shows a link: the refusal happens inside the handshake (before, its handshake
+        // completed and its view showed a link for a moment on each redial).
+        #expect(!strangerStatus.contains { $0.activity == .idle || $0.activity == .busy }, "\(strangerStatus.all)")
+        #expect(stranger.replicator.neighborPeers.isEmpty)
     }
 
     @Test("the network medium: two replicators over TCP + TLS on loopback, one naming the other as a static peer")

@@ -120,6 +120,37 @@ struct MeshManagerTests {
         #expect(m.counters.failedConnectionAttempts == 1)
     }
 
+    @Test("a peer that refuses us is heard, counted, shows why, and is redialled only after backoffMillis: even the refusal that first made it heard")
+    func refusal() {
+        let m = manager()
+        _ = m.handle(.start, now: 0)
+        var dials: [UInt64] = []
+        func record(_ actions: [MeshAction], _ t: UInt64) { for case .connect(peer(2), _) in actions { dials.append(t) } }
+        // A static-peer probe: the first we hear of peer 2 is its refusal. Heard-then-failed as two
+        // inputs would dial it at once (hearing a peer anew forgets its backoff).
+        let first = m.handle(.refused(peer(2), .wifi, reason: "peer 2 refused us: not in its allowedPeers"), now: 100)
+        record(first, 100)
+        #expect(first.contains(.event(.peerDiscovery(peer(2), .wifi, online: true))))
+        #expect(first.contains(.event(.peerReplicator(peer(2), .wifi, outgoing: true, activity: .offline, error: "peer 2 refused us: not in its allowedPeers"))))
+        #expect(m.info(peer(2))?.lastError == "peer 2 refused us: not in its allowedPeers")
+        #expect(m.info(peer(2))?.online == true)
+        var t: UInt64 = 100
+        while let w = m.nextWake, w <= 30_000 {
+            t = w
+            let actions = m.handle(.tick, now: t)
+            record(actions, t)
+            // Every dial is refused again.
+            if actions.contains(.connect(peer(2), .wifi)) { _ = m.handle(.refused(peer(2), .wifi, reason: "again"), now: t) }
+        }
+        #expect(!dials.isEmpty)
+        #expect(dials.first.map { $0 >= 10_100 } == true, "dialled \(dials) after a refusal at 100")
+        for (a, b) in zip(dials, dials.dropFirst()) { #expect(b - a >= 10_000, "redialled \(b - a) ms after a refusal") }
+        #expect(m.counters.failedConnectionAttempts == 1 + dials.count)
+        // A link that opens clears it.
+        _ = m.handle(.outgoingOpened(7, peer(2), .wifi), now: t + 1)
+        #expect(m.info(peer(2))?.lastError == nil)
+    }
+
     @Test("when both sides dial, both keep the link dialled by the lower peer id")
     func oneLinkPerPair() {
         let a = manager(peer(1)), b = manager(peer(2))

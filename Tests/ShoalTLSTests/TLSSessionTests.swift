@@ -76,52 +76,55 @@ struct TLSSessionTests {
         }
         let r = await handshake(client: try TLSContext(role: .client, identity: a, authenticator: auth),
                                 server: try TLSContext(role: .server, identity: b, authenticator: .callback { _, _ in false }))
-        _ = try r.client.get()
+        // a accepted b; b refused a, and a's handshake says so.
+        #expect(failure(r.client) == .refusedByPeer(peer: b.peerID.description, alert: 49))
         #expect(seen.withLock { $0 } == [b.peerID.description])
         #expect(failure(r.server) == .rejectedByAuthenticator(peer: a.peerID.description))
     }
 
     struct Refusal: Sendable, CustomStringConvertible {
         let name: String
+        /// The TLS alert the refused client reads (RFC 5246 numbers): how it learns why.
+        let alert: UInt8
         let make: @Sendable () throws -> (client: Identity, serverAuth: PeerAuthenticator, expected: (PeerID) -> TLSError)
         var description: String { name }
     }
 
     static let refusalCases: [Refusal] = [
-        Refusal(name: "expired") {
+        Refusal(name: "expired", alert: 45) {
             let ca = try Identity.createCertificateAuthority(.init(commonName: "CA"))
             let old = try Identity.createSigned(.init(commonName: "old", notBefore: Identity.now() - 10 * 86_400, validDays: 2), caKey: ca.key, caCertificate: ca.certificate)
             return (old, .rootCertificates([ca.certificate]), { .expired(peer: $0.description) })
         },
-        Refusal(name: "not yet valid") {
+        Refusal(name: "not yet valid", alert: 46) {
             let future = try Identity.createSelfSigned(.init(commonName: "future", notBefore: Identity.now() + 5 * 86_400, validDays: 30))
             return (future, .trust(allowedPeers: [future.peerID]), { .notYetValid(peer: $0.description) })
         },
-        Refusal(name: "signed by another CA") {
+        Refusal(name: "signed by another CA", alert: 48) {
             let ours = try Identity.createCertificateAuthority(.init(commonName: "Our CA"))
             let theirs = try Identity.createCertificateAuthority(.init(commonName: "Their CA"))
             let stranger = try Identity.createSigned(.init(commonName: "stranger"), caKey: theirs.key, caCertificate: theirs.certificate)
             return (stranger, .rootCertificates([ours.certificate]), { .unknownCA(peer: $0.description) })
         },
-        Refusal(name: "missing clientAuth") {
+        Refusal(name: "missing clientAuth", alert: 43) {
             var req = Identity.Request(commonName: "server-only")
             req.extendedKeyUsages = [.serverAuth]
             let id = try Identity.createSelfSigned(req)
             return (id, .trust(allowedPeers: [id.peerID]), { .wrongKeyUsage(peer: $0.description, missing: "clientAuth") })
         },
-        Refusal(name: "missing serverAuth") {
+        Refusal(name: "missing serverAuth", alert: 43) {
             var req = Identity.Request(commonName: "client-only")
             req.extendedKeyUsages = [.clientAuth]
             let id = try Identity.createSelfSigned(req)
             return (id, .trust(allowedPeers: [id.peerID]), { .wrongKeyUsage(peer: $0.description, missing: "serverAuth") })
         },
-        Refusal(name: "self-signed, not on the allow-list") {
+        Refusal(name: "self-signed, not on the allow-list", alert: 49) {
             let id = try selfSigned("unlisted")
             return (id, .trust(allowedPeers: [try selfSigned("someone-else").peerID]), { .notInAllowList(peer: $0.description) })
         },
     ]
 
-    @Test("a peer is refused with the right error, and no application data crosses", arguments: refusalCases)
+    @Test("a peer is refused with the right error, no application data crosses, and the refused side learns why from the alert", arguments: refusalCases)
     func refusedPeer(_ refusal: Refusal) async throws {
         let (clientID, serverAuth, expected) = try refusal.make()
         let server = try selfSigned("server")
@@ -129,16 +132,13 @@ struct TLSSessionTests {
         let serverContext = try TLSContext(role: .server, identity: server, authenticator: serverAuth)
         let r = await handshake(client: client, server: serverContext)
         #expect(failure(r.server) == expected(clientID.peerID))
-        // The client's handshake finished before the server judged it; what it sends now is
-        // never handed to the server's application (accept threw), and its next read fails.
-        if case .success(let c) = r.client {
-            _ = try? await onThread("c") { try c.write(Array("secret".utf8), timeoutMillis: 500) }
-            let read = try await onThread("c") { () -> Int in
-                var buf = [UInt8](repeating: 0, count: 16)
-                return (try? buf.withUnsafeMutableBytes { try c.read(into: $0, timeoutMillis: 2000) }) ?? -1
-            }
-            #expect(read <= 0)
-        }
+        // The server judges the client inside the handshake: the client's handshake fails with the
+        // server's alert, typed, naming the server (its certificate came first). Before, the client's
+        // handshake succeeded and it saw only a closed link.
+        let refused = failure(r.client)
+        #expect(refused == .refusedByPeer(peer: server.peerID.description, alert: refusal.alert), "client got \(String(describing: refused))")
+        #expect(refused?.isRefusal == true)
+        #expect(refused?.description.contains("refused us") == true)
     }
 
     @Test("the client refuses a server it does not trust, before sending anything")
@@ -147,13 +147,9 @@ struct TLSSessionTests {
         let r = await handshake(client: try TLSContext(role: .client, identity: client, authenticator: .trust(allowedPeers: [])),
                                 server: try TLSContext(role: .server, identity: server, authenticator: .trust(allowedPeers: [client.peerID])))
         #expect(failure(r.client) == .notInAllowList(peer: server.peerID.description))
-        if case .success(let s) = r.server {
-            let read = try await onThread("s") { () -> Int in
-                var buf = [UInt8](repeating: 0, count: 16)
-                return (try? buf.withUnsafeMutableBytes { try s.read(into: $0, timeoutMillis: 2000) }) ?? -1
-            }
-            #expect(read <= 0)  // the server's application never sees a byte from the refusing client
-        }
+        // The server's handshake fails too, with the client's alert; it never saw the client's
+        // certificate (the client refused before sending it), so it cannot say who.
+        #expect(failure(r.server) == .refusedByPeer(peer: nil, alert: 49), "server got \(String(describing: failure(r.server)))")
     }
 
     @Test("a peer that never answers times out; one that closes mid-handshake is reported as such")
