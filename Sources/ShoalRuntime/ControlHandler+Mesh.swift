@@ -83,6 +83,7 @@ extension ControlHandler {
             "activity": .string(i.activity.rawValue),
             "neighbours": .array(i.neighbours.map { .string($0.description) }),
             "address": p.address.map(JSONValue.string) ?? .null,
+            "sync": p.sync?.json ?? .null,
         ]
         if let subject = p.certificateSubject {
             o["certificate"] = ["subject": .string(subject), "notAfter": p.certificateNotAfter.map { .int($0) } ?? .null]
