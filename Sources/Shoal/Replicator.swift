@@ -95,12 +95,16 @@ public struct SyncProgress: Sendable, Equatable {
     public let announced: Int
     public let documentsPerSecond: Int?
     public let estimatedSecondsLeft: Int?
+    /// The last batch announced was full: the peer likely has more, so the total and the estimate
+    /// are lower bounds.
+    public let moreMayCome: Bool
 
     init(_ p: ShoalCore.SyncProgress) {
         received = p.received
         announced = p.announced
         documentsPerSecond = p.perSecond
         estimatedSecondsLeft = p.estimateSeconds
+        moreMayCome = p.moreMayCome
     }
 }
 

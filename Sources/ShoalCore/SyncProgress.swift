@@ -6,18 +6,23 @@
 /// What a reader gets wrong: `announced` is what the peer has announced *so far*, not everything
 /// it holds. A pusher announces a catch-up in batches (`batchWindow` batches of `batchMaxCount`
 /// changes ahead of what we acknowledged), so during a large catch-up the total grows until the last
-/// batch is announced, and the estimate covers only what is announced. Documents we already held
-/// count in neither figure; live changes (pushes) are not a sync and are not counted.
+/// batch is announced, and the estimate covers only what is announced. `moreMayCome` says the last
+/// batch announced was a full one (so the pusher likely holds more): the text then marks the total
+/// and the estimate with "+". Documents we already held count in neither figure; live changes
+/// (pushes) are not a sync and are not counted.
 public struct SyncProgress: Sendable, Equatable {
     public var received: Int
     public var announced: Int
     /// Documents per second over the recent window; nil until measured (the first half second).
     public var perSecond: Int?
+    /// The last batch announced was full: the peer likely has more to announce.
+    public var moreMayCome: Bool
 
-    public init(received: Int, announced: Int, perSecond: Int?) {
+    public init(received: Int, announced: Int, perSecond: Int?, moreMayCome: Bool = false) {
         self.received = received
         self.announced = announced
         self.perSecond = perSecond
+        self.moreMayCome = moreMayCome
     }
 
     public var remaining: Int { max(0, announced - received) }
@@ -34,14 +39,16 @@ public struct SyncProgress: Sendable, Equatable {
         guard !parts.isEmpty else { return nil }
         let rates = parts.compactMap(\.perSecond)
         return SyncProgress(received: parts.reduce(0) { $0 + $1.received }, announced: parts.reduce(0) { $0 + $1.announced },
-                            perSecond: rates.isEmpty ? nil : rates.reduce(0, +))
+                            perSecond: rates.isEmpty ? nil : rates.reduce(0, +), moreMayCome: parts.contains { $0.moreMayCome })
     }
 
-    /// "4,120/10,000 docs 2,050/s ~3 s" (rate and estimate when known).
+    /// "4,120/10,000 docs 2,050/s ~3 s" (rate and estimate when known); "4,120/10,000+ docs
+    /// 2,050/s ~3 s+" while more may come.
     public var text: String {
-        var s = "\(SyncProgress.grouped(received))/\(SyncProgress.grouped(announced)) docs"
+        let more = moreMayCome ? "+" : ""
+        var s = "\(SyncProgress.grouped(received))/\(SyncProgress.grouped(announced))\(more) docs"
         if let rate = perSecond { s += " \(SyncProgress.grouped(rate))/s" }
-        if let left = estimateSeconds { s += " ~\(SyncProgress.roughDuration(left))" }
+        if let left = estimateSeconds { s += " ~\(SyncProgress.roughDuration(left))\(more)" }
         return s
     }
 
@@ -50,13 +57,15 @@ public struct SyncProgress: Sendable, Equatable {
             "received": .int(Int64(received)), "announced": .int(Int64(announced)),
             "perSecond": perSecond.map { .int(Int64($0)) } ?? .null,
             "estimateSeconds": estimateSeconds.map { .int(Int64($0)) } ?? .null,
+            "moreMayCome": .bool(moreMayCome),
         ]
     }
 
     /// Reads back what `json` wrote (nil for null or something else).
     public init?(json v: JSONValue?) {
         guard let v, let received = v["received"]?.int64Value, let announced = v["announced"]?.int64Value else { return nil }
-        self.init(received: Int(received), announced: Int(announced), perSecond: v["perSecond"]?.int64Value.map { Int($0) })
+        self.init(received: Int(received), announced: Int(announced), perSecond: v["perSecond"]?.int64Value.map { Int($0) },
+                  moreMayCome: v["moreMayCome"]?.boolValue ?? false)
     }
 
     /// 1234567 → "1,234,567".

@@ -23,11 +23,21 @@ struct ProgressMeter {
     private(set) var samples: [(at: UInt64, received: Int)] = []
     /// When outstanding last dropped to zero (nil: during a sync, or never).
     private var finishedAt: UInt64?
+    /// The most changes one announce on this link carried, and whether the latest was that full.
+    private(set) var largestBatch = 0
+    private(set) var moreMayCome = false
 
     var outstanding: Int { announced - received }
 
-    /// `count` documents we lack were announced.
-    mutating func announce(_ count: Int, now: UInt64) {
+    /// An announce of `batchCount` changes came, `count` of them documents we lack. `fullBatch`:
+    /// the most a batch carries by our settings. A batch as large as that (or as the largest seen
+    /// here, for a pusher with a smaller limit) says the pusher likely has more; a shorter one that
+    /// it reached its end. (A pusher's filters and echoes can shorten a batch: best effort.)
+    mutating func announce(_ count: Int, batchCount: Int, fullBatch: Int, now: UInt64) {
+        if batchCount > 0 {
+            moreMayCome = batchCount >= fullBatch || (largestBatch > 0 && batchCount >= largestBatch)
+            largestBatch = max(largestBatch, batchCount)
+        }
         guard count > 0 else { return }
         if outstanding == 0 {
             if finishedAt.map({ now >= $0 + ProgressMeter.lingerMillis }) ?? true {
@@ -60,7 +70,7 @@ struct ProgressMeter {
     /// The progress now, or nil when no sync runs (nothing outstanding).
     func progress(now: UInt64) -> SyncProgress? {
         guard outstanding > 0 else { return nil }
-        return SyncProgress(received: received, announced: announced, perSecond: rate(now: now))
+        return SyncProgress(received: received, announced: announced, perSecond: rate(now: now), moreMayCome: moreMayCome)
     }
 
     /// Documents per second over the last `windowMillis` up to `now`: a stall brings it down.

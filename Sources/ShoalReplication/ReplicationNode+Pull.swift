@@ -58,8 +58,9 @@ extension ReplicationNode {
             }
         }
         l.pull[name, default: []].append(inbound)
-        // Catch-up only: a live push is not a sync to show progress for.
-        if !live { l.progress.announce(inbound.waiting.count, now: now) }
+        // Catch-up only: a live push is not a sync to show progress for (though a short one may
+        // be the end of a catch-up).
+        l.progress.announce(live ? 0 : inbound.waiting.count, batchCount: changes.count, fullBatch: l.maxCount ?? settings.batchMaxCount, now: now)
         var actions: [ReplicationAction] = []
         if !refused.isEmpty {
             let records = refused

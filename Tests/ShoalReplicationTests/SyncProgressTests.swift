@@ -10,10 +10,10 @@ struct SyncProgressTests {
     func meterArithmetic() {
         var m = ProgressMeter()
         #expect(m.progress(now: 0) == nil)
-        m.announce(10_000, now: 1_000)
+        m.announce(10_000, batchCount: 10_000, fullBatch: 1_000, now: 1_000)
         // Too early for a rate.
         m.receive(500, now: 1_250)
-        #expect(m.progress(now: 1_250) == SyncProgress(received: 500, announced: 10_000, perSecond: nil))
+        #expect(m.progress(now: 1_250) == SyncProgress(received: 500, announced: 10_000, perSecond: nil, moreMayCome: true))
         // 500 documents every 250 ms: 2,000/s.
         var t: UInt64 = 1_250
         while t < 3_000 {
@@ -21,12 +21,14 @@ struct SyncProgressTests {
             m.receive(500, now: t)
         }
         let p = m.progress(now: 3_000)
-        #expect(p == SyncProgress(received: 4_000, announced: 10_000, perSecond: 2_000))
+        #expect(p == SyncProgress(received: 4_000, announced: 10_000, perSecond: 2_000, moreMayCome: true))
         #expect(p?.estimateSeconds == 3)
-        #expect(p?.text == "4,000/10,000 docs 2,000/s ~3 s")
-        // The pusher announces the next batches: the total grows, the sync goes on.
-        m.announce(2_000, now: 3_000)
+        #expect(p?.text == "4,000/10,000+ docs 2,000/s ~3 s+", "a full batch: more may come")
+        // The pusher announces the next batches: the total grows, the sync goes on; a short batch
+        // was its last.
+        m.announce(2_000, batchCount: 2_000, fullBatch: 5_000, now: 3_000)
         #expect(m.progress(now: 3_000)?.announced == 12_000)
+        #expect(m.progress(now: 3_000)?.text == "4,000/12,000 docs 2,000/s ~4 s")
         // The rate is over the last 5 s: after 4 s at 1,000/s it reads between the two rates...
         while t < 7_000 {
             t += 250
@@ -51,11 +53,11 @@ struct SyncProgressTests {
         #expect(m.progress(now: 20_000) == nil)
         #expect(m.received == 12_000)
         // A batch announced within the linger continues the same sync (an acknowledgement's round trip)...
-        m.announce(100, now: 20_000 + ProgressMeter.lingerMillis - 1)
+        m.announce(100, batchCount: 100, fullBatch: 1_000, now: 20_000 + ProgressMeter.lingerMillis - 1)
         #expect(m.progress(now: 21_000)?.announced == 12_100)
         m.receive(100, now: 21_000)
         // ...one later starts a new one.
-        m.announce(300, now: 21_000 + ProgressMeter.lingerMillis)
+        m.announce(300, batchCount: 300, fullBatch: 1_000, now: 21_000 + ProgressMeter.lingerMillis)
         #expect(m.progress(now: 23_000) == SyncProgress(received: 0, announced: 300, perSecond: nil))
     }
 
@@ -76,6 +78,10 @@ struct SyncProgressTests {
         #expect(SyncProgress(json: a.json) == a)
         #expect(a.json["estimateSeconds"]?.int64Value == 18)
         #expect(SyncProgress(json: .null) == nil)
+        let more = SyncProgress(received: 4_120, announced: 10_000, perSecond: 2_050, moreMayCome: true)
+        #expect(more.text == "4,120/10,000+ docs 2,050/s ~3 s+")
+        #expect(SyncProgress(json: more.json) == more)
+        #expect(SyncProgress.combined([a, more])?.moreMayCome == true)
     }
 
     @Test("a real pull reports its progress mid-sync, growing as batches are announced, and none once done")
@@ -85,7 +91,8 @@ struct SyncProgressTests {
         settings.batchWindow = 2
         let nodes = try makeNodes(["a", "b"], settings: settings)
         defer { nodes.forEach { $0.close() } }
-        let total = 2_000
+        // 20 full batches of 100, then one of 70 (over eagerMaxCount: announced, not pushed).
+        let total = 2_070
         _ = try nodes[0].node.writer.putAll(readings, (0..<total).map { (try! DocumentID("d-\($0)"), "{\"i\":\($0)}") })
         let net = Network(nodes, seed: 7)
         net.connect(0, 1)
@@ -116,5 +123,8 @@ struct SyncProgressTests {
         #expect(seen.first.map { $0.announced <= settings.batchMaxCount * settings.batchWindow } == true)
         #expect(seen.last?.announced == total)
         #expect(seen.contains { ($0.perSecond ?? 0) > 0 && $0.estimateSeconds != nil })
+        // Full batches of 100 said more may come; the short last one that it was the end.
+        #expect(seen.first?.moreMayCome == true)
+        #expect(seen.last?.moreMayCome == false)
     }
 }
