@@ -30,7 +30,7 @@ public struct SyncProgress: Sendable, Equatable {
     /// Seconds left for what is announced at the recent rate (rounded up); nil while no rate is
     /// known or nothing moves.
     public var estimateSeconds: Int? {
-        guard let rate = perSecond, rate > 0 else { return nil }
+        guard let rate = perSecond, rate > 0, remaining > 0 else { return nil }
         return (remaining + rate - 1) / rate
     }
 

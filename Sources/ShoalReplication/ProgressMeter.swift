@@ -7,7 +7,9 @@ import ShoalCore
 /// A sync is the span while announced documents are outstanding. Between batches (an
 /// acknowledgement's round trip) nothing may be outstanding for a moment: a batch announced within
 /// `lingerMillis` of the last one finishing continues the same sync, so its counts keep adding up;
-/// a later one starts a new sync from zero.
+/// a later one starts a new sync from zero. While the last batch was full (more may come), the
+/// progress stays shown through such a gap, so status does not flicker between batches; after a
+/// short batch it is gone as soon as everything announced is held.
 struct ProgressMeter {
     static let windowMillis: UInt64 = 5_000
     static let sampleMillis: UInt64 = 250
@@ -67,9 +69,10 @@ struct ProgressMeter {
         if outstanding == 0 { finishedAt = now }
     }
 
-    /// The progress now, or nil when no sync runs (nothing outstanding).
+    /// The progress now, or nil when no sync runs (nothing outstanding, and no more expected).
     func progress(now: UInt64) -> SyncProgress? {
-        guard outstanding > 0 else { return nil }
+        let betweenBatches = moreMayCome && announced > 0 && finishedAt.map { now < $0 + ProgressMeter.lingerMillis } == true
+        guard outstanding > 0 || betweenBatches else { return nil }
         return SyncProgress(received: received, announced: announced, perSecond: rate(now: now), moreMayCome: moreMayCome)
     }
 

@@ -59,6 +59,13 @@ struct SyncProgressTests {
         // ...one later starts a new one.
         m.announce(300, batchCount: 300, fullBatch: 1_000, now: 21_000 + ProgressMeter.lingerMillis)
         #expect(m.progress(now: 23_000) == SyncProgress(received: 0, announced: 300, perSecond: nil))
+        m.receive(300, now: 23_000)
+        #expect(m.progress(now: 23_000) == nil, "a short batch done: the sync is over")
+        // A full batch done: more may come, so it stays shown between batches until the linger passes.
+        m.announce(1_000, batchCount: 1_000, fullBatch: 1_000, now: 30_000)
+        m.receive(1_000, now: 30_500)
+        #expect(m.progress(now: 31_000)?.text == "1,000/1,000+ docs 1,000/s")
+        #expect(m.progress(now: 30_500 + ProgressMeter.lingerMillis) == nil)
     }
 
     @Test("progress reads as a console segment and as JSON, and several links add up")
@@ -108,7 +115,7 @@ struct SyncProgressTests {
             #expect(p.count <= 1)
             if let first = p.first {
                 #expect(first.peer == nodes[0].peer)
-                #expect(first.progress.received < first.progress.announced)
+                #expect(first.progress.received < first.progress.announced || first.progress.moreMayCome, "shown with nothing left only between full batches")
                 #expect(first.progress.announced <= total)
                 seen.append(first.progress)
             }
@@ -126,5 +133,7 @@ struct SyncProgressTests {
         // Full batches of 100 said more may come; the short last one that it was the end.
         #expect(seen.first?.moreMayCome == true)
         #expect(seen.last?.moreMayCome == false)
+        // Between batches (everything announced held, the next not announced yet) it stayed shown.
+        #expect(seen.contains { $0.received == $0.announced && $0.moreMayCome })
     }
 }
