@@ -83,6 +83,29 @@ public struct PeerInfo: Sendable {
     public let replicatorStatus: (activity: PeerReplicatorActivity, error: String?)
     /// We dialled it.
     public let outgoing: Bool?
+    /// The sync pulled from it now, while one runs.
+    public let syncProgress: SyncProgress?
+}
+
+/// How far a catch-up pulled from peers has come: documents received of those announced so far (a
+/// peer announces a large catch-up in batches, so the total grows until its last batch), the rate
+/// over the last 5 s and the time left for what is announced at that rate. Live changes do not count.
+public struct SyncProgress: Sendable, Equatable {
+    public let received: Int
+    public let announced: Int
+    public let documentsPerSecond: Int?
+    public let estimatedSecondsLeft: Int?
+    /// The last batch announced was full: the peer likely has more, so the total and the estimate
+    /// are lower bounds.
+    public let moreMayCome: Bool
+
+    init(_ p: ShoalCore.SyncProgress) {
+        received = p.received
+        announced = p.announced
+        documentsPerSecond = p.perSecond
+        estimatedSecondsLeft = p.estimateSeconds
+        moreMayCome = p.moreMayCome
+    }
 }
 
 /// The ObjectBox seed's counters, plus bytes and conflicts.
@@ -263,8 +286,11 @@ public final class MultipeerReplicator: Sendable {
                         replicatorTransport: e.info.connectedOn.map(MultipeerTransport.init),
                         neighborPeers: e.info.neighbours.map(PeerID.init).sorted(),
                         replicatorStatus: (PeerReplicatorActivity(e.info.activity), host.peerErrors.withLock { $0[peer.raw] }),
-                        outgoing: e.info.outgoing)
+                        outgoing: e.info.outgoing, syncProgress: e.sync.map(SyncProgress.init))
     }
+
+    /// Every sync pulled from peers now, together (nil: none runs).
+    public var syncProgress: SyncProgress? { host.view.withLock { $0.sync }.map(SyncProgress.init) }
 
     public var counters: ReplicatorCounters {
         let c = host.counters.withLock { $0 }

@@ -58,6 +58,9 @@ extension ReplicationNode {
             }
         }
         l.pull[name, default: []].append(inbound)
+        // Catch-up only: a live push is not a sync to show progress for (though a short one may
+        // be the end of a catch-up).
+        l.progress.announce(live ? 0 : inbound.waiting.count, batchCount: changes.count, fullBatch: l.maxCount ?? settings.batchMaxCount, now: now)
         var actions: [ReplicationAction] = []
         if !refused.isEmpty {
             let records = refused
@@ -98,13 +101,14 @@ extension ReplicationNode {
         var items: [ReplicationEvent.Item] = []
         var conflicts: [ConflictRecord] = []
         var skewAhead: UInt64?
+        var settled = 0
         let wall = clock.wallMillis
         try store.transaction { (tx) throws(StoreError) in
             let horizon = UInt64(max(0, try purgeHorizon(tx)))
             for checked in docs {
                 let d = checked.raw
                 inbound.requested.remove(d.id)
-                inbound.waiting.removeValue(forKey: d.id)
+                if inbound.waiting.removeValue(forKey: d.id) != nil { settled += 1 }
                 inFlight.removeValue(forKey: DocKey(collection: name, id: d.id))
                 guard !d.version.isEmpty else { continue }  // gone at the sender
                 let outcome = try apply(tx, policy, from: peerID, checked, purgeHorizon: horizon, conflicts: &conflicts)
@@ -127,6 +131,7 @@ extension ReplicationNode {
                          "a checkpoint would pass a missing document")
             if let upTo { try tx.setCheckpoint(peer: l.checkpointKey, collection: policy.name, direction: .pull, sequence: Int64(upTo)) }
         }
+        if !inbound.live { l.progress.receive(settled, now: now) }
         var actions: [ReplicationAction] = []
         if !items.isEmpty { actions.append(.event(.documents(link: l.id, peer: peerID, direction: .pull, items: items))) }
         for c in conflicts { actions.append(.event(.conflict(link: l.id, peer: peerID, record: c))) }
@@ -268,7 +273,7 @@ extension ReplicationNode {
             for (id, local) in zip(ids, locals) {
                 if localCovers(local, inbound.waiting[id]?.version ?? []) {
                     inbound.deferred.remove(id)
-                    inbound.waiting.removeValue(forKey: id)
+                    if inbound.waiting.removeValue(forKey: id) != nil, !inbound.live { l.progress.receive(1, now: lastNow) }
                 } else if inFlight[DocKey(collection: name, id: id)] == nil {
                     // What arrived elsewhere was not this version (a concurrent one): ask here now.
                     inbound.deferred.remove(id)

@@ -62,6 +62,8 @@ public final class ReplicationNode {
         /// bytes and announces of at most this many changes (nil: the settings').
         var frameBytes: Int?
         var maxCount: Int?
+        /// The pull's progress (catch-up batches, all collections): for status and `shoal peers`.
+        var progress = ProgressMeter()
         init(id: LinkID) { self.id = id }
     }
 
@@ -125,6 +127,15 @@ public final class ReplicationNode {
 
     /// Peers with a link that finished HELLO.
     public var connectedPeers: [PeerID] { links.values.compactMap(\.peer) }
+
+    /// The links pulling a sync now (announced documents outstanding), with its progress at `now`,
+    /// in link order. See `SyncProgress` for what "announced" covers.
+    public func syncProgress(now: UInt64) -> [(link: LinkID, peer: PeerID, progress: SyncProgress)] {
+        links.values.sorted { $0.id < $1.id }.compactMap { l in
+            guard let peer = l.peer, let p = l.progress.progress(now: now) else { return nil }
+            return (l.id, peer, p)
+        }
+    }
 
     // MARK: - Driver events
 

@@ -86,6 +86,7 @@ extension ControlHandler {
             "neighbours": .array(i.neighbours.map { .string($0.description) }),
             "address": p.address.map(JSONValue.string) ?? .null,
             "lastError": i.lastError.map(JSONValue.string) ?? .null,
+            "sync": p.sync?.json ?? .null,
         ]
         if let subject = p.certificateSubject {
             o["certificate"] = ["subject": .string(subject), "notAfter": p.certificateNotAfter.map { .int($0) } ?? .null]

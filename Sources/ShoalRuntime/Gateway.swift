@@ -112,6 +112,7 @@ public final class Gateway: Sendable {
         status.clockSkewPeers = c.skewedPeers.sorted()
         status.storeRunning = report.snapshot.first { $0.path == GatewayRuntime.storeChildPath }.map { $0.state == .running } ?? true
         status.ledPattern = ledPattern.withLock { $0 }
+        status.sync = mesh.sync
         status.transports = mesh.transports.keys.sorted().map { t in
             GatewayStatus.Transport(name: t.rawValue, active: mesh.transports[t]!.active, error: mesh.transports[t]!.error, discovery: mesh.discovery[t])
         }

@@ -16,6 +16,8 @@ public struct MeshView: Sendable {
         public var certificateNotAfter: Int64?
         /// The certificate itself, while linked.
         public var certificate: Certificate?
+        /// The sync we pull from it now, while one runs (its links together).
+        public var sync: SyncProgress?
     }
 
     public var state = MeshState.created
@@ -30,6 +32,8 @@ public struct MeshView: Sendable {
     public var transports: [MeshTransport: (active: Bool, error: String?)] = [:]
     /// Per transport, how discovery works now (DNS-SD service, name, port, the daemon's version).
     public var discovery: [MeshTransport: String] = [:]
+    /// Every sync pulled now, together (nil: none runs).
+    public var sync: SyncProgress?
 
     public init() {}
 

@@ -91,11 +91,15 @@ extension ReplicationDriver {
         view.treeNeighbours = links.keys.filter { mesh.isTreeLink($0) }.compactMap { links[$0]?.session.peerID }
         var certs: [PeerID: Certificate] = [:]
         for io in links.values { certs[io.session.peerID] = io.session.peerCertificate }
+        let syncs = node.syncProgress(now: UInt64(monotonicMillis()))
         view.peers = mesh.knownPeers.compactMap { p in
             guard let info = mesh.info(p) else { return nil }
             let cert = certs[p]
-            return MeshView.Peer(info: info, address: transports.lazy.compactMap { $0.address(of: p) }.first, certificateSubject: cert?.subject, certificateNotAfter: cert?.notAfter, certificate: cert)
+            return MeshView.Peer(info: info, address: transports.lazy.compactMap { $0.address(of: p) }.first, certificateSubject: cert?.subject,
+                                 certificateNotAfter: cert?.notAfter, certificate: cert,
+                                 sync: SyncProgress.combined(syncs.filter { $0.peer == p }.map(\.progress)))
         }
+        view.sync = SyncProgress.combined(syncs.map(\.progress))
         view.transports = transportState
         view.discovery = discoveryDetail
         host.meshViewChanged(view)

@@ -61,7 +61,7 @@ struct StatusService: Service {
             let radioError = hasRadio && !status.transports.isEmpty && status.transports.allSatisfy { !$0.active && $0.error != nil }
             threads.show(LEDEngine.signal(for: status, syncing: syncing, radioError: radioError))
 
-            let key = "\(status.state) \(status.documents) \(status.lastSequence) \(status.meshState) \(status.connectedPeers) \(status.children.map(\.state))"
+            let key = "\(status.state) \(status.documents) \(status.lastSequence) \(status.meshState) \(status.connectedPeers) \(status.children.map(\.state)) \(status.sync?.text ?? "")"
             let due = console.statusIntervalSeconds > 0 && ContinuousClock.now - lastWrite >= interval
             if key != lastKey || due {
                 let line = status.consoleLine
@@ -215,6 +215,7 @@ struct ConsoleShell {
             return view.peers.map { p in
                 let link = p.info.connectedOn.map { "linked \($0.rawValue) \(p.info.outgoing == true ? "out" : "in")" } ?? "not linked"
                 return "\(p.info.peer.short) \(p.info.online ? "online" : "offline") \(link) \(p.info.activity.rawValue)\(p.address.map { " \($0)" } ?? "")"
+                    + (p.sync.map { " syncing \($0.text)" } ?? "")
             }
         case "retry":
             guard words.count == 1 || (words.count == 2 && words[1].lowercased() == "radios") else { return ["usage: retry"] }

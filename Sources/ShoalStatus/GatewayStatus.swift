@@ -69,6 +69,8 @@ public struct GatewayStatus: Sendable {
     public var clockSkewPeers: [String] = []
     /// The store service is running (false while it restarts or has failed).
     public var storeRunning = true
+    /// The sync pulled from peers now, all links together (nil: none runs).
+    public var sync: SyncProgress?
     public var children: [Child]
 
     public init(state: GatewayState, version: String, boardID: String, boardName: String, boardSupport: String,
@@ -101,10 +103,12 @@ public struct GatewayStatus: Sendable {
 
     var healthyChildren: Int { children.filter { $0.state == "running" || $0.state == "stopped" }.count }
 
-    /// One line for the serial console, under 100 characters for typical values.
+    /// One line for the serial console, under 100 characters for typical values (a sync running
+    /// adds about 45).
     public var consoleLine: String {
         "shoal \(boardID) \(peerID.map { String($0.prefix(8)) } ?? "--------") \(state.rawValue) up \(GatewayStatus.duration(uptimeSeconds))"
             + " | docs \(documents) seq \(lastSequence)"
+            + (sync.map { " | syncing \($0.text)" } ?? "")
             + " | mesh \(meshState) peers \(connectedPeers)"
             + " | tree \(healthyChildren)/\(children.count)"
     }
@@ -131,6 +135,7 @@ public struct GatewayStatus: Sendable {
         }
         lines.append("store       \(storePath) (durability \(durability))")
         lines.append("documents   \(documents) live, \(tombstones) tombstones, last sequence \(lastSequence)")
+        if let sync { lines.append("syncing     \(sync.text) (received/announced so far)") }
         lines.append("collections \(collections.joined(separator: ", "))")
         lines.append("supervision")
         let pathWidth = max(28, children.map(\.path.count).max() ?? 0)
@@ -164,6 +169,7 @@ public struct GatewayStatus: Sendable {
             "counters": .object(counters.mapValues { .int($0) }),
             "clockSkewPeers": .array(clockSkewPeers.map { .string($0) }),
             "led": ledPattern.map(JSONValue.string) ?? .null,
+            "sync": sync?.json ?? .null,
             "identity": [
                 "label": .string(identityLabel), "notAfter": identityNotAfter.map { .string($0) } ?? .null,
                 "problem": identityProblem.map { .string($0) } ?? .null,
@@ -199,6 +205,7 @@ public struct GatewayStatus: Sendable {
         counters = (s["counters"]?.objectValue ?? [:]).compactMapValues(\.int64Value)
         clockSkewPeers = (s["clockSkewPeers"]?.arrayValue ?? []).compactMap(\.stringValue)
         ledPattern = s["led"]?.stringValue
+        sync = SyncProgress(json: s["sync"])
         transports = (s["transports"]?.objectValue ?? [:]).sorted { $0.key < $1.key }.map { name, t in
             Transport(name: name, active: t["active"]?.boolValue ?? false, error: t["error"]?.stringValue, discovery: t["discovery"]?.stringValue)
         }

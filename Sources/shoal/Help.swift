@@ -79,7 +79,8 @@ enum Help {
         "status": """
             Usage: shoal status [--json] [--socket PATH]
 
-            The running gateway's state, board, group, store figures and supervision tree.
+            The running gateway's state, board, group, store figures and supervision tree; while a
+            sync is pulled, its progress (documents received/announced so far, rate, time left).
             """,
         "doc": """
             Usage: shoal doc put <collection> <id> <json|->   [--socket PATH] [--json]
@@ -134,14 +135,15 @@ enum Help {
             Every peer the running gateway knows — heard in discovery, linked, or known through the
             mesh's gossip: whether it is online, the transports it was heard on, the link to it (and
             who dialled), what its replicator is doing (connecting, idle, busy, offline), the
-            address it is dialled at, and its own neighbours. Peer ids are shown by their first 8
-            hex digits; --json gives them whole.
+            address it is dialled at, and its own neighbours; under a peer we pull a sync from, its
+            progress. Peer ids are shown by their first 8 hex digits; --json gives them whole.
             """,
         "peer": """
             Usage: shoal peer ID [--json] [--socket PATH]
 
             One peer's PeerInfo: id, online, transports heard on, the link in use, activity, address,
-            its certificate (subject and expiry, while linked), and its neighbours. ID is the whole
+            its certificate (subject and expiry, while linked), its neighbours, and the sync pulled
+            from it while one runs. ID is the whole
             peer id or at least its first 4 hex digits.
             """,
         "mesh": """

@@ -22,6 +22,8 @@ extension CLI {
             let neighbours = (p["neighbours"]?.arrayValue ?? []).compactMap { $0.stringValue.map { String($0.prefix(8)) } }.joined(separator: " ")
             out("\(pad(id, 9)) \(pad(p["online"]?.boolValue == true ? "yes" : "no", 7)) \(pad(heard.isEmpty ? "-" : heard, 15)) \(pad(link, 18)) \(pad(p["activity"]?.stringValue ?? "?", 11)) \(pad(p["address"]?.stringValue ?? "-", 22)) \(neighbours.isEmpty ? "-" : neighbours)")
             if let error = p["lastError"]?.stringValue { out("          last attempt failed: \(error)") }
+            // A sync pulled from this peer, under its row while it runs.
+            if let sync = SyncProgress(json: p["sync"]) { out("          syncing \(sync.text)") }
         }
         return ExitCode.ok
     }
@@ -39,6 +41,7 @@ extension CLI {
         out("activity       \(p["activity"]?.stringValue ?? "?")")
         out("address        \(p["address"]?.stringValue ?? "-")")
         if let error = p["lastError"]?.stringValue { out("last error     \(error)") }
+        out("sync           \(SyncProgress(json: p["sync"]).map { "\($0.text) (received/announced so far)" } ?? "none running")")
         if let c = p["certificate"] {
             out("certificate    \(c["subject"]?.stringValue ?? "?"), valid until \(c["notAfter"]?.int64Value.map(IdentityText.date) ?? "?")")
         }

@@ -52,6 +52,11 @@ extension ProcessSuites {
             let status = try Shoal.json(a.cli(["status", "--json"])) as? [String: Any]
             #expect((status?["mesh"] as? [String: Any])?["connectedPeers"] as? Int == 1)
             #expect(((status?["counters"] as? [String: Any])?["documentsReceived"] as? Int ?? 0) >= 1)
+            // Sync progress: the field is there, and null with no catch-up running (live changes are not a sync).
+            #expect(status?["sync"] is NSNull, "status sync: \(String(describing: status?["sync"]))")
+            let peers = try Shoal.json(a.cli(["peers", "--json"])) as? [[String: Any]]
+            #expect(peers?.count == 1 && peers?.allSatisfy { $0["sync"] is NSNull } == true, "peers: \(String(describing: peers))")
+            #expect(try a.cli(["peer", String(bID.prefix(8))]).stdout.contains("sync           none running"))
 
             // A third gateway that b does not allow is refused, and b keeps serving.
             let cDir = base.path + "/c"
