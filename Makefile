@@ -15,10 +15,11 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 all: build
 
-## Installs the Debian packages that are missing (only those): `build-deps` what building needs,
-## `deps` that and everything the tests need.
+## Installs the Debian packages that are missing (only those): `build-deps` what building needs
+## (without recommends: the D-Bus daemon libdbus recommends is not needed to build), `deps` that
+## and everything the tests need.
 build-deps:
-	@$(MAKE) --no-print-directory install-missing PACKAGES="$(DEB_PACKAGES)"
+	@$(MAKE) --no-print-directory install-missing PACKAGES="$(DEB_PACKAGES)" APT_FLAGS=--no-install-recommends
 
 deps:
 	@$(MAKE) --no-print-directory install-missing PACKAGES="$(DEB_PACKAGES) $(LAB_PACKAGES)"
@@ -32,7 +33,7 @@ install-missing:
 	  guard=""; if [ ! -e /usr/sbin/policy-rc.d ]; then \
 	    printf '#!/bin/sh\n# shoal deps: start no daemon while installing (avahi-daemon must not run in this namespace)\nexit 101\n' | $(SUDO) tee /usr/sbin/policy-rc.d >/dev/null; \
 	    $(SUDO) chmod +x /usr/sbin/policy-rc.d; guard=1; fi; \
-	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; rc=$$?; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $(APT_FLAGS) $$missing; rc=$$?; \
 	  if [ -n "$$guard" ]; then $(SUDO) rm -f /usr/sbin/policy-rc.d; fi; \
 	  [ $$rc = 0 ] || exit $$rc; \
 	else echo "deps: all Debian packages present"; fi
