@@ -76,6 +76,7 @@ cleanup() {
 }
 trap cleanup EXIT
 commit=$(git rev-parse HEAD)
+[ -z "$(git status --porcelain --untracked-files=no)" ] || say "note: uncommitted changes are not part of the check (it clones HEAD, ${commit:0:7})"
 git init -q --bare "$work/src.git"
 git push -q "$work/src.git" "HEAD:refs/heads/main"
 git -C "$work/src.git" symbolic-ref HEAD refs/heads/main
