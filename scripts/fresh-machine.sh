@@ -70,7 +70,8 @@ fi
 
 work=$(mktemp -d /var/tmp/shoal-fresh.XXXXXX)
 cleanup() {
-  # The namespace took its mounts with it; never delete through a mount that is somehow left.
+  # The run's mounts live only in its own mount namespace, which ended with its processes; never
+  # delete through a mount that is somehow left here all the same.
   if grep -q " $work/" /proc/self/mounts; then echo "fresh-check: mounts left under $work, not deleting it" >&2; return; fi
   rm -rf "$work"
 }
@@ -83,7 +84,10 @@ git -C "$work/src.git" symbolic-ref HEAD refs/heads/main
 mkdir -p "$work/upper" "$work/ovl" "$work/root"
 
 export work base archives toolchain toolchain_usr prereq commit
-unshare --mount --pid --fork --kill-child bash -s <<'RUN'
+# The run's namespaces: unshare waits for their first process, which (as init of its PID
+# namespace) ignores INT and TERM from here; on either, it gets SIGKILL, which ends every process
+# of the run and with the last of them its mounts.
+unshare --mount --pid --fork --kill-child bash -s <<'RUN' &
 set -euo pipefail
 say() { echo "fresh-check: $*"; }
 fail() { echo "fresh-check: FAILED: $*" >&2; exit 1; }
@@ -140,4 +144,17 @@ say "make demo: passed in $(secs "$elapsed"); it installed $(printf '%s\n' "$add
 say "the demo's last lines:"; tail -4 "$work/demo.log" | sed 's/^/    /'
 say "in all: $(wc -l < "$work/p2") packages on the machine ($(wc -l < "$work/p0") of the minimal base)"
 RUN
+ns=$!
+interrupted() {
+  local init
+  init=$(cat "/proc/$ns/task/$ns/children" 2>/dev/null || true)
+  [ -z "$init" ] || kill -KILL $init 2>/dev/null || true
+  wait "$ns" 2>/dev/null || true
+  fail "interrupted"
+}
+trap interrupted INT TERM
+rc=0
+wait "$ns" || rc=$?
+trap - INT TERM
+[ "$rc" = 0 ] || exit "$rc"
 say "passed in $(( $(date +%s) - start )) s (commit ${commit:0:7})"
