@@ -47,7 +47,7 @@ enum Readme {
     }
 
     /// What README's placeholders become in a test.
-    static let placeholders: [String: String] = ["N": "0", "<command>": "doc"]
+    static let placeholders: [String: String] = ["N": "1", "<command>": "doc"]
 
     static func examples(_ block: [String]) -> [Example] {
         block.filter { !$0.trimmingCharacters(in: .whitespaces).isEmpty }.map { line in

@@ -13,8 +13,8 @@ struct ReadmeNotationTests {
             "shoal --help, shoal <command> --help",
         ])
         #expect(examples.map(\.commands) == [
-            [["shoal", "changes"], ["shoal", "changes", "--since", "0"], ["shoal", "changes", "--follow"],
-             ["shoal", "changes", "--since", "0", "--follow"], ["shoal", "help", "changes"]],
+            [["shoal", "changes"], ["shoal", "changes", "--since", "1"], ["shoal", "changes", "--follow"],
+             ["shoal", "changes", "--since", "1", "--follow"], ["shoal", "help", "changes"]],
             [["shoal", "mesh"], ["shoal", "mesh", "--dot"], ["shoal", "mesh", "--svg", "mesh.svg"]],
             [["shoal", "peers"], ["shoal", "peer", "4eb7dd08"]],
             [["shoal", "doc", "put", "c", "d", "{\"a\": 1}"]],

@@ -141,9 +141,10 @@ extension ProcessSuites {
             return "follows  \(command)"
         }
 
-        /// What README's examples name in the current directory: a board file and a CA.
+        /// What README's examples may name in the current directory: a board file, a site file and a CA.
         func makeFixtures(in dir: String) throws {
             try "extends: pi4b\nboard:\n  name: My Gateway Rev B\n".write(toFile: dir + "/my-board.yaml", atomically: true, encoding: .utf8)
+            try "group: com.example.gateways\ncollections:\n  - name: sensors.readings\n".write(toFile: dir + "/site.yaml", atomically: true, encoding: .utf8)
             guard Self.onPath("openssl") else { return }   // then `identity create --ca-key` fails, saying why
             for step in [["ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", "ca.key"],
                          ["req", "-x509", "-new", "-key", "ca.key", "-subj", "/CN=Site CA", "-days", "30", "-out", "ca.pem",
