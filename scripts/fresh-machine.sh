@@ -117,7 +117,7 @@ packages() { in_root "dpkg-query -W -f='\${db:Status-Abbrev} \${Package}\n' | aw
 secs() { local s=$1; printf '%d min %02d s' $((s / 60)) $((s % 60)); }
 
 packages > "$work/p0"
-say "base: $(wc -l < "$work/p0") packages installed; make: $(in_root 'command -v make || echo absent'); swift: $(in_root 'swift --version 2>&1 | head -1')"
+say "base: $(wc -l < "$work/p0") packages installed; make: $(in_root 'command -v make || echo absent'); swift --version before the prerequisites: $(in_root 'swift --version 2>&1 | head -1')"
 
 t=$(date +%s)
 in_root "$prereq" > "$work/prereq.log" 2>&1 || { tail -30 "$work/prereq.log" >&2; fail "README's prerequisites did not install: $prereq"; }
