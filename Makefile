@@ -7,18 +7,19 @@ DEB_PACKAGES := libsqlite3-dev libmbedtls-dev libavahi-client-dev libbluetooth-d
 # Tests only (`make deps`, `make test`): openssl for the TLS interop tests; the network lab's (avahi-daemon runs only inside namespaces the tests make), and the
 # deploy check's (lintian; dpkg-dev for dpkg-shlibdeps; systemd for systemd-analyze).
 # And the hardware lab's (QEMU with Debian's kernel; scripts/qemu-lab.sh adds the kernel headers; bluez and
-# bluez-test-tools for btvirt, hciconfig, btmgmt and hcitool in the guest).
-LAB_PACKAGES := openssl avahi-daemon avahi-utils dbus iproute2 lintian dpkg-dev systemd qemu-system-x86 busybox-static cpio kmod gpiod bluez bluez-test-tools
+# bluez-test-tools for btvirt, hciconfig, btmgmt and hcitool in the guest). debootstrap for the fresh-machine check.
+LAB_PACKAGES := openssl avahi-daemon avahi-utils dbus iproute2 lintian dpkg-dev systemd qemu-system-x86 busybox-static cpio kmod gpiod bluez bluez-test-tools debootstrap
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build-deps install-missing boards build release deb demo demo-gateways example test sim-check soak lab-soak crash sanitizers fuzz bench bench-sim size clean
+.PHONY: all deps build-deps install-missing boards build release deb demo demo-gateways example test fresh-check sim-check soak lab-soak crash sanitizers fuzz bench bench-sim size clean
 
 all: build
 
-## Installs the Debian packages that are missing (only those): `build-deps` what building needs,
-## `deps` that and everything the tests need.
+## Installs the Debian packages that are missing (only those): `build-deps` what building needs
+## (without recommends: the D-Bus daemon libdbus recommends is not needed to build), `deps` that
+## and everything the tests need.
 build-deps:
-	@$(MAKE) --no-print-directory install-missing PACKAGES="$(DEB_PACKAGES)"
+	@$(MAKE) --no-print-directory install-missing PACKAGES="$(DEB_PACKAGES)" APT_FLAGS=--no-install-recommends
 
 deps:
 	@$(MAKE) --no-print-directory install-missing PACKAGES="$(DEB_PACKAGES) $(LAB_PACKAGES)"
@@ -32,7 +33,7 @@ install-missing:
 	  guard=""; if [ ! -e /usr/sbin/policy-rc.d ]; then \
 	    printf '#!/bin/sh\n# shoal deps: start no daemon while installing (avahi-daemon must not run in this namespace)\nexit 101\n' | $(SUDO) tee /usr/sbin/policy-rc.d >/dev/null; \
 	    $(SUDO) chmod +x /usr/sbin/policy-rc.d; guard=1; fi; \
-	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; rc=$$?; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $(APT_FLAGS) $$missing; rc=$$?; \
 	  if [ -n "$$guard" ]; then $(SUDO) rm -f /usr/sbin/policy-rc.d; fi; \
 	  [ $$rc = 0 ] || exit $$rc; \
 	else echo "deps: all Debian packages present"; fi
@@ -72,7 +73,8 @@ example: build-deps boards
 
 ## The test command (README.md). Unit, store, config, mesh, CLI, end-to-end, crash and network-lab
 ## tests, then on the release binary the mesh's simulation properties over 200 seeds each (~5 min)
-## the deploy check (the .deb, lintian, install, systemd-analyze verify, doctor, purge) and the
+## the deploy check (the .deb, lintian, install, systemd-analyze verify, doctor, purge), the
+## fresh-machine check (README's prerequisites and `make demo` on a minimal Debian 12) and the
 ## hardware lab under QEMU (the LED's libgpiod driver on gpio-sim), and 10 s of fuzzing per target.
 ## The example firmware (built by `make release` with every product) runs on the simulated medium.
 ## Last, the in-process suites and four process tests under ThreadSanitizer and AddressSanitizer.
@@ -82,9 +84,16 @@ test: deps boards
 	.build/release/shoal-example-firmware --simulate 5
 	SHOAL_BIN=dist/shoal ./scripts/sim-check.sh 200
 	./scripts/deploy-check.sh
+	./scripts/fresh-machine.sh
 	./Tests/HardwareLab/run.sh dist/shoal
 	./scripts/fuzz.sh 10
 	./scripts/sanitizers.sh thread address
+
+## README's promise, checked: on a minimal Debian 12 (debootstrap --variant=minbase, cached in
+## /var/cache/shoal-fresh) with this toolchain bind-mounted read-only, README's prerequisites, a
+## clean clone of HEAD and `make demo`, which must pass; prints its time and the packages installed.
+fresh-check:
+	./scripts/fresh-machine.sh
 
 ## libFuzzer on every outside input (frames, messages, JSON, site and board YAML, certificates,
 ## control requests), FUZZ_SECONDS per target (make test runs 10 s each).
