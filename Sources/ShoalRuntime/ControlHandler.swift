@@ -59,8 +59,9 @@ struct ControlHandler {
             let store = try openStore()
             return .array(try store.collections().map { .string($0.description) })
         case "log.level":
-            guard let levelName = r["level"]?.stringValue, let level = LogLevel(name: levelName) else {
-                throw bad("\"level\" is one of debug, verbose, info, warning, error, none")
+            guard let levelName = r["level"]?.stringValue else { throw bad("missing \"level\"") }
+            guard let level = LogLevel(name: levelName) else {
+                throw bad("unknown level \"\(levelName.prefix(40))\" (debug, verbose, info, warning, error, none)")
             }
             let domainName = r["domain"]?.stringValue ?? "all"
             if domainName == "all" {
@@ -105,7 +106,7 @@ struct ControlHandler {
                 do { docs.append((try DocumentID(idText), body.compactText)) } catch { throw bad("documents[\(i)]: document id \(error)") }
             }
             let changes = try writer().putAll(collection, docs)
-            gateway.logger.verbose(.control, "put \(changes.count) documents into \(collection) up to sequence \(changes.last?.sequence ?? 0)")
+            gateway.logger.verbose(.control, "put \(changes.count.counted("document")) into \(collection) up to sequence \(changes.last?.sequence ?? 0)")
             return ["count": .int(Int64(changes.count)), "lastSequence": .int(changes.last?.sequence ?? 0)]
         case "doc.get":
             let (store, collection, id) = try target(r)

@@ -38,7 +38,7 @@ struct StoreService: Service {
                     let removed = try await gateway.storeThread.run {
                         try store.purgeTombstones(olderThan: Int64(NodeClock.systemWallMillis()) - maxAgeMillis).count
                     }
-                    if removed > 0 { logger.info(.store, "retention: purged \(removed) tombstones older than \(maxAgeMillis / 1000) s") }
+                    if removed > 0 { logger.info(.store, "retention: purged \(removed.counted("tombstone")) older than \(maxAgeMillis / 1000) s") }
                 }
             }
         } catch {

@@ -44,7 +44,7 @@ extension CLI {
                 guard let text = try Files.read(site) else { throw ConfigurationFailure(message: "\(site): no such file") }
                 let s = try loader.loadSite(text: text, file: site)
                 _ = try loader.applying(s, to: b)
-                out("\(site): ok (group \(s.group), \(s.collections.count) collections)")
+                out("\(site): ok (group \(s.group), \(s.collections.count.counted("collection")))")
             }
             return ExitCode.ok
         default:

@@ -17,6 +17,7 @@ enum ExitCode {
     static let notFound: Int32 = 4
     static let unreachable: Int32 = 5
     static let rejected: Int32 = 6
+    static let dataDirectoryInUse: Int32 = GatewayRuntime.ExitCode.dataDirectoryInUse
 }
 
 /// Writes straight to a file descriptor: unbuffered, so `changes --follow` shows each change at once
@@ -78,7 +79,7 @@ enum CLI {
             case "doctor": return try doctor(rest)
             case "conflicts": return try conflicts(rest)
             default:
-                throw UsageError(command: command, message: "unknown command; commands: run, status, doc, changes, conflicts, peers, peer, mesh, events, radios, log, identity, board, bench, sim, demo, version, help")
+                throw UsageError(command: command, message: "unknown command; commands: \(Help.commandNames.joined(separator: ", "))", helpTopic: "")
             }
         } catch let e as UsageError {
             printError(e.description)
@@ -146,7 +147,7 @@ enum CLI {
         var options = runtimeOptions(a)
         if let text = a.values["--log-level"] {
             guard let level = LogLevel(name: text) else {
-                throw UsageError(command: "run", message: "--log-level is one of debug, verbose, info, warning, error, none")
+                throw UsageError(command: "run", message: "unknown --log-level \"\(text)\" (debug, verbose, info, warning, error, none)")
             }
             options.logLevel = level
         }
@@ -222,7 +223,7 @@ enum CLI {
                 if batch.count == 500 { try send() }
             }
             try send()
-            if a.flags.contains("--json") { output(["count": .int(total), "lastSequence": .int(last)]) } else { out("imported \(total) documents (last sequence \(last))") }
+            if a.flags.contains("--json") { output(["count": .int(total), "lastSequence": .int(last)]) } else { out("imported \(total.counted("document")) (last sequence \(last))") }
         case "get":
             let a = try Arguments.parse(rest, command: command, valueOptions: ["--socket"], flagOptions: ["--json"])
             if helpIfAsked(a, "doc") { return ExitCode.ok }
