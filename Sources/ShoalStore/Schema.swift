@@ -61,6 +61,15 @@ enum Schema {
         );
         CREATE INDEX documents_by_collection_sequence ON documents(collection_id, sequence);
         """),
+        (4, """
+        -- The conflict log keeps both bodies (NULL: a tombstone, or not known when it was
+        -- refused before its body came), so it is an inbox one can act on. body_bytes (both
+        -- bodies' size) comes before them in each row: the retention's sum reads no overflow page.
+        ALTER TABLE conflicts ADD COLUMN body_bytes INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE conflicts ADD COLUMN local_body TEXT;
+        ALTER TABLE conflicts ADD COLUMN remote_body TEXT;
+        CREATE INDEX conflicts_by_at ON conflicts(at);
+        """),
     ]
 
     static var latestVersion: Int { migrations.last!.version }

@@ -241,12 +241,14 @@ enum CLI {
             if helpIfAsked(a, "doc") { return ExitCode.ok }
             try a.expectPositionals(1...1, command: command, usage: "doc list <collection>")
             let limit = try a.int("--limit", command: command, default: 100, range: 1...10_000)
-            var request: JSONValue = ["op": "doc.list", "collection": .string(a.positionals[0]), "limit": .int(limit),
-                                      "includeDeleted": .bool(a.flags.contains("--deleted"))]
-            if let after = a.values["--after"], case .object(var o) = request { o["after"] = .string(after); request = .object(o) }
-            let result = try client(a).call(request)
-            if a.flags.contains("--json") { output(result); return ExitCode.ok }
-            for d in result["documents"]?.arrayValue ?? [] {
+            let (documents, result) = try paged(client(a), limit: limit, key: "documents") { wanted, last in
+                var o: [String: JSONValue] = ["op": "doc.list", "collection": .string(a.positionals[0]), "limit": .int(wanted),
+                                              "includeDeleted": .bool(a.flags.contains("--deleted"))]
+                if let after = last?["id"] ?? a.values["--after"].map(JSONValue.string) { o["after"] = after }
+                return .object(o)
+            }
+            if a.flags.contains("--json") { output(["collection": result["collection"] ?? .null, "documents": .array(documents)]); return ExitCode.ok }
+            for d in documents {
                 let id = d["id"]?.stringValue ?? "?"
                 let state = d["deleted"]?.boolValue == true ? "deleted" : "rev \(d["revision"]?.int64Value ?? 0)"
                 out("\(id)\t\(state)\tseq \(d["sequence"]?.int64Value ?? 0)")
@@ -290,10 +292,27 @@ enum CLI {
             }
             return ExitCode.ok
         }
-        let result = try c.call(["op": "changes", "since": .int(since), "limit": .int(limit)])
-        if json { output(result); return ExitCode.ok }
-        for change in result["changes"]?.arrayValue ?? [] { out(ChangeText.line(change)) }
+        let (changes, result) = try paged(c, limit: limit, key: "changes") { wanted, last in
+            ["op": "changes", "since": last?["sequence"] ?? .int(since), "limit": .int(wanted)]
+        }
+        if json { output(["changes": .array(changes), "lastSequence": result["lastSequence"] ?? .null]); return ExitCode.ok }
+        for change in changes { out(ChangeText.line(change)) }
         return ExitCode.ok
+    }
+
+    /// A list of up to `limit` items, asked for in as many requests as the gateway's pages need
+    /// (an answer that says `"more"` stopped short of a frame's size): `request` gets how many
+    /// are still wanted and the last item so far (its cursor). Returns the items and the last answer.
+    static func paged(_ c: ControlClient, limit: Int, key: String, request: (Int, JSONValue?) -> JSONValue) throws -> ([JSONValue], JSONValue) {
+        var items: [JSONValue] = []
+        var result: JSONValue = .null
+        repeat {
+            result = try c.call(request(limit - items.count, items.last))
+            let page = result[key]?.arrayValue ?? []
+            items.append(contentsOf: page)
+            if page.isEmpty { break }
+        } while result["more"]?.boolValue == true && items.count < limit
+        return (items, result)
     }
 
     // MARK: conflicts
@@ -303,13 +322,14 @@ enum CLI {
         if helpIfAsked(a, "conflicts") { return ExitCode.ok }
         try a.expectPositionals(0...0, command: "conflicts", usage: "conflicts [--limit N] [--json]")
         let limit = try a.int("--limit", command: "conflicts", default: 100, range: 1...10_000)
-        let result = try client(a).call(["op": "conflicts", "limit": .int(limit)])
-        if a.flags.contains("--json") { output(result); return ExitCode.ok }
-        let rows = result.arrayValue ?? []
-        if rows.isEmpty { out("no conflicts") }
-        for c in rows {
-            out("\(c["atMillis"]?.int64Value ?? 0)\t\(c["collection"]?.stringValue ?? "?")/\(c["id"]?.stringValue ?? "?")\t\(c["resolver"]?.stringValue ?? "?") → \(c["outcome"]?.stringValue ?? "?")\tpeer \(String((c["peer"]?.stringValue ?? "").prefix(8)))")
+        let (rows, _) = try paged(client(a), limit: limit, key: "conflicts") { wanted, last in
+            var o: [String: JSONValue] = ["op": "conflicts", "limit": .int(wanted)]
+            if let before = last?["number"] { o["before"] = before }
+            return .object(o)
         }
+        if a.flags.contains("--json") { output(.array(rows)); return ExitCode.ok }
+        if rows.isEmpty { out("no conflicts") }
+        for c in rows { out(ConflictText.block(c)) }
         return ExitCode.ok
     }
 
@@ -362,5 +382,26 @@ enum ChangeText {
     static func line(_ c: JSONValue) -> String {
         let kind = c["deleted"]?.boolValue == true ? "delete" : "put"
         return "seq \(c["sequence"]?.int64Value ?? 0)\t\(kind)\t\(c["collection"]?.stringValue ?? "?")/\(c["id"]?.stringValue ?? "?")\trev \(c["revision"]?.int64Value ?? 0)"
+    }
+}
+
+/// `shoal conflicts` for a person: when (local time, then UTC), which document, who and what won,
+/// then both bodies (cut at 200 characters; --json has them whole).
+enum ConflictText {
+    static func block(_ c: JSONValue) -> String {
+        let at = c["atMillis"]?.int64Value ?? 0
+        let peer = String((c["peer"]?.stringValue ?? "").prefix(8))
+        var lines = ["#\(c["number"]?.int64Value ?? 0)  \(IdentityText.localDate(at / 1000)) (\(IdentityText.date(at / 1000)))  "
+            + "\(c["collection"]?.stringValue ?? "?")/\(c["id"]?.stringValue ?? "?")  \(c["resolver"]?.stringValue ?? "?") → \(c["outcome"]?.stringValue ?? "?")  peer \(peer)"]
+        for (label, key) in [("local ", "localBody"), ("remote", "remoteBody")] {
+            lines.append("    \(label)  \(body(c[key]))")
+        }
+        return lines.joined(separator: "\n")
+    }
+
+    static func body(_ value: JSONValue?) -> String {
+        guard let value, value != .null else { return "(none: deleted, or refused before its body came)" }
+        let text = value.compactText
+        return text.count <= 200 ? text : String(text.prefix(200)) + "… (\(text.utf8.count) bytes; --json shows it whole)"
     }
 }
