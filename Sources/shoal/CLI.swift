@@ -53,7 +53,7 @@ enum CLI {
         do {
             switch command {
             case "-h", "--help", "help":
-                if let topic = rest.first {
+                if let topic = rest.first, !topic.hasPrefix("-") {
                     guard let text = Help.commands[topic] else { throw UsageError(command: "help", message: "no command \"\(topic)\"") }
                     out(text)
                 } else {

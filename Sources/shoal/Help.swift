@@ -107,7 +107,9 @@ enum Help {
             alone is `_default._default`). A body is a JSON object of at most 1 MiB; `-` reads it
             from standard input. import reads lines of `ID<TAB>JSON` (a file, or standard input)
             and writes them 500 to a transaction. get prints the body; --json prints the whole record. delete
-            leaves a tombstone, so the deletion replicates. list --deleted includes tombstones.
+            leaves a tombstone, so the deletion replicates. list --deleted includes tombstones;
+            list gives up to --limit documents (default 100, at most 10,000) in id order after
+            --after ID, fetched in as many pages as their size needs.
             """,
         "changes": """
             Usage: shoal changes [--since SEQ] [--limit N] [--follow] [--json] [--socket PATH]
@@ -119,9 +121,17 @@ enum Help {
         "conflicts": """
             Usage: shoal conflicts [--limit N] [--json] [--socket PATH]
 
-            Conflicts the replicator resolved, newest first: collection, document id, the peer
-            the other version came from, the resolver, what it chose (local, remote, merged,
-            deleted) and both versions.
+            The conflict log, newest first (--limit N, default 100, at most 10,000): when (local
+            time, then UTC), collection and document id, the resolver and what it chose (local,
+            remote, merged, deleted), the peer the other version came from, and both bodies as
+            they were (the loser's too; cut at 200 characters, whole with --json, which also has
+            both versions). The log keeps the newest 10,000 entries within 64 MiB of bodies, and
+            none older than the board's txLogMaxAgeSeconds.
+            """,
+        "help": """
+            Usage: shoal help [COMMAND]
+
+            The list of commands and the exit codes, or one command's help (as `shoal COMMAND --help`).
             """,
         "log": """
             Usage: shoal log level DOMAIN|all LEVEL [--socket PATH]

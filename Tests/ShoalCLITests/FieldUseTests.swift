@@ -79,6 +79,10 @@ extension ProcessSuites {
             #expect(r.status == 2)
             for name in names { #expect(r.stderr.contains(" \(name),") || r.stderr.contains(" \(name) ("), "\(name) missing: \(r.stderr)") }
             #expect(r.stderr.contains("see `shoal --help`"))
+            for name in names {
+                let help = try Shoal.run(["help", name])
+                #expect(help.status == 0 && help.stdout.contains("Usage: shoal \(name)"), "no help for \(name): \(help.stderr)")
+            }
         }
 
         @Test("log level names the bad value; status says 1 peer, not 1 peers; the wifi event is said once")
