@@ -191,7 +191,8 @@ enum CLI {
             let result = try client(a).call(["op": "doc.put", "collection": .string(a.positionals[0]), "id": .string(a.positionals[1]), "body": body])
             if a.flags.contains("--json") { output(result) } else { out(ChangeText.line(result)) }
         case "import":
-            // Lines of `ID<TAB>JSON object`, sent 500 to a request (each request is one transaction).
+            // Lines of `ID<TAB>JSON object`, sent 500 to a request (each request is one transaction),
+            // fewer when their size would pass a page (a frame holds 4 MiB).
             let a = try Arguments.parse(rest, command: command, valueOptions: ["--socket"], flagOptions: ["--json"])
             if helpIfAsked(a, "doc") { return ExitCode.ok }
             try a.expectPositionals(1...2, command: command, usage: "doc import <collection> [FILE|-]")
@@ -203,6 +204,7 @@ enum CLI {
             }
             let c = try client(a)
             var batch: [JSONValue] = []
+            var batchBytes = 0
             var total: Int64 = 0
             var last: Int64 = 0
             func send() throws {
@@ -211,6 +213,7 @@ enum CLI {
                 total += r["count"]?.int64Value ?? 0
                 last = r["lastSequence"]?.int64Value ?? last
                 batch.removeAll(keepingCapacity: true)
+                batchBytes = 0
             }
             for (n, line) in text.split(separator: "\n", omittingEmptySubsequences: true).enumerated() {
                 guard let tab = line.firstIndex(of: "\t") else { throw Rejected(message: "\(path):\(n + 1): expected ID<TAB>JSON") }
@@ -219,7 +222,9 @@ enum CLI {
                     throw Rejected(message: "\(path):\(n + 1): \(error)")
                 }
                 guard body.isObject else { throw Rejected(message: "\(path):\(n + 1): a document body is a JSON object") }
+                if batchBytes + line.utf8.count + 64 > ControlMessage.pageBudgetBytes { try send() }
                 batch.append(["id": .string(String(line[..<tab])), "body": body])
+                batchBytes += line.utf8.count + 64
                 if batch.count == 500 { try send() }
             }
             try send()

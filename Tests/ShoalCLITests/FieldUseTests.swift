@@ -63,6 +63,11 @@ extension ProcessSuites {
             #expect(changes.status == 0, "\(changes.stderr)")
             let feed = (try Shoal.json(changes) as? [String: Any])?["changes"] as? [[String: Any]] ?? []
             #expect(feed.count == 10_000)
+            // Import batches by size too: 40 documents of 200 KB are more than one frame.
+            let big = String(repeating: "y", count: 200_000)
+            let bigLines = (0..<40).map { "big-\($0)\t{\"pad\":\"\(big)\"}" }.joined(separator: "\n")
+            let bigImport = try gw.cli(["doc", "import", "_default", "-"], stdin: bigLines)
+            #expect(bigImport.status == 0 && bigImport.stdout.contains("imported 40 documents"), "\(bigImport.stderr)")
             #expect(gw.stop().status == 0)
         }
 
