@@ -96,11 +96,8 @@ extension TCPTransport {
             parts.append(avahiVersion.map { "avahi-daemon \($0)" } ?? "avahi-daemon not reachable")
             if let i = wifi.interface { parts.append(interfaceUp == false ? (interfaceDownReason ?? "\(i) down") : "\(i) up") }
         }
-        if let l = listener {
-            if wifi == nil { parts.append("listening on port \(l.port)") }
-        } else {
-            parts.append("not listening (no replication.listen)")
-        }
+        // No listener: advertising fails and the transport's error says why; not repeated here.
+        if let l = listener, wifi == nil { parts.append("listening on port \(l.port)") }
         if !staticPeers.isEmpty { parts.append("static peers \(staticPeers.map(\.description).joined(separator: ", "))") }
         if wifi == nil { parts.append("no DNS-SD discovery (no Wi-Fi interface on this board)") }
         host.post(.detail(.wifi, parts.joined(separator: ", ")))
