@@ -90,7 +90,7 @@ extension ProcessSuites {
             }
         }
 
-        @Test("log level names the bad value; status says 1 peer, not 1 peers; the wifi event is said once")
+        @Test("log level names the bad value; status counts read right; the no-listen wifi event is said once, not at every retry")
         func wording() throws {
             let gw = try RunningGateway()
             let bad = try gw.cli(["log", "level", "replication", "loud"])
