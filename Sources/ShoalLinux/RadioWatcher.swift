@@ -17,8 +17,12 @@ public struct RadioSnapshot: Sendable, Equatable {
     public init() {}
 
     /// Whether Wi-Fi can carry links, and if not, why.
+    /// Whether the Wi-Fi transport (TCP) can carry links, and why not. A board that names no
+    /// interface has nothing to watch: TCP links still run over static peers and the listen
+    /// address on whatever interface routes them; only DNS-SD discovery needs the interface. The
+    /// second value then says so (it is a note, not a reason it is down).
     public var wifiUsable: (Bool, String?) {
-        guard let i = wifiInterface else { return (false, "the board names no Wi-Fi interface") }
+        guard let i = wifiInterface else { return (true, "no Wi-Fi interface on this board: static peers and listen only, no DNS-SD discovery") }
         if wifiBlock.hard { return (false, "Wi-Fi is hard-blocked (rfkill: a switch or the firmware)") }
         if wifiBlock.soft { return (false, "Wi-Fi is soft-blocked (rfkill unblock wifi)") }
         return wifi == .up ? (true, nil) : (false, "\(i) is \(wifi.rawValue)")

@@ -25,7 +25,7 @@ extension MeshManager {
     func die(_ reason: String, now: UInt64, _ out: inout [MeshAction]) -> Next {
         guard state != .dead else { return .skip }
         if isRunning { shutDown(now: now, &out) }
-        for t in settings.transports.sorted() { out.append(.event(.transportStatus(t, active: false, error: reason))) }
+        for t in settings.transports.sorted() { reportTransport(t, active: false, error: reason, &out) }
         setState(.dead, &out)
         nextWake = nil
         return .skip
@@ -55,7 +55,7 @@ extension MeshManager {
             if advertising[t]?.active == true { out.append(.stopAdvertising(t)) }
             advertising[t] = nil
             if scanning { out.append(.stopScanning(t)) }
-            out.append(.event(.transportStatus(t, active: false, error: "\(t.rawValue) is down")))
+            reportTransport(t, active: false, error: "\(t.rawValue) is down", &out)
             for k in peers.keys where peers[k]!.heardOn.contains(t) {
                 peers[k]!.heardOn.remove(t)
                 out.append(.event(.peerDiscovery(k, t, online: false)))
@@ -72,7 +72,7 @@ extension MeshManager {
     func advertisingStarted(_ t: MeshTransport, now: UInt64, _ out: inout [MeshAction]) -> Next {
         guard isRunning, usable.contains(t) else { return .skip }
         advertising[t] = Advertising(active: true, failures: 0, at: nil)
-        out.append(.event(.transportStatus(t, active: true, error: nil)))
+        reportTransport(t, active: true, error: nil, &out)
         return .finish
     }
 
@@ -80,8 +80,16 @@ extension MeshManager {
         guard isRunning, usable.contains(t) else { return .skip }
         let failures = (advertising[t]?.failures ?? 0) + 1
         advertising[t] = Advertising(active: false, failures: failures, at: now + advertisingBackoff(failures: failures))
-        out.append(.event(.transportStatus(t, active: false, error: reason)))
+        reportTransport(t, active: false, error: reason, &out)
         return .finish
+    }
+
+    /// A transport's status goes out as an event only when it changed: advertising retried with
+    /// backoff and failing again for the same reason (a site with no listen address) is not news.
+    func reportTransport(_ t: MeshTransport, active: Bool, error: String?, _ out: inout [MeshAction]) {
+        if let last = reportedTransport[t], last.active == active, last.error == error { return }
+        reportedTransport[t] = (active, error)
+        out.append(.event(.transportStatus(t, active: active, error: error)))
     }
 
     func heard(_ peer: PeerID, _ t: MeshTransport, load: Int?, now: UInt64, _ out: inout [MeshAction]) -> Next {

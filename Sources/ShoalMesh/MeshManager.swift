@@ -76,6 +76,8 @@ public final class MeshManager {
     var peers: [PeerID: PeerRecord] = [:]
     var usable: Set<MeshTransport>
     var advertising: [MeshTransport: Advertising] = [:]
+    /// The last status each transport was reported with (events say changes only).
+    var reportedTransport: [MeshTransport: (active: Bool, error: String?)] = [:]
     var scanning = false
     var phaseEnds: UInt64?
     var nextPhase: UInt64?
@@ -246,6 +248,7 @@ public final class MeshManager {
         if scanning { for t in usable.sorted() { out.append(.stopScanning(t)) } }
         scanning = false
         advertising = [:]
+        reportedTransport = [:]   // a restarted mesh reports each transport afresh
         phaseEnds = nil
         nextPhase = nil
         for c in connections.values.sorted(by: { $0.id < $1.id }) {

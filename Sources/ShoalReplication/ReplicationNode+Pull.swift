@@ -64,7 +64,7 @@ extension ReplicationNode {
         var actions: [ReplicationAction] = []
         if !refused.isEmpty {
             let records = refused
-            try store.transaction { (tx) throws(StoreError) in for r in records { try tx.logConflict(r) } }
+            try store.transaction { (tx) throws(StoreError) in try tx.logConflicts(records) }
             for r in refused { actions.append(.event(.conflict(link: l.id, peer: peerID, record: r))) }
         }
         let ask = included.isEmpty ? inbound.requested : inbound.requested.subtracting(included)
@@ -120,7 +120,7 @@ extension ReplicationNode {
                 if let seq = outcome.tookSenderVersionAt, l.push[name] != nil { l.echoes.insert(seq) }
             }
             try clock.persist(in: tx)
-            for c in conflicts { try tx.logConflict(c) }
+            try tx.logConflicts(conflicts)
             // Batches these documents completed move their checkpoint in the same commit.
             var upTo: UInt64?
             for b in l.pull[name] ?? [] {
@@ -180,7 +180,7 @@ extension ReplicationNode {
             outcome.error = "refused: older than our purge horizon"
             conflicts.append(ConflictRecord(collection: policy.name, id: d.id, localVersion: [], remoteVersion: d.version,
                                             peer: peerID.description, resolver: "purgeHorizon", outcome: "refused: older than our purge horizon",
-                                            atMillis: Int64(clock.wallMillis)))
+                                            atMillis: Int64(clock.wallMillis), remoteBody: remoteBody))
             return outcome
         }
         let localVersion = (try? DocumentVersion(decoding: localMeta.version)) ?? DocumentVersion(vector: VersionVector(), bodyDigest: 0)
@@ -215,7 +215,7 @@ extension ReplicationNode {
             try tx.write(DocumentWrite(collection: policy.name, id: docID, body: body, version: version.encoded), bodyValidated: true)
             conflicts.append(ConflictRecord(collection: policy.name, id: d.id, localVersion: local.version, remoteVersion: d.version,
                                             peer: peerID.description, resolver: policy.resolver.name, outcome: label,
-                                            atMillis: Int64(clock.wallMillis)))
+                                            atMillis: Int64(clock.wallMillis), localBody: local.body, remoteBody: remoteBody))
             return outcome
         }
     }

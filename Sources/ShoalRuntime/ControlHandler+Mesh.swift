@@ -1,6 +1,7 @@
 import ShoalConfig
 import ShoalCore
 import ShoalMesh
+import ShoalStatus
 import ShoalWire
 
 /// The mesh's control-socket requests: peers, peer, mesh, events, radios.retry.
@@ -15,7 +16,7 @@ extension ControlHandler {
             let view = gateway.meshView.withLock { $0 }
             let matches = view.peers.filter { $0.info.peer.description.hasPrefix(text) }
             guard !matches.isEmpty else { throw ControlError(code: .notFound, message: "no peer \(text) known to this gateway") }
-            guard matches.count == 1 else { throw bad("\(text) matches \(matches.count) peers; give more digits") }
+            guard matches.count == 1 else { throw bad("\(text) matches \(matches.count.counted("peer")); give more digits") }
             return ControlHandler.json(matches[0])
         case "mesh":
             let view = gateway.meshView.withLock { $0 }
@@ -55,15 +56,21 @@ extension ControlHandler {
             ]
         case "radios":
             guard let r = gateway.radios.withLock({ $0 }) else { throw ControlError(code: .unavailable, message: "the radio manager has not looked yet") }
-            func transport(_ u: (Bool, String?)) -> JSONValue { ["usable": .bool(u.0), "why": u.1.map(JSONValue.string) ?? .null] }
+            // The radio's own verdict (usable, why), then the transport as the mesh sees it: the
+            // same record `shoal status` shows.
+            func transport(_ u: (Bool, String?), _ t: MeshTransport) -> JSONValue {
+                var o: [String: JSONValue] = ["usable": .bool(u.0), "why": u.1.map(JSONValue.string) ?? .null]
+                if let s = gateway.transportStatus(t), case .object(let mesh) = s.json { o.merge(mesh) { a, _ in a } }
+                return .object(o)
+            }
             return [
                 "wifi": [
                     "interface": r.wifiInterface.map(JSONValue.string) ?? .null, "state": .string(r.wifi.rawValue),
-                    "softBlocked": .bool(r.wifiBlock.soft), "hardBlocked": .bool(r.wifiBlock.hard), "transport": transport(r.wifiUsable),
+                    "softBlocked": .bool(r.wifiBlock.soft), "hardBlocked": .bool(r.wifiBlock.hard), "transport": transport(r.wifiUsable, .wifi),
                 ],
                 "bluetooth": [
                     "adapter": r.bluetoothAdapter.map(JSONValue.string) ?? .null, "present": .bool(r.bluetoothPresent), "up": .bool(r.bluetoothUp),
-                    "softBlocked": .bool(r.bluetoothBlock.soft), "hardBlocked": .bool(r.bluetoothBlock.hard), "transport": transport(r.bluetoothUsable),
+                    "softBlocked": .bool(r.bluetoothBlock.soft), "hardBlocked": .bool(r.bluetoothBlock.hard), "transport": transport(r.bluetoothUsable, .bluetooth),
                 ],
             ]
         case "radios.retry":

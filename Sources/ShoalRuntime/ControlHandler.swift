@@ -46,25 +46,22 @@ struct ControlHandler {
             let since = r["since"]?.int64Value ?? 0
             let limit = Int(r["limit"]?.int64Value ?? 1000)
             guard limit >= 1 && limit <= 10_000 else { throw bad("\"limit\" is 1 to 10000") }
-            let changes = try store.changes(since: since, limit: limit)
-            return ["changes": .array(changes.map(ControlHandler.json)), "lastSequence": .int(store.lastSequence)]
+            let page = ControlHandler.page(try store.changes(since: since, limit: limit), ControlHandler.json)
+            return ["changes": .array(page.items), "more": .bool(page.more), "lastSequence": .int(store.lastSequence)]
         case "conflicts":
+            // Newest first; `before` (an entry's number) continues a page that said more.
             let store = try openStore()
             let limit = Int(r["limit"]?.int64Value ?? 100)
-            return .array(try store.conflicts(limit: max(1, min(limit, 10_000))).map { c in
-                [
-                    "collection": .string(c.collection.description), "id": .string(c.id), "peer": .string(c.peer),
-                    "resolver": .string(c.resolver), "outcome": .string(c.outcome), "atMillis": .int(c.atMillis),
-                    "localVersion": .string((try? DocumentVersion(decoding: c.localVersion))?.description ?? "?"),
-                    "remoteVersion": .string((try? DocumentVersion(decoding: c.remoteVersion))?.description ?? "?"),
-                ]
-            })
+            guard limit >= 1 && limit <= 10_000 else { throw bad("\"limit\" is 1 to 10000") }
+            let page = try ControlHandler.page(try store.conflicts(limit: limit, before: r["before"]?.int64Value), ControlHandler.json)
+            return ["conflicts": .array(page.items), "more": .bool(page.more)]
         case "collections":
             let store = try openStore()
             return .array(try store.collections().map { .string($0.description) })
         case "log.level":
-            guard let levelName = r["level"]?.stringValue, let level = LogLevel(name: levelName) else {
-                throw bad("\"level\" is one of debug, verbose, info, warning, error, none")
+            guard let levelName = r["level"]?.stringValue else { throw bad("missing \"level\"") }
+            guard let level = LogLevel(name: levelName) else {
+                throw bad("unknown level \"\(levelName.prefix(40))\" (debug, verbose, info, warning, error, none)")
             }
             let domainName = r["domain"]?.stringValue ?? "all"
             if domainName == "all" {
@@ -109,7 +106,7 @@ struct ControlHandler {
                 do { docs.append((try DocumentID(idText), body.compactText)) } catch { throw bad("documents[\(i)]: document id \(error)") }
             }
             let changes = try writer().putAll(collection, docs)
-            gateway.logger.verbose(.control, "put \(changes.count) documents into \(collection) up to sequence \(changes.last?.sequence ?? 0)")
+            gateway.logger.verbose(.control, "put \(changes.count.counted("document")) into \(collection) up to sequence \(changes.last?.sequence ?? 0)")
             return ["count": .int(Int64(changes.count)), "lastSequence": .int(changes.last?.sequence ?? 0)]
         case "doc.get":
             let (store, collection, id) = try target(r)
@@ -128,7 +125,8 @@ struct ControlHandler {
             let limit = Int(r["limit"]?.int64Value ?? 100)
             guard limit >= 1 && limit <= 10_000 else { throw bad("\"limit\" is 1 to 10000") }
             let docs = try store.list(collection, after: r["after"]?.stringValue, limit: limit, includeDeleted: r["includeDeleted"]?.boolValue ?? false)
-            return ["collection": .string(collection.description), "documents": .array(try docs.map(ControlHandler.json))]
+            let page = try ControlHandler.page(docs, ControlHandler.json)
+            return ["collection": .string(collection.description), "documents": .array(page.items), "more": .bool(page.more)]
         default:
             return nil
         }
@@ -162,6 +160,33 @@ struct ControlHandler {
         let collection = try collectionName(r)
         guard let idText = r["id"]?.stringValue else { throw bad("missing \"id\"") }
         do { return (store, collection, try DocumentID(idText)) } catch { throw ControlError(code: .badRequest, message: "document id \(error)") }
+    }
+
+    /// As many of `items` as fit in one answer (`ControlMessage.pageBudgetBytes`; at least one):
+    /// `more` says the list was cut, and the client asks again after the last item it got.
+    static func page<T>(_ items: [T], _ encode: (T) throws -> JSONValue) rethrows -> (items: [JSONValue], more: Bool) {
+        var out: [JSONValue] = []
+        var bytes = 0
+        for item in items {
+            let value = try encode(item)
+            bytes += value.compactText.utf8.count + 1
+            if bytes > ControlMessage.pageBudgetBytes && !out.isEmpty { return (out, true) }
+            out.append(value)
+        }
+        return (out, false)
+    }
+
+    static func json(_ c: ConflictRecord) throws -> JSONValue {
+        func body(_ text: String?) throws -> JSONValue { try text.map { try JSONValue.parse($0) } ?? .null }
+        return [
+            "number": .int(c.number),
+            "collection": .string(c.collection.description), "id": .string(c.id), "peer": .string(c.peer),
+            "resolver": .string(c.resolver), "outcome": .string(c.outcome), "atMillis": .int(c.atMillis),
+            "at": .string(IdentityText.date(c.atMillis / 1000)),
+            "localVersion": .string((try? DocumentVersion(decoding: c.localVersion))?.description ?? "?"),
+            "remoteVersion": .string((try? DocumentVersion(decoding: c.remoteVersion))?.description ?? "?"),
+            "localBody": try body(c.localBody), "remoteBody": try body(c.remoteBody),
+        ]
     }
 
     static func json(_ c: Change) -> JSONValue {

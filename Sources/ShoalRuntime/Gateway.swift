@@ -113,10 +113,16 @@ public final class Gateway: Sendable {
         status.storeRunning = report.snapshot.first { $0.path == GatewayRuntime.storeChildPath }.map { $0.state == .running } ?? true
         status.ledPattern = ledPattern.withLock { $0 }
         status.sync = mesh.sync
-        status.transports = mesh.transports.keys.sorted().map { t in
-            GatewayStatus.Transport(name: t.rawValue, active: mesh.transports[t]!.active, error: mesh.transports[t]!.error, discovery: mesh.discovery[t])
-        }
+        status.transports = mesh.transports.keys.sorted().compactMap { transportStatus($0, in: mesh) }
         return status
+    }
+
+    /// A transport as the mesh sees it (active, last error, how it finds peers): what `shoal
+    /// status` and `shoal radios` both show, so they cannot disagree. Nil before the mesh tried it.
+    public func transportStatus(_ t: MeshTransport, in view: MeshView? = nil) -> GatewayStatus.Transport? {
+        let mesh = view ?? meshView.withLock { $0 }
+        guard let state = mesh.transports[t] else { return nil }
+        return GatewayStatus.Transport(name: t.rawValue, active: state.active, error: state.error, discovery: mesh.discovery[t])
     }
 }
 

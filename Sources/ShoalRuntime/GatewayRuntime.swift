@@ -18,6 +18,8 @@ public enum GatewayRuntime {
         public static let usage: Int32 = 2
         public static let config: Int32 = 3
         public static let notFound: Int32 = 4
+        /// Another `shoal run` holds the data directory's lock.
+        public static let dataDirectoryInUse: Int32 = 7
     }
 
     /// Where the store service sits in the tree (its state drives the LED's store error).
@@ -71,6 +73,18 @@ public enum GatewayRuntime {
             logger.error(.board, "configuration: \(error)")
             return ExitCode.config
         }
+        // Before anything opens the store or the socket: one gateway per data directory. Held
+        // until this function returns (the process exits right after); the kernel drops it on death.
+        let dataDirectory = Files.directory(of: config.storePath)
+        let lock: DirectoryLock
+        do {
+            lock = try DirectoryLock(directory: dataDirectory)
+        } catch {
+            logger.error(.runtime, "\(error)")
+            if case .held = error { return ExitCode.dataDirectoryInUse }
+            return ExitCode.failure
+        }
+        defer { withExtendedLifetime(lock) {} }
         logger.setLevel(config.board.log.level)
         for (domain, level) in config.board.log.domains { logger.setLevel(level, for: domain) }
         if let level = options.logLevel { logger.setLevel(level) }

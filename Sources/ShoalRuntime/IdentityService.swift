@@ -97,6 +97,18 @@ public enum IdentityText {
         func two(_ v: Int64) -> String { v < 10 ? "0\(v)" : "\(v)" }
         return "\(y)-\(two(m))-\(two(d)) \(two(secs / 3600)):\(two(secs % 3600 / 60)):\(two(secs % 60)) UTC"
     }
+
+    /// The same instant in this machine's time zone (TZ, else /etc/localtime), with its zone's
+    /// abbreviation: "2026-12-02 04:39:27 CET". Falls back to UTC if the zone cannot be read.
+    public static func localDate(_ epoch: Int64) -> String {
+        var t = time_t(epoch)
+        var parts = tm()
+        guard localtime_r(&t, &parts) != nil else { return date(epoch) }
+        var buffer = [CChar](repeating: 0, count: 64)
+        let n = strftime(&buffer, buffer.count, "%Y-%m-%d %H:%M:%S %Z", &parts)
+        guard n > 0 else { return date(epoch) }
+        return String(decoding: buffer.prefix(n).map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
 }
 
 public enum IdentityDefaults {

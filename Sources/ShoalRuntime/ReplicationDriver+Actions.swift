@@ -121,7 +121,7 @@ extension ReplicationDriver {
                     c.documentsSent += items.count
                 }
             }
-            log.verbose(.replication, "link \(link): \(direction.rawValue) \(items.count) documents with \(peer.short)\(errors > 0 ? " (\(errors) refused)" : "")")
+            log.verbose(.replication, "link \(link): \(direction.rawValue) \(items.count.counted("document")) with \(peer.short)\(errors > 0 ? " (\(errors) refused)" : "")")
         case .clockSkew(_, let peer, let ahead):
             host.updateCounters { _ = $0.skewedPeers.insert(peer.description) }
             log.warning(.replication, "peer \(peer)'s clock runs \(ahead / 1000) s ahead of ours; its timestamps do not move our clock")

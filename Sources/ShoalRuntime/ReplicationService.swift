@@ -87,6 +87,6 @@ struct ReplicationService: Service {
         guard case .network(_, let peers, let wifi, let bluetooth) = a.links else { return }
         let statics = peers.map(\.description).joined(separator: ", ")
         let discovery = [wifi.map { "DNS-SD \($0.serviceType) on \($0.interface ?? "any interface")" }, bluetooth.map { "BLE on \($0.adapter)" }].compactMap { $0 }
-        gateway.logger.info(.replication, "replicating \(a.collections.count) collections as \(a.identity.peerID.short); static peers: \(statics.isEmpty ? "none" : statics); discovery: \(discovery.isEmpty ? "none" : discovery.joined(separator: ", "))")
+        gateway.logger.info(.replication, "replicating \(a.collections.count.counted("collection")) as \(a.identity.peerID.short); static peers: \(statics.isEmpty ? "none" : statics); discovery: \(discovery.isEmpty ? "none" : discovery.joined(separator: ", "))")
     }
 }

@@ -204,7 +204,7 @@ struct ConsoleShell {
             let s = gateway.statusSnapshot(store: store)
             var lines = [s.consoleLine]
             for t in s.transports {
-                lines.append("\(t.name): \(t.active ? "active" : "inactive")\(t.error.map { " (\($0))" } ?? "")")
+                lines.append("\(t.name): \(t.summary)")
             }
             if let p = s.identityProblem { lines.append("identity problem: \(p)") }
             lines.append("led: \(gateway.ledPattern.withLock { $0 })")

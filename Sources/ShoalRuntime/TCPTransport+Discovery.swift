@@ -85,12 +85,21 @@ extension TCPTransport {
         }
     }
 
+    /// How this transport carries links now, for `shoal status` and `shoal radios` alike (both
+    /// read it from the mesh view): listening, static peers, and DNS-SD or why there is none.
     func postDetail(_ host: any TransportHost) {
-        guard let wifi else { return }
-        var parts = ["DNS-SD \(wifi.serviceType)"]
-        if let publishedName { parts.append("as \"\(publishedName)\" on port \(listener?.port ?? 0)") }
-        parts.append(avahiVersion.map { "avahi-daemon \($0)" } ?? "avahi-daemon not reachable")
-        if let i = wifi.interface { parts.append(interfaceUp == false ? (interfaceDownReason ?? "\(i) down") : "\(i) up") }
+        var parts: [String] = []
+        if let wifi {
+            var dnssd = "DNS-SD \(wifi.serviceType)"
+            if let publishedName { dnssd += " as \"\(publishedName)\" on port \(listener?.port ?? 0)" }
+            parts.append(dnssd)
+            parts.append(avahiVersion.map { "avahi-daemon \($0)" } ?? "avahi-daemon not reachable")
+            if let i = wifi.interface { parts.append(interfaceUp == false ? (interfaceDownReason ?? "\(i) down") : "\(i) up") }
+        }
+        // No listener: advertising fails and the transport's error says why; not repeated here.
+        if let l = listener, wifi == nil { parts.append("listening on port \(l.port)") }
+        if !staticPeers.isEmpty { parts.append("static peers \(staticPeers.map(\.description).joined(separator: ", "))") }
+        if wifi == nil { parts.append("no DNS-SD discovery (no Wi-Fi interface on this board)") }
         host.post(.detail(.wifi, parts.joined(separator: ", ")))
     }
 }

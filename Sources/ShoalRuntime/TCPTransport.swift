@@ -107,6 +107,7 @@ package actor TCPTransport: Transport {
             host.spawn("repl-accept") { self.acceptLoop(l, host) }
         }
         if !staticPeers.isEmpty { host.spawn("repl-probe") { self.probeLoop(host) } }
+        host.onNodeThread { self.assumeIsolated { $0.postDetail(host) } }
         if let wifi {
             let agent = DNSSD(serviceType: wifi.serviceType) { [weak self] event in
                 guard let self else { return }

@@ -60,6 +60,15 @@ public struct GatewayStatus: Sendable {
             self.error = error
             self.discovery = discovery
         }
+
+        /// "active; listening on port 4984, …" — the one wording of a transport's state, shared
+        /// by `shoal status`, `shoal radios` and the serial console.
+        public var summary: String {
+            var line = active ? "active" : "inactive"
+            if let error { line += " (\(error))" }
+            if let discovery { line += "; \(discovery)" }
+            return line
+        }
     }
     public var transports: [Transport] = []
     /// The status LED's pattern now (shown whatever the LED driver, so a remote look matches what
@@ -126,15 +135,10 @@ public struct GatewayStatus: Sendable {
         if let l = ledPattern { lines.append("led         \(l)") }
         for p in clockSkewPeers { lines.append("clock skew  peer \(p) runs ahead of our clock") }
         lines.append("group       \(group) (DNS-SD \(serviceType))")
-        lines.append("mesh        \(meshState), \(connectedPeers) peers connected")
-        for t in transports {
-            var line = "\(t.name.padding(to: 11)) \(t.active ? "active" : "inactive")"
-            if let e = t.error { line += " (\(e))" }
-            if let d = t.discovery { line += "; \(d)" }
-            lines.append(line)
-        }
+        lines.append("mesh        \(meshState), \(connectedPeers.counted("peer")) connected")
+        for t in transports { lines.append("\(t.name.padding(to: 11)) \(t.summary)") }
         lines.append("store       \(storePath) (durability \(durability))")
-        lines.append("documents   \(documents) live, \(tombstones) tombstones, last sequence \(lastSequence)")
+        lines.append("documents   \(documents) live, \(tombstones.counted("tombstone")), last sequence \(lastSequence)")
         if let sync { lines.append("syncing     \(sync.text) (received/announced so far)") }
         lines.append("collections \(collections.joined(separator: ", "))")
         lines.append("supervision")
@@ -161,10 +165,7 @@ public struct GatewayStatus: Sendable {
                 "collections": .array(collections.map { .string($0) }),
             ],
             "mesh": ["state": .string(meshState), "connectedPeers": .int(connectedPeers)],
-            "transports": .object(Dictionary(uniqueKeysWithValues: transports.map { t in
-                (t.name, ["active": .bool(t.active), "error": t.error.map(JSONValue.string) ?? .null,
-                          "discovery": t.discovery.map(JSONValue.string) ?? .null] as JSONValue)
-            })),
+            "transports": .object(Dictionary(uniqueKeysWithValues: transports.map { ($0.name, $0.json) })),
             "peerID": peerID.map { .string($0) } ?? .null,
             "counters": .object(counters.mapValues { .int($0) }),
             "clockSkewPeers": .array(clockSkewPeers.map { .string($0) }),
@@ -206,9 +207,7 @@ public struct GatewayStatus: Sendable {
         clockSkewPeers = (s["clockSkewPeers"]?.arrayValue ?? []).compactMap(\.stringValue)
         ledPattern = s["led"]?.stringValue
         sync = SyncProgress(json: s["sync"])
-        transports = (s["transports"]?.objectValue ?? [:]).sorted { $0.key < $1.key }.map { name, t in
-            Transport(name: name, active: t["active"]?.boolValue ?? false, error: t["error"]?.stringValue, discovery: t["discovery"]?.stringValue)
-        }
+        transports = (s["transports"]?.objectValue ?? [:]).sorted { $0.key < $1.key }.map { name, t in Transport(name: name, json: t) }
     }
 
     static func duration(_ s: Int64) -> String {
@@ -222,5 +221,16 @@ public struct GatewayStatus: Sendable {
 extension String {
     func padding(to width: Int) -> String {
         count >= width ? self : self + String(repeating: " ", count: width - count)
+    }
+}
+
+extension GatewayStatus.Transport {
+    /// From the JSON `status` and `radios` give for one transport.
+    public init(name: String, json t: JSONValue) {
+        self.init(name: name, active: t["active"]?.boolValue ?? false, error: t["error"]?.stringValue, discovery: t["discovery"]?.stringValue)
+    }
+
+    public var json: JSONValue {
+        ["active": .bool(active), "error": error.map(JSONValue.string) ?? .null, "discovery": discovery.map(JSONValue.string) ?? .null]
     }
 }

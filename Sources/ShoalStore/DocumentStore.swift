@@ -359,19 +359,30 @@ extension DocumentStore {
         }
     }
 
-    /// The newest conflicts first.
-    public func conflicts(limit: Int = 100) throws(StoreError) -> [ConflictRecord] {
+    /// The conflict log's bounds: at most this many entries (the newest)…
+    public static let conflictLogMaxEntries = 10_000
+    /// …whose bodies add up to at most this many bytes (older entries go first); and none older
+    /// than the board's txLogMaxAgeSeconds (`purgeTombstones`, hourly).
+    public static let conflictLogMaxBodyBytes: Int64 = 64 << 20
+
+    /// The newest conflicts first; `before` (an entry's `number`) pages back through older ones.
+    public func conflicts(limit: Int = 100, before: Int64? = nil) throws(StoreError) -> [ConflictRecord] {
         try locked { db throws(StoreError) in
             let s = try db.statement("""
-                SELECT c.scope, c.name, x.doc_id, x.local_version, x.remote_version, x.peer_id, x.resolver, x.outcome, x.at
-                FROM conflicts x JOIN collections c ON c.id = x.collection_id ORDER BY x.id DESC LIMIT ?
+                SELECT c.scope, c.name, x.doc_id, x.local_version, x.remote_version, x.peer_id, x.resolver, x.outcome, x.at,
+                       x.local_body, x.remote_body, x.id
+                FROM conflicts x JOIN collections c ON c.id = x.collection_id WHERE x.id < ?2 ORDER BY x.id DESC LIMIT ?1
                 """)
             try s.bind(0, Int64(max(0, min(limit, 100_000))))
+            try s.bind(1, before ?? Int64.max)
             var out: [ConflictRecord] = []
             while try s.step() {
                 guard let scope = s.text(0), let name = s.text(1), let c = try? CollectionName(scope: scope, name: name) else { continue }
-                out.append(ConflictRecord(collection: c, id: s.text(2) ?? "", localVersion: s.blob(3), remoteVersion: s.blob(4),
-                                          peer: s.text(5) ?? "", resolver: s.text(6) ?? "", outcome: s.text(7) ?? "", atMillis: s.int64(8)))
+                var r = ConflictRecord(collection: c, id: s.text(2) ?? "", localVersion: s.blob(3), remoteVersion: s.blob(4),
+                                       peer: s.text(5) ?? "", resolver: s.text(6) ?? "", outcome: s.text(7) ?? "", atMillis: s.int64(8),
+                                       localBody: s.text(9), remoteBody: s.text(10))
+                r.number = s.int64(11)
+                out.append(r)
             }
             return out
         }

@@ -66,6 +66,15 @@ enum Schema {
         -- covering index above, less these) without visiting every row.
         CREATE INDEX documents_tombstones ON documents(collection_id) WHERE deleted = 1;
         """),
+        (5, """
+        -- The conflict log keeps both bodies (NULL: a tombstone, or not known when it was
+        -- refused before its body came), so it is an inbox one can act on. body_bytes (both
+        -- bodies' size) comes before them in each row: the retention's sum reads no overflow page.
+        ALTER TABLE conflicts ADD COLUMN body_bytes INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE conflicts ADD COLUMN local_body TEXT;
+        ALTER TABLE conflicts ADD COLUMN remote_body TEXT;
+        CREATE INDEX conflicts_by_at ON conflicts(at);
+        """),
     ]
 
     static var latestVersion: Int { migrations.last!.version }

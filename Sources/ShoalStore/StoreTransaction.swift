@@ -105,19 +105,51 @@ public final class StoreTransaction {
         return value
     }
 
-    public func logConflict(_ c: ConflictRecord) throws(StoreError) {
-        let s = try db.statement("""
-            INSERT INTO conflicts(collection_id, doc_id, local_version, remote_version, peer_id, resolver, outcome, at)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+    /// Appends resolved conflicts to the conflict log, then trims the log to its bounds (see
+    /// `DocumentStore.conflictLogMaxEntries` and `conflictLogMaxBodyBytes`; age is the hourly
+    /// retention's job). Call once per transaction with all of them: the trim runs once.
+    public func logConflicts(_ records: [ConflictRecord]) throws(StoreError) {
+        guard !records.isEmpty else { return }
+        for c in records {
+            let s = try db.statement("""
+                INSERT INTO conflicts(collection_id, doc_id, local_version, remote_version, peer_id, resolver, outcome, at,
+                                      body_bytes, local_body, remote_body)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """)   // cached: each call hands it back reset
+            try s.bind(0, try store.collectionIDForTransaction(c.collection))
+            try s.bind(1, c.id)
+            try s.bind(2, blob: c.localVersion)
+            try s.bind(3, blob: c.remoteVersion)
+            try s.bind(4, c.peer)
+            try s.bind(5, c.resolver)
+            try s.bind(6, c.outcome)
+            try s.bind(7, c.atMillis)
+            try s.bind(8, Int64((c.localBody?.utf8.count ?? 0) + (c.remoteBody?.utf8.count ?? 0)))
+            try s.bind(9, c.localBody)
+            try s.bind(10, c.remoteBody)
+            try s.run()
+        }
+        try trimConflictLog()
+    }
+
+    public func logConflict(_ c: ConflictRecord) throws(StoreError) { try logConflicts([c]) }
+
+    /// The newest `conflictLogMaxEntries` entries, and of those only as many of the newest as fit
+    /// in `conflictLogMaxBodyBytes` of bodies (the newest one always stays).
+    func trimConflictLog() throws(StoreError) {
+        let byCount = try db.statement("DELETE FROM conflicts WHERE id <= (SELECT max(id) FROM conflicts) - ?")
+        try byCount.bind(0, Int64(DocumentStore.conflictLogMaxEntries))
+        try byCount.run()
+        let total = try db.statement("SELECT coalesce(sum(body_bytes), 0) FROM conflicts")
+        let bytes = try total.step() ? total.int64(0) : 0
+        try total.run()
+        guard bytes > DocumentStore.conflictLogMaxBodyBytes else { return }
+        let byBytes = try db.statement("""
+            DELETE FROM conflicts WHERE id IN (
+                SELECT id FROM (SELECT id, sum(body_bytes) OVER (ORDER BY id DESC) AS newer FROM conflicts)
+                WHERE newer > ?1 AND id < (SELECT max(id) FROM conflicts))
             """)
-        try s.bind(0, try store.collectionIDForTransaction(c.collection))
-        try s.bind(1, c.id)
-        try s.bind(2, blob: c.localVersion)
-        try s.bind(3, blob: c.remoteVersion)
-        try s.bind(4, c.peer)
-        try s.bind(5, c.resolver)
-        try s.bind(6, c.outcome)
-        try s.bind(7, c.atMillis)
-        try s.run()
+        try byBytes.bind(0, DocumentStore.conflictLogMaxBodyBytes)
+        try byBytes.run()
     }
 }

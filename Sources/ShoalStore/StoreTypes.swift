@@ -87,9 +87,17 @@ public struct ConflictRecord: Sendable, Equatable {
     /// What won: "local", "remote", "merged", "deleted".
     public var outcome: String
     public var atMillis: Int64
+    /// Both sides' bodies as they were when the conflict was resolved (nil: a tombstone, or a
+    /// refusal made before the body came).
+    public var localBody: String?
+    public var remoteBody: String?
+    /// Its place in the log (increasing; 0 until stored): the cursor to page with.
+    public var number: Int64 = 0
 
     public init(collection: CollectionName, id: String, localVersion: [UInt8], remoteVersion: [UInt8], peer: String,
-                resolver: String, outcome: String, atMillis: Int64) {
+                resolver: String, outcome: String, atMillis: Int64, localBody: String? = nil, remoteBody: String? = nil) {
+        self.localBody = localBody
+        self.remoteBody = remoteBody
         self.collection = collection
         self.id = id
         self.localVersion = localVersion

@@ -22,7 +22,7 @@ public final class Certificate: @unchecked Sendable {  // an mbedTLS certificate
         if isPEM && input.last != 0 { input.append(0) }  // mbedTLS wants PEM NUL-terminated
         let rc = input.withUnsafeBufferPointer { mbedtls_x509_crt_parse(chain, $0.baseAddress, $0.count) }
         if rc != 0 {
-            throw .badCertificate(rc < 0 ? MbedTLS.describe(rc) : "\(rc) certificates in the input could not be parsed")
+            throw .badCertificate(rc < 0 ? MbedTLS.describe(rc) : "\(rc.counted("certificate")) in the input could not be parsed")
         }
     }
 

@@ -3,9 +3,14 @@ import ShoalCore
 /// The control socket's messages: one JSON object per frame. A request is `{"op": …, …}`; a reply
 /// is `{"ok": true, "result": …}` or `{"ok": false, "error": {"code": …, "message": …}}`.
 /// `changes` with `follow: true` keeps the connection open and sends `{"change": …}` frames.
+/// List answers are pages: at most `pageBudgetBytes` of items, with `"more": true` when cut short.
 public enum ControlMessage {
     /// Frames on the control socket never exceed this (a document is at most 1 MiB in Shoal).
     public static let frameLimit = 4 << 20
+    /// A list answer (`doc.list`, `changes`, `conflicts`) stops adding items before their JSON
+    /// passes this, and says `"more": true`; the client asks again from where it stopped (a
+    /// cursor each op names). So any limit works whatever the documents' size.
+    public static let pageBudgetBytes = 3 << 20
 
     public static func encode(_ value: JSONValue) throws(FrameError) -> [UInt8] {
         try FrameEncoder.encode(Array(value.compactText.utf8), limit: frameLimit)

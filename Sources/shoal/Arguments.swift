@@ -3,7 +3,14 @@
 struct UsageError: Error, CustomStringConvertible {
     let command: String
     let message: String
-    var description: String { "shoal \(command): \(message) (see `shoal \(command) --help`)" }
+    /// Whose help to point at: the command's own, or (for an unknown command) `shoal --help`.
+    var helpTopic: String
+    init(command: String, message: String, helpTopic: String? = nil) {
+        self.command = command
+        self.message = message
+        self.helpTopic = helpTopic ?? command
+    }
+    var description: String { "shoal \(command): \(message) (see `shoal \(helpTopic.isEmpty ? "" : helpTopic + " ")--help`)" }
 }
 
 struct Arguments {

@@ -17,6 +17,7 @@ enum ExitCode {
     static let notFound: Int32 = 4
     static let unreachable: Int32 = 5
     static let rejected: Int32 = 6
+    static let dataDirectoryInUse: Int32 = GatewayRuntime.ExitCode.dataDirectoryInUse
 }
 
 /// Writes straight to a file descriptor: unbuffered, so `changes --follow` shows each change at once
@@ -52,7 +53,7 @@ enum CLI {
         do {
             switch command {
             case "-h", "--help", "help":
-                if let topic = rest.first {
+                if let topic = rest.first, !topic.hasPrefix("-") {
                     guard let text = Help.commands[topic] else { throw UsageError(command: "help", message: "no command \"\(topic)\"") }
                     out(text)
                 } else {
@@ -78,7 +79,7 @@ enum CLI {
             case "doctor": return try doctor(rest)
             case "conflicts": return try conflicts(rest)
             default:
-                throw UsageError(command: command, message: "unknown command; commands: run, status, doc, changes, conflicts, peers, peer, mesh, events, radios, log, identity, board, bench, sim, demo, version, help")
+                throw UsageError(command: command, message: "unknown command; commands: \(Help.commandNames.joined(separator: ", "))", helpTopic: "")
             }
         } catch let e as UsageError {
             printError(e.description)
@@ -149,7 +150,7 @@ enum CLI {
         var options = runtimeOptions(a)
         if let text = a.values["--log-level"] {
             guard let level = LogLevel(name: text) else {
-                throw UsageError(command: "run", message: "--log-level is one of debug, verbose, info, warning, error, none")
+                throw UsageError(command: "run", message: "unknown --log-level \"\(text)\" (debug, verbose, info, warning, error, none)")
             }
             options.logLevel = level
         }
@@ -193,7 +194,8 @@ enum CLI {
             let result = try client(a).call(["op": "doc.put", "collection": .string(a.positionals[0]), "id": .string(a.positionals[1]), "body": body])
             if a.flags.contains("--json") { output(result) } else { out(ChangeText.line(result)) }
         case "import":
-            // Lines of `ID<TAB>JSON object`, sent 500 to a request (each request is one transaction).
+            // Lines of `ID<TAB>JSON object`, sent 500 to a request (each request is one transaction),
+            // fewer when their size would pass a page (a frame holds 4 MiB).
             let a = try Arguments.parse(rest, command: command, valueOptions: ["--socket"], flagOptions: ["--json"])
             if helpIfAsked(a, "doc") { return ExitCode.ok }
             try a.expectPositionals(1...2, command: command, usage: "doc import <collection> [FILE|-]")
@@ -205,6 +207,7 @@ enum CLI {
             }
             let c = try client(a)
             var batch: [JSONValue] = []
+            var batchBytes = 0
             var total: Int64 = 0
             var last: Int64 = 0
             func send() throws {
@@ -213,6 +216,7 @@ enum CLI {
                 total += r["count"]?.int64Value ?? 0
                 last = r["lastSequence"]?.int64Value ?? last
                 batch.removeAll(keepingCapacity: true)
+                batchBytes = 0
             }
             for (n, line) in text.split(separator: "\n", omittingEmptySubsequences: true).enumerated() {
                 guard let tab = line.firstIndex(of: "\t") else { throw Rejected(message: "\(path):\(n + 1): expected ID<TAB>JSON") }
@@ -221,11 +225,13 @@ enum CLI {
                     throw Rejected(message: "\(path):\(n + 1): \(error)")
                 }
                 guard body.isObject else { throw Rejected(message: "\(path):\(n + 1): a document body is a JSON object") }
+                if batchBytes + line.utf8.count + 64 > ControlMessage.pageBudgetBytes { try send() }
                 batch.append(["id": .string(String(line[..<tab])), "body": body])
+                batchBytes += line.utf8.count + 64
                 if batch.count == 500 { try send() }
             }
             try send()
-            if a.flags.contains("--json") { output(["count": .int(total), "lastSequence": .int(last)]) } else { out("imported \(total) documents (last sequence \(last))") }
+            if a.flags.contains("--json") { output(["count": .int(total), "lastSequence": .int(last)]) } else { out("imported \(total.counted("document")) (last sequence \(last))") }
         case "get":
             let a = try Arguments.parse(rest, command: command, valueOptions: ["--socket"], flagOptions: ["--json"])
             if helpIfAsked(a, "doc") { return ExitCode.ok }
@@ -243,12 +249,14 @@ enum CLI {
             if helpIfAsked(a, "doc") { return ExitCode.ok }
             try a.expectPositionals(1...1, command: command, usage: "doc list <collection>")
             let limit = try a.int("--limit", command: command, default: 100, range: 1...10_000)
-            var request: JSONValue = ["op": "doc.list", "collection": .string(a.positionals[0]), "limit": .int(limit),
-                                      "includeDeleted": .bool(a.flags.contains("--deleted"))]
-            if let after = a.values["--after"], case .object(var o) = request { o["after"] = .string(after); request = .object(o) }
-            let result = try client(a).call(request)
-            if a.flags.contains("--json") { output(result); return ExitCode.ok }
-            for d in result["documents"]?.arrayValue ?? [] {
+            let (documents, result) = try paged(client(a), limit: limit, key: "documents") { wanted, last in
+                var o: [String: JSONValue] = ["op": "doc.list", "collection": .string(a.positionals[0]), "limit": .int(wanted),
+                                              "includeDeleted": .bool(a.flags.contains("--deleted"))]
+                if let after = last?["id"] ?? a.values["--after"].map(JSONValue.string) { o["after"] = after }
+                return .object(o)
+            }
+            if a.flags.contains("--json") { output(["collection": result["collection"] ?? .null, "documents": .array(documents)]); return ExitCode.ok }
+            for d in documents {
                 let id = d["id"]?.stringValue ?? "?"
                 let state = d["deleted"]?.boolValue == true ? "deleted" : "rev \(d["revision"]?.int64Value ?? 0)"
                 out("\(id)\t\(state)\tseq \(d["sequence"]?.int64Value ?? 0)")
@@ -292,10 +300,27 @@ enum CLI {
             }
             return ExitCode.ok
         }
-        let result = try c.call(["op": "changes", "since": .int(since), "limit": .int(limit)])
-        if json { output(result); return ExitCode.ok }
-        for change in result["changes"]?.arrayValue ?? [] { out(ChangeText.line(change)) }
+        let (changes, result) = try paged(c, limit: limit, key: "changes") { wanted, last in
+            ["op": "changes", "since": last?["sequence"] ?? .int(since), "limit": .int(wanted)]
+        }
+        if json { output(["changes": .array(changes), "lastSequence": result["lastSequence"] ?? .null]); return ExitCode.ok }
+        for change in changes { out(ChangeText.line(change)) }
         return ExitCode.ok
+    }
+
+    /// A list of up to `limit` items, asked for in as many requests as the gateway's pages need
+    /// (an answer that says `"more"` stopped short of a frame's size): `request` gets how many
+    /// are still wanted and the last item so far (its cursor). Returns the items and the last answer.
+    static func paged(_ c: ControlClient, limit: Int, key: String, request: (Int, JSONValue?) -> JSONValue) throws -> ([JSONValue], JSONValue) {
+        var items: [JSONValue] = []
+        var result: JSONValue = .null
+        repeat {
+            result = try c.call(request(limit - items.count, items.last))
+            let page = result[key]?.arrayValue ?? []
+            items.append(contentsOf: page)
+            if page.isEmpty { break }
+        } while result["more"]?.boolValue == true && items.count < limit
+        return (items, result)
     }
 
     // MARK: conflicts
@@ -305,13 +330,14 @@ enum CLI {
         if helpIfAsked(a, "conflicts") { return ExitCode.ok }
         try a.expectPositionals(0...0, command: "conflicts", usage: "conflicts [--limit N] [--json]")
         let limit = try a.int("--limit", command: "conflicts", default: 100, range: 1...10_000)
-        let result = try client(a).call(["op": "conflicts", "limit": .int(limit)])
-        if a.flags.contains("--json") { output(result); return ExitCode.ok }
-        let rows = result.arrayValue ?? []
-        if rows.isEmpty { out("no conflicts") }
-        for c in rows {
-            out("\(c["atMillis"]?.int64Value ?? 0)\t\(c["collection"]?.stringValue ?? "?")/\(c["id"]?.stringValue ?? "?")\t\(c["resolver"]?.stringValue ?? "?") → \(c["outcome"]?.stringValue ?? "?")\tpeer \(String((c["peer"]?.stringValue ?? "").prefix(8)))")
+        let (rows, _) = try paged(client(a), limit: limit, key: "conflicts") { wanted, last in
+            var o: [String: JSONValue] = ["op": "conflicts", "limit": .int(wanted)]
+            if let before = last?["number"] { o["before"] = before }
+            return .object(o)
         }
+        if a.flags.contains("--json") { output(.array(rows)); return ExitCode.ok }
+        if rows.isEmpty { out("no conflicts") }
+        for c in rows { out(ConflictText.block(c)) }
         return ExitCode.ok
     }
 
@@ -364,5 +390,26 @@ enum ChangeText {
     static func line(_ c: JSONValue) -> String {
         let kind = c["deleted"]?.boolValue == true ? "delete" : "put"
         return "seq \(c["sequence"]?.int64Value ?? 0)\t\(kind)\t\(c["collection"]?.stringValue ?? "?")/\(c["id"]?.stringValue ?? "?")\trev \(c["revision"]?.int64Value ?? 0)"
+    }
+}
+
+/// `shoal conflicts` for a person: when (local time, then UTC), which document, who and what won,
+/// then both bodies (cut at 200 characters; --json has them whole).
+enum ConflictText {
+    static func block(_ c: JSONValue) -> String {
+        let at = c["atMillis"]?.int64Value ?? 0
+        let peer = String((c["peer"]?.stringValue ?? "").prefix(8))
+        var lines = ["#\(c["number"]?.int64Value ?? 0)  \(IdentityText.localDate(at / 1000)) (\(IdentityText.date(at / 1000)))  "
+            + "\(c["collection"]?.stringValue ?? "?")/\(c["id"]?.stringValue ?? "?")  \(c["resolver"]?.stringValue ?? "?") → \(c["outcome"]?.stringValue ?? "?")  peer \(peer)"]
+        for (label, key) in [("local ", "localBody"), ("remote", "remoteBody")] {
+            lines.append("    \(label)  \(body(c[key]))")
+        }
+        return lines.joined(separator: "\n")
+    }
+
+    static func body(_ value: JSONValue?) -> String {
+        guard let value, value != .null else { return "(none: deleted, or refused before its body came)" }
+        let text = value.compactText
+        return text.count <= 200 ? text : String(text.prefix(200)) + "… (\(text.utf8.count) bytes; --json shows it whole)"
     }
 }

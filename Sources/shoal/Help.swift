@@ -1,32 +1,46 @@
 /// The text of `shoal --help` and of each command's `--help`.
 enum Help {
-    static let main = """
-        shoal — a peer-to-peer data runtime for Linux IoT gateways
+    /// Every command, in the order help lists them: the one list that help and the unknown-command
+    /// message both read, so neither can leave a command out. Each line after a summary's first is
+    /// indented under it.
+    static let commandSummaries: [(name: String, summary: [String])] = [
+        ("run", ["Run the gateway until stopped (store, status console, control socket)"]),
+        ("status", ["Show the running gateway's state"]),
+        ("doc", ["Write and read documents: put | import | get | delete | list"]),
+        ("changes", ["Show the change feed; --follow keeps streaming"]),
+        ("conflicts", ["The conflict log: each conflict replication resolved, and how"]),
+        ("peers", ["Peers this gateway knows: online, transports, link, activity, neighbours"]),
+        ("peer", ["One peer in full (PeerInfo), certificate included"]),
+        ("mesh", ["The mesh: state, counters, links; --dot prints Graphviz, --svg FILE renders it"]),
+        ("events", ["Mesh events (state, transports, peer discovery, peer replicators); --follow"]),
+        ("radios", ["The radios (Wi-Fi, Bluetooth, rfkill) and whether each transport is usable;",
+                    "radios retry: retry advertising and discovery now (retryNetworks)"]),
+        ("log", ["Log levels of a running gateway: level DOMAIN LEVEL | levels"]),
+        ("identity", ["The gateway's TLS identity: create | show | delete"]),
+        ("doctor", ["Check this gateway before trusting it in the field (board, LED, radios, avahi,",
+                    "identity, store, clock, free space)"]),
+        ("board", ["Board files: list | show NAME | check FILE"]),
+        ("bench", ["Benchmarks that print figures: all (one table), store, tls, replication"]),
+        ("sim", ["Simulate a mesh of gateways (virtual time, real stores): plan a site"]),
+        ("demo", ["Five gateways in this process on a simulated radio: the mesh at work"]),
+        ("version", ["Versions of shoal and of the C libraries it uses"]),
+        ("help", ["This text, or `shoal help COMMAND`"]),
+    ]
 
-        Usage: shoal <command> [options]
+    static var commandNames: [String] { commandSummaries.map(\.name) }
 
-        Commands:
-          run        Run the gateway until stopped (store, status console, control socket)
-          status     Show the running gateway's state
-          doc        Write and read documents: put | get | delete | list
-          changes    Show the change feed; --follow keeps streaming
-          conflicts  The conflict log: each conflict replication resolved, and how
-          peers      Peers this gateway knows: online, transports, link, activity, neighbours
-          peer       One peer in full (PeerInfo), certificate included
-          mesh       The mesh: state, counters, links; --dot prints Graphviz, --svg FILE renders it
-          events     Mesh events (state, transports, peer discovery, peer replicators); --follow
-          radios     The radios (Wi-Fi, Bluetooth, rfkill) and whether each transport is usable;
-                     radios retry: retry advertising and discovery now (retryNetworks)
-          log        Log levels of a running gateway: level DOMAIN LEVEL | levels
-          identity   The gateway's TLS identity: create | show | delete
-          doctor     Check this gateway before trusting it in the field (board, LED, radios, avahi,
-                     identity, store, clock, free space)
-          board      Board files: list | show NAME | check FILE
-          bench      Benchmarks that print figures: all (one table), store, tls, replication
-          sim        Simulate a mesh of gateways (virtual time, real stores): plan a site
-          demo       Five gateways in this process on a simulated radio: the mesh at work
-          version    Versions of shoal and of the C libraries it uses
-          help       This text, or `shoal help COMMAND`
+    static let main: String = {
+        var lines = ["shoal — a peer-to-peer data runtime for Linux IoT gateways", "", "Usage: shoal <command> [options]", "", "Commands:"]
+        for (name, summary) in commandSummaries {
+            for (i, text) in summary.enumerated() {
+                let head = i == 0 ? name : ""
+                lines.append("  " + head + String(repeating: " ", count: max(1, 11 - head.count)) + text)
+            }
+        }
+        return (lines + mainFooter.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)).joined(separator: "\n")
+    }()
+
+    private static let mainFooter = """
 
         Commands that talk to a running gateway take --socket PATH (default: $SHOAL_SOCKET,
         then /run/shoal/control.sock, then .shoal/sim/control.sock if they exist).
@@ -40,6 +54,7 @@ enum Help {
           4  not found (document, collection, board or board file)
           5  no running gateway answers on the control socket
           6  request rejected (invalid document or JSON, bad request)
+          7  shoal run: another shoal run holds the data directory (its lock, DIR/shoal.lock)
         """
 
     static let commands: [String: String] = [
@@ -74,7 +89,8 @@ enum Help {
               --board-dir DIR         where board files are looked up first
 
             Under systemd (Type=notify) it sends READY=1 once every part started, and WATCHDOG=1
-            only while the supervision tree is healthy. Exit: 0 stopped, 1 gave up, 3 bad config.
+            only while the supervision tree is healthy. Exit: 0 stopped, 1 gave up, 3 bad config, 7 the
+            data directory is locked by another shoal run (one gateway per data directory).
             """,
         "status": """
             Usage: shoal status [--json] [--socket PATH]
@@ -93,7 +109,9 @@ enum Help {
             alone is `_default._default`). A body is a JSON object of at most 1 MiB; `-` reads it
             from standard input. import reads lines of `ID<TAB>JSON` (a file, or standard input)
             and writes them 500 to a transaction. get prints the body; --json prints the whole record. delete
-            leaves a tombstone, so the deletion replicates. list --deleted includes tombstones.
+            leaves a tombstone, so the deletion replicates. list --deleted includes tombstones;
+            list gives up to --limit documents (default 100, at most 10,000) in id order after
+            --after ID, fetched in as many pages as their size needs.
             """,
         "changes": """
             Usage: shoal changes [--since SEQ] [--limit N] [--follow] [--json] [--socket PATH]
@@ -105,9 +123,17 @@ enum Help {
         "conflicts": """
             Usage: shoal conflicts [--limit N] [--json] [--socket PATH]
 
-            Conflicts the replicator resolved, newest first: collection, document id, the peer
-            the other version came from, the resolver, what it chose (local, remote, merged,
-            deleted) and both versions.
+            The conflict log, newest first (--limit N, default 100, at most 10,000): when (local
+            time, then UTC), collection and document id, the resolver and what it chose (local,
+            remote, merged, deleted), the peer the other version came from, and both bodies as
+            they were (the loser's too; cut at 200 characters, whole with --json, which also has
+            both versions). The log keeps the newest 10,000 entries within 64 MiB of bodies, and
+            none older than the board's txLogMaxAgeSeconds.
+            """,
+        "help": """
+            Usage: shoal help [COMMAND]
+
+            The list of commands and the exit codes, or one command's help (as `shoal COMMAND --help`).
             """,
         "log": """
             Usage: shoal log level DOMAIN|all LEVEL [--socket PATH]

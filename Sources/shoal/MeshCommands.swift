@@ -2,6 +2,7 @@ import Glibc
 import ShoalCore
 import ShoalLinux
 import ShoalRuntime
+import ShoalStatus
 
 /// `shoal peers`, `shoal peer`, `shoal mesh`, `shoal events`, `shoal radios`: the mesh of a running
 /// gateway, through its control socket.
@@ -130,11 +131,15 @@ extension CLI {
                 let device = t?["interface"]?.stringValue ?? t?["adapter"]?.stringValue ?? "none"
                 let usable = t?["transport"]?["usable"]?.boolValue == true
                 let why = t?["transport"]?["why"]?.stringValue
-                var line = "\(pad(name, 10)) \(pad(device, 8)) \(usable ? "usable" : "not usable\(why.map { ": \($0)" } ?? "")")"
+                var line = "\(pad(name, 10)) \(pad(device, 8)) \(usable ? "usable" : "not usable")\(why.map { usable ? " (\($0))" : ": \($0)" } ?? "")"
                 if t?["softBlocked"]?.boolValue == true || t?["hardBlocked"]?.boolValue == true {
                     line += " [rfkill\(t?["softBlocked"]?.boolValue == true ? " soft" : "")\(t?["hardBlocked"]?.boolValue == true ? " hard" : "")]"
                 }
                 out(line)
+                // The transport as `shoal status` shows it (the same record, the same words).
+                if let mesh = t?["transport"], mesh["active"] != nil {
+                    out("\(pad("", 10)) transport \(GatewayStatus.Transport(name: name, json: mesh).summary)")
+                }
             }
             return ExitCode.ok
         }

@@ -58,7 +58,7 @@ extension CLI {
 
         out("simulation: \(s.config.nodes) nodes, \(topology.rawValue) topology, \(s.config.kind.transport.rawValue)-like links "
             + "(\(s.config.kind.latencyMillis) ms, \(s.config.kind.bytesPerSecond / 1000) kB/s), loss \(s.config.loss), "
-            + "maxConnectionCount \(s.config.mesh.maxConnectionCount), \(s.writes) writes of \(s.bodyBytes) bytes\(s.burst > 1 ? " in bursts of \(s.burst)" : ""), "
+            + "maxConnectionCount \(s.config.mesh.maxConnectionCount), \(s.writes.counted("write")) of \(s.bodyBytes) bytes\(s.burst > 1 ? " in bursts of \(s.burst)" : ""), "
             + (faults ? "faults (\([s.config.partitions ? "partitions" : nil, s.config.crashes ? "crashes" : nil, s.config.maxSkewMillis > 0 ? "clock skew" : nil, s.config.duplicate > 0 ? "duplicated frames" : nil, s.config.reorder > 0 ? "reordered frames" : nil].compactMap { $0 }.joined(separator: ", "))) for \(s.seconds / 2) s, " : "no faults, ")
             + "up to \(s.seconds) s virtual, seed\(seeds > 1 ? "s \(firstSeed)…\(firstSeed + UInt64(seeds) - 1)" : " \(firstSeed)")")
         var failed = 0
@@ -98,7 +98,7 @@ extension CLI {
         out("  converged                 \(ms(r.convergedAfterMillis)) after the last write\(s.config.faultsUntilMillis > 0 ? " and the end of faults" : "")")
         out("  bytes sent                \(r.bytesDuringWrites) during the writes; ideal (one body per node) \(r.idealBytes): ratio \(fmt2(r.bytesRatio))\(s.config.faultsUntilMillis > 0 ? " (includes re-syncs after faults)" : " (goal <= 1.2)")")
         out("  links per node            min \(links.min() ?? 0), max \(links.max() ?? 0), mean \(fmt2(Double(links.reduce(0, +)) / Double(max(1, links.count)))); total \(links.reduce(0, +) / 2)")
-        if r.crashes + r.partitions + r.faultyFrames > 0 { out("  faults                    \(r.crashes) crashes, \(r.partitions) partitions, \(r.faultyFrames) frames duplicated or reordered") }
+        if r.crashes + r.partitions + r.faultyFrames > 0 { out("  faults                    \(r.crashes.counted("crash", plural: "crashes")), \(r.partitions.counted("partition")), \(r.faultyFrames.counted("frame")) duplicated or reordered") }
         out("  most frames in flight     \(r.maxFramesInFlight) on one link direction")
         out("  speed                     \(fmt2(Double(r.virtualMillis) / 1000)) virtual s in \(fmt2(r.wallSeconds)) s: \(fmt(r.speed)) virtual s per wall s")
         out("  invariants                \(r.failures.isEmpty ? "all held (connected mesh, budget, one link per pair, convergence, no lost write, no resurrected delete, bounded frames in flight and bytes)" : "FAILED: " + r.failures.joined(separator: "; "))")
@@ -112,7 +112,7 @@ extension CLI {
         out("  bytes ratio (median, max) \(fmt2(median(reports.map(\.bytesRatio)))), \(fmt2(reports.map(\.bytesRatio).max() ?? 0))")
         out("  frames in flight (max)    \(reports.map(\.maxFramesInFlight).max() ?? 0)")
         let faulty = reports.map(\.faultyFrames).reduce(0, +), crashes = reports.map(\.crashes).reduce(0, +), partitions = reports.map(\.partitions).reduce(0, +)
-        if faulty + crashes + partitions > 0 { out("  faults (all seeds)        \(crashes) crashes, \(partitions) partitions, \(faulty) frames duplicated or reordered") }
+        if faulty + crashes + partitions > 0 { out("  faults (all seeds)        \(crashes.counted("crash", plural: "crashes")), \(partitions.counted("partition")), \(faulty.counted("frame")) duplicated or reordered") }
         out("  speed (median)            \(fmt(median(reports.map(\.speed)))) virtual s per wall s")
     }
 }

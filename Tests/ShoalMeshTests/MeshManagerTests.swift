@@ -84,6 +84,20 @@ struct MeshManagerTests {
         #expect(t.contains { $0.1 == .event(.transportStatus(.wifi, active: false, error: "rfkill")) })
     }
 
+    @Test("a transport's status is an event only when it changes, not at every failed retry")
+    func transportStatusOnChangeOnly() {
+        let m = manager()
+        var attempts = 0
+        let t = timeline(m, until: 400_000) { a, _ in
+            guard case .startAdvertising(let tr) = a else { return nil }
+            attempts += 1
+            return attempts <= 5 ? .advertisingFailed(tr, reason: "no replication.listen") : (attempts == 6 ? .advertisingFailed(tr, reason: "rfkill") : .advertisingStarted(tr))
+        }
+        let statuses = t.compactMap { if case .event(.transportStatus(_, let active, let error)) = $0.1 { return "\(active) \(error ?? "-")" }; return nil }
+        #expect(attempts == 7)
+        #expect(statuses == ["false no replication.listen", "false rfkill", "true -"])
+    }
+
     @Test("retryNetworks starts advertising and a discovery phase at once")
     func retryNetworks() {
         let m = manager()

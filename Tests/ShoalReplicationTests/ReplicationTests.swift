@@ -73,6 +73,10 @@ struct ReplicationTests {
         #expect(try nodes[0].snapshot()["x"]?.0 == "{\"v\":\"from c\"}")
         let conflicts = try nodes.flatMap { try $0.store.conflicts() }
         #expect(!conflicts.isEmpty && conflicts.allSatisfy { $0.resolver == "lastWriteWins" })
+        // The log keeps both bodies: the loser's too, so someone can act on it.
+        let bodies = Set(conflicts.flatMap { [$0.localBody, $0.remoteBody] }.compactMap { $0 })
+        #expect(bodies.contains("{\"v\":\"from a\"}") && bodies.contains("{\"v\":\"from c\"}"), "\(conflicts)")
+        #expect(conflicts.allSatisfy { $0.localBody != nil && $0.remoteBody != nil })
     }
 
     @Test("a custom resolver that merges fields converges on every node")

@@ -212,12 +212,49 @@ struct DocumentStoreTests {
         let store = try DocumentStore.open(StoreOptions(path: path), logger: Logger(sink: log))
         defer { store.close() }
         #expect(store.openReport.schemaVersionFound == 1)
-        #expect(store.openReport.schemaVersion == 4)
-        #expect(log.contains("migrated schema to version 2") && log.contains("migrated schema to version 3") && log.contains("migrated schema to version 4"))
+        #expect(store.openReport.schemaVersion == 5)
+        #expect(log.contains("migrated schema to version 2") && log.contains("migrated schema to version 3") && log.contains("migrated schema to version 4") && log.contains("migrated schema to version 5"))
         #expect(try store.get(.default, id: id("old"))?.body == #"{"kept":true}"#)
         #expect(store.lastSequence == 9)
         try store.setCheckpoint(peer: "p", collection: .default, direction: .pull, sequence: 1)  // a v2 table
         #expect(try store.integrityProblems(full: true).isEmpty)
+    }
+
+    @Test("the conflict log keeps both bodies, pages newest first, and is bounded by entries and by body bytes")
+    func conflictLog() throws {
+        try withStore { (store, _) throws in
+            _ = try store.createCollection(readings)
+            func record(_ n: Int, bodyBytes: Int = 0) -> ConflictRecord {
+                let pad = String(repeating: "x", count: bodyBytes)
+                return ConflictRecord(collection: readings, id: "doc-\(n)", localVersion: [1], remoteVersion: [2], peer: "p", resolver: "lastWriteWins",
+                                      outcome: "remote", atMillis: Int64(n), localBody: #"{"side":"local","n":\#(n),"pad":"\#(pad)"}"#,
+                                      remoteBody: n % 2 == 0 ? nil : #"{"side":"remote"}"#)
+            }
+            try store.transaction { (tx) throws(StoreError) in try tx.logConflicts((1...5).map { record($0) }) }
+            let newest = try store.conflicts(limit: 2)
+            #expect(newest.map(\.id) == ["doc-5", "doc-4"])
+            #expect(newest[0].localBody == #"{"side":"local","n":5,"pad":""}"# && newest[0].remoteBody == #"{"side":"remote"}"#)
+            #expect(newest[1].remoteBody == nil)
+            #expect(try store.conflicts(limit: 10, before: newest[1].number).map(\.id) == ["doc-3", "doc-2", "doc-1"])
+
+            // Bounded by count: the newest conflictLogMaxEntries stay.
+            let max = DocumentStore.conflictLogMaxEntries
+            try store.transaction { (tx) throws(StoreError) in try tx.logConflicts((6...(max + 10)).map { record($0) }) }
+            let all = try store.conflicts(limit: max + 100)
+            #expect(all.count == max)
+            #expect(all.first?.id == "doc-\(max + 10)" && all.last?.id == "doc-11")
+
+            // Bounded by body bytes: 1 MiB bodies push the oldest out once they pass the cap.
+            let big = Int(DocumentStore.conflictLogMaxBodyBytes >> 20) + 8
+            for n in 0..<big {
+                try store.transaction { (tx) throws(StoreError) in try tx.logConflict(record(100_000 + n, bodyBytes: 1 << 20)) }
+            }
+            let kept = try store.conflicts(limit: max)
+            let bytes = kept.reduce(0) { $0 + ($1.localBody?.utf8.count ?? 0) + ($1.remoteBody?.utf8.count ?? 0) }
+            #expect(Int64(bytes) <= DocumentStore.conflictLogMaxBodyBytes)
+            #expect(kept.first?.id == "doc-\(100_000 + big - 1)")
+            #expect(kept.count < 100)
+        }
     }
 
     @Test("a store from a newer shoal is refused, not touched")
@@ -229,7 +266,7 @@ struct DocumentStoreTests {
         sqlite3_open(path, &db)
         sqlite3_exec(db, "CREATE TABLE x(y); PRAGMA user_version=99;", nil, nil, nil)
         sqlite3_close(db)
-        #expect(throws: StoreError.schemaTooNew(found: 99, supported: 4, path: path)) {
+        #expect(throws: StoreError.schemaTooNew(found: 99, supported: 5, path: path)) {
             try DocumentStore.open(StoreOptions(path: path), logger: quietLogger)
         }
         #expect(access(path, F_OK) == 0)

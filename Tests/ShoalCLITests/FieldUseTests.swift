@@ -1,0 +1,168 @@
+import Foundation
+import ShoalCore
+import ShoalStore
+import ShoalTesting
+import Testing
+
+extension ProcessSuites {
+    /// What a new user hit with the CLI in the field (issue 19): each test fails on the binary
+    /// before its fix.
+    @Suite("Field use of the CLI", .serialized)
+    struct FieldUseTests {
+        @Test("a second shoal run on a live data directory exits 7 at once, naming the directory; the first keeps serving")
+        func dataDirectoryLocked() throws {
+            let gw = try RunningGateway()
+            let started = Date()
+            // Its own socket, so only the data directory is shared.
+            let second = try Shoal.run(["run", "--board", "sim", "--data-dir", gw.dir.path, "--socket", gw.dir.path + "/other.sock"], timeout: 30)
+            let took = Date().timeIntervalSince(started)
+            #expect(second.status == 7, "\(second.stderr)")
+            #expect(second.stderr.contains("data directory \(gw.dir.path) is in use by another shoal run (pid \(gw.process.processIdentifier))"), "\(second.stderr)")
+            #expect(took < 5, "took \(took) s")
+            #expect(!FileManager.default.fileExists(atPath: gw.dir.path + "/other.sock"))
+            #expect(try gw.cli(["status"]).status == 0)
+            #expect(gw.stop().status == 0)
+        }
+
+        @Test("a gateway killed with SIGKILL leaves no lock behind: the next run on its data directory starts")
+        func lockDiesWithTheProcess() throws {
+            let base = TemporaryDirectory()
+            defer { base.remove() }
+            let dir = base.path + "/data"
+            let first = Process()
+            first.executableURL = URL(fileURLWithPath: Shoal.binary)
+            first.arguments = ["run", "--board", "sim", "--data-dir", dir]
+            first.standardOutput = FileHandle.nullDevice
+            first.standardError = FileHandle.nullDevice
+            try first.run()
+            #expect(eventuallyBlocking(within: 30) { (try? Shoal.run(["status", "--socket", dir + "/control.sock"]).status) == 0 })
+            kill(first.processIdentifier, SIGKILL)
+            first.waitUntilExit()
+            let again = try RunningGateway(dataDir: dir)
+            #expect(try again.cli(["status"]).status == 0)
+            #expect(again.stop().status == 0)
+        }
+
+        @Test("doc list and changes of 10,000 one-kilobyte documents: any limit the CLI accepts works")
+        func largeLists() throws {
+            let gw = try RunningGateway()
+            let pad = String(repeating: "x", count: 1000)
+            let lines = (0..<10_000).map { String(format: "doc-%05d\t{\"pad\":\"%@\",\"n\":%d}", $0, pad, $0) }.joined(separator: "\n")
+            let imported = try gw.cli(["doc", "import", "sensors.readings", "-"], stdin: lines)
+            #expect(imported.status == 0, "\(imported.stderr)")
+            let list = try gw.cli(["doc", "list", "sensors.readings", "--limit", "10000", "--json"])
+            #expect(list.status == 0, "\(list.stderr)")
+            let docs = (try Shoal.json(list) as? [String: Any])?["documents"] as? [[String: Any]] ?? []
+            #expect(docs.count == 10_000)
+            #expect(docs.first?["id"] as? String == "doc-00000" && docs.last?["id"] as? String == "doc-09999")
+            #expect(Set(docs.compactMap { $0["id"] as? String }).count == 10_000)
+            // A cursor given by the user still works across pages.
+            let after = try Shoal.json(gw.cli(["doc", "list", "sensors.readings", "--limit", "10000", "--after", "doc-04999", "--json"])) as? [String: Any]
+            #expect((after?["documents"] as? [[String: Any]])?.count == 5_000)
+            let changes = try gw.cli(["changes", "--limit", "10000", "--json"])
+            #expect(changes.status == 0, "\(changes.stderr)")
+            let feed = (try Shoal.json(changes) as? [String: Any])?["changes"] as? [[String: Any]] ?? []
+            #expect(feed.count == 10_000)
+            // Import batches by size too: 40 documents of 200 KB are more than one frame.
+            let big = String(repeating: "y", count: 200_000)
+            let bigLines = (0..<40).map { "big-\($0)\t{\"pad\":\"\(big)\"}" }.joined(separator: "\n")
+            let bigImport = try gw.cli(["doc", "import", "_default", "-"], stdin: bigLines)
+            #expect(bigImport.status == 0 && bigImport.stdout.contains("imported 40 documents"), "\(bigImport.stderr)")
+            #expect(gw.stop().status == 0)
+        }
+
+        @Test("an unknown command lists every command help lists")
+        func unknownCommandListsEveryCommand() throws {
+            let help = try Shoal.run(["--help"]).stdout
+            let section = help.components(separatedBy: "Commands:\n").last?.components(separatedBy: "\n\n").first ?? ""
+            let names = section.split(separator: "\n").compactMap { line -> String? in
+                guard line.hasPrefix("  "), let first = line.split(separator: " ").first, line.dropFirst(2).first != " " else { return nil }
+                return String(first)
+            }
+            #expect(names.contains("doctor") && names.count >= 19, "\(names)")
+            let r = try Shoal.run(["frobnicate"])
+            #expect(r.status == 2)
+            for name in names { #expect(r.stderr.contains(" \(name),") || r.stderr.contains(" \(name) ("), "\(name) missing: \(r.stderr)") }
+            #expect(r.stderr.contains("see `shoal --help`"))
+            for name in names {
+                let help = try Shoal.run(["help", name])
+                #expect(help.status == 0 && help.stdout.contains("Usage: shoal \(name)"), "no help for \(name): \(help.stderr)")
+            }
+        }
+
+        @Test("log level names the bad value; status counts read right; the no-listen wifi event is said once, not at every retry")
+        func wording() throws {
+            let gw = try RunningGateway()
+            let bad = try gw.cli(["log", "level", "replication", "loud"])
+            #expect(bad.status == 6)
+            #expect(bad.stderr.contains("\"loud\""), "\(bad.stderr)")
+            let badRun = try Shoal.run(["run", "--log-level", "loud"])
+            #expect(badRun.status == 2 && badRun.stderr.contains("\"loud\""), "\(badRun.stderr)")
+            // The built-in site has no listen address: advertising fails, and retries with backoff
+            // (2 s, then 5 s, 10 s later). One event says so, not one per retry.
+            Thread.sleep(forTimeInterval: 9)
+            let events = try gw.cli(["events", "--json"])   // one JSON object a line
+            let list = events.stdout.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+            let wifi = list.filter { $0["type"] as? String == "transport" }
+            #expect(wifi.count == 1, "\(wifi)")
+            let status = try gw.cli(["status"]).stdout
+            #expect(status.contains("0 peers connected") && status.contains("0 tombstones"))
+            #expect(gw.stop().status == 0)
+        }
+
+        @Test("status and radios tell one truth about Wi-Fi on a board with no Wi-Fi interface replicating over static TCP")
+        func radiosAgreeWithStatus() throws {
+            let base = TemporaryDirectory()
+            defer { base.remove() }
+            let port = 21_000 + Int(getpid() % 20_000)
+            let site = base.path + "/site.yaml"
+            try "group: test.radios\nreplication:\n  listen: 127.0.0.1:\(port)\n  peers: [127.0.0.1:\(port + 1)]\n".write(toFile: site, atomically: true, encoding: .utf8)
+            let gw = try RunningGateway(dataDir: base.path + "/gw", extraArgs: ["--config", site])
+            var statusLine = ""
+            #expect(eventuallyBlocking(within: 20) {
+                statusLine = (try? gw.cli(["status"]).stdout)?.split(separator: "\n").first { $0.hasPrefix("wifi ") }.map(String.init) ?? ""
+                return statusLine.contains("active;")
+            }, "\(statusLine)")
+            let summary = statusLine.dropFirst(4).trimmingCharacters(in: .whitespaces)
+            #expect(summary.contains("listening on port \(port)") && summary.contains("static peers 127.0.0.1:\(port + 1)")
+                    && summary.contains("no DNS-SD discovery (no Wi-Fi interface on this board)"), "\(summary)")
+            let radios = try gw.cli(["radios"])
+            #expect(!radios.stdout.contains("not usable: the board names no Wi-Fi interface"), "\(radios.stdout)")
+            #expect(radios.stdout.contains("transport \(summary)"), "radios: \(radios.stdout)\nstatus: \(summary)")
+            let json = try Shoal.json(gw.cli(["radios", "--json"])) as? [String: Any]
+            let transport = (json?["wifi"] as? [String: Any])?["transport"] as? [String: Any]
+            #expect(transport?["usable"] as? Bool == true && transport?["active"] as? Bool == true)
+            #expect(gw.stop().status == 0)
+        }
+
+        @Test("conflicts show local and UTC times and both bodies; --json has the bodies whole")
+        func conflictsInbox() throws {
+            let base = TemporaryDirectory()
+            defer { base.remove() }
+            let dir = base.path + "/gw"
+            // A conflict the replicator logged earlier, written straight into the gateway's store.
+            try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+            let store = try DocumentStore.open(StoreOptions(path: dir + "/shoal.db"), logger: Logger(sink: MemoryLogSink(), level: .none))
+            let readings = try CollectionName(parsing: "sensors.readings")
+            _ = try store.createCollection(readings)
+            let at: Int64 = 1_767_225_600_000 + 3_723_000   // 2026-01-01 01:02:03 UTC
+            try store.transaction { (tx) throws(StoreError) in
+                try tx.logConflict(ConflictRecord(collection: readings, id: "boiler-1", localVersion: [], remoteVersion: [], peer: String(repeating: "ab", count: 32),
+                                                  resolver: "lastWriteWins", outcome: "remote", atMillis: at,
+                                                  localBody: #"{"t":70}"#, remoteBody: #"{"t":71.5}"#))
+            }
+            store.close()
+            let gw = try RunningGateway(dataDir: dir)
+            let text = try Shoal.run(["conflicts", "--socket", gw.socket], env: ["TZ": "XYZ-3"])
+            #expect(text.status == 0, "\(text.stderr)")
+            #expect(text.stdout.contains("2026-01-01 04:02:03 XYZ (2026-01-01 01:02:03 UTC)"), "\(text.stdout)")
+            #expect(text.stdout.contains("sensors.readings/boiler-1") && text.stdout.contains("lastWriteWins → remote"))
+            #expect(text.stdout.contains(#"local   {"t":70}"#) && text.stdout.contains(#"remote  {"t":71.5}"#), "\(text.stdout)")
+            let json = try Shoal.json(gw.cli(["conflicts", "--json"])) as? [[String: Any]]
+            #expect((json?.first?["localBody"] as? [String: Any])?["t"] as? Int == 70)
+            #expect((json?.first?["remoteBody"] as? [String: Any])?["t"] as? Double == 71.5)
+            #expect(json?.first?["at"] as? String == "2026-01-01 01:02:03 UTC")
+            #expect(gw.stop().status == 0)
+        }
+    }
+}
