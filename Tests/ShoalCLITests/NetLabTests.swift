@@ -260,8 +260,14 @@ extension ProcessSuites {
             let g1 = try lab.startGateway(lab.nodes[0], site: s1)
             #expect(g2.put("from-g2", #"{"v":2}"#))
             let arrived = eventuallyBlocking(within: 60, every: 0.2) { g1.get("from-g2") != nil }
-            let log = (try? String(contentsOfFile: g1.dataDir + "/shoal.log", encoding: .utf8)) ?? ""
             #expect(arrived, "g1 dialled g2 as \(g2Name)\n\(g1.linkLog())")
+            // DNS-SD may link the two first; the static peer is still probed (every 2 s while
+            // scanning), so wait for its lines rather than read the log once.
+            var log = ""
+            _ = eventuallyBlocking(within: 30, every: 0.2) {
+                log = (try? String(contentsOfFile: g1.dataDir + "/shoal.log", encoding: .utf8)) ?? ""
+                return log.contains("resolves to") && log.contains("does not resolve")
+            }
             #expect(log.contains("static peer \(g2Name):4984 resolves to 10.77.0.2"), "\(g1.linkLog())")
             #expect(log.contains("nosuch-\(lab.prefix).local does not resolve"), "\(g1.linkLog())")
             #expect(g1.isRunning && g2.isRunning)

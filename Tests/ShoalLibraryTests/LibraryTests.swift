@@ -225,10 +225,10 @@ struct LibraryTests {
         let discovery = Recorder(a.replicator.peerDiscoveryChanges())
         let strangerStatus = Recorder(stranger.replicator.peerReplicatorStatusChanges())
         // When each refusal reached the stranger, per refusing peer.
-        let refusals = Guarded<[(PeerID, ContinuousClock.Instant)]>([])
+        let refusals = Guarded<[(PeerID, Bool, ContinuousClock.Instant)]>([])
         let statuses = stranger.replicator.peerReplicatorStatusChanges()
         let watch = Task {
-            for await s in statuses where s.error?.contains("refused us") == true { refusals.withLock { $0.append((s.peerID, .now)) } }
+            for await s in statuses where s.error?.contains("refused us") == true { refusals.withLock { $0.append((s.peerID, s.outgoing, .now)) } }
         }
         defer { watch.cancel() }
         for p in [a, b, stranger] { try p.replicator.start() }
@@ -242,7 +242,10 @@ struct LibraryTests {
         // The stranger learns why, per peer, in its status listener and its PeerInfo; it counts
         // each refusal and redials only after backoffMillis (500 ms here).
         #expect(await timeUntil { refusals.withLock { r in r.filter { $0.0 == a.id }.count >= 3 } } != nil, "the stranger was not told of a's refusals")
-        let fromA = refusals.withLock { r in r.filter { $0.0 == a.id }.map(\.1) }
+        // Spacing of the stranger's own redials: a also dials the stranger (and refuses it as
+        // its client), and those refusals interleave with the stranger's dials.
+        #expect(await timeUntil { refusals.withLock { r in r.filter { $0.0 == a.id && $0.1 }.count >= 2 } } != nil, "the stranger redialled a")
+        let fromA = refusals.withLock { r in r.filter { $0.0 == a.id && $0.1 }.map(\.2) }
         for (earlier, later) in zip(fromA, fromA.dropFirst()) {
             #expect(later - earlier >= .milliseconds(450), "refused \(later - earlier) apart")
         }
