@@ -37,6 +37,7 @@ struct ControlHandler {
         switch op {
         case "ping": return ["pong": true]
         case "status": return gateway.statusSnapshot(store: opened.store).json
+        case "identity": return gateway.identityJSON
         case "changes":
             let store = try openStore()
             let since = r["since"]?.int64Value ?? 0
