@@ -141,6 +141,21 @@ extension ProcessSuites {
             let shown = try Shoal.json(Shoal.run(["identity", "show", "--json", "--board", "sim", "--data-dir", gw.dir.path])) as? [String: Any]
             #expect(shown?["peerID"] as? String == peerID)
 
+            // With no flags, `identity show` asks the gateway found as `status` finds it ($SHOAL_SOCKET
+            // here), not the stock board's /var/lib/shoal.
+            let asked = try Shoal.run(["identity", "show", "--json"], env: ["SHOAL_SOCKET": gw.socket])
+            #expect(asked.status == 0, "\(asked.stderr)")
+            let askedJSON = try Shoal.json(asked) as? [String: Any]
+            #expect(askedJSON?["peerID"] as? String == peerID)
+            #expect(askedJSON?["directory"] as? String == gw.dir.path + "/identities")
+            let askedText = try Shoal.run(["identity", "show"], env: ["SHOAL_SOCKET": gw.socket])
+            #expect(askedText.stdout.contains("peer id      \(peerID)") && askedText.stdout.contains("running (\(gw.socket))"), "\(askedText.stdout)")
+            // No gateway at the socket: it reads the files instead (and says nothing of the socket);
+            // an explicit --socket that does not answer is an error.
+            let fallback = try Shoal.run(["identity", "show"], env: ["SHOAL_SOCKET": gw.dir.path + "/none.sock"])
+            #expect(fallback.status != 5 && !fallback.stderr.contains("cannot reach"), "\(fallback.stderr)")
+            #expect(try Shoal.run(["identity", "show", "--socket", gw.dir.path + "/none.sock"]).status == 5)
+
             // changes --follow in the background sees writes as they commit.
             let follower = Process()
             follower.executableURL = URL(fileURLWithPath: Shoal.binary)
