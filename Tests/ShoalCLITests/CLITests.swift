@@ -86,6 +86,15 @@ extension ProcessSuites {
             #expect(info?["extendedKeyUsages"] as? [String] == ["serverAuth", "clientAuth"])
             let again = try Shoal.run(["identity", "create", "--dir", ids, "--label", "gw"])
             #expect(again.status == 6 && again.stderr.contains("--force"))
+            // --force re-issues the certificate over the same key: the peer id stays, the CN too.
+            let firstID = try #require(info?["peerID"] as? String)
+            let forced = try Shoal.json(Shoal.run(["identity", "create", "--dir", ids, "--label", "gw", "--days", "40", "--force", "--json"])) as? [String: Any]
+            #expect(forced?["peerID"] as? String == firstID)
+            #expect(forced?["subject"] as? String == "CN=gw-7, O=Shoal")
+            #expect(forced?["notAfter"] as? String != info?["notAfter"] as? String)
+            // --new-key makes a new key: a new peer id.
+            let rekeyed = try Shoal.json(Shoal.run(["identity", "create", "--dir", ids, "--label", "gw", "--force", "--new-key", "--json"])) as? [String: Any]
+            #expect((rekeyed?["peerID"] as? String).map { $0 != firstID && $0.count == 64 } == true)
             let attrs = try FileManager.default.attributesOfItem(atPath: ids + "/gw.key.pem")
             #expect((attrs[.posixPermissions] as? Int) == 0o600)
 
