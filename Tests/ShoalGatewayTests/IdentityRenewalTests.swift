@@ -9,17 +9,6 @@ import ShoalStore
 import ShoalTesting
 import ShoalTLS
 
-/// A replication host that keeps its log, to see why links were refused.
-final class LoggingHost: ReplicationHost {
-    let sink = MemoryLogSink()
-    let logger: Logger
-    init() { logger = Logger(sink: sink, level: .debug) }
-    func updateCounters(_ body: (inout ReplicationCounters) -> Void) { var c = ReplicationCounters(); body(&c) }
-    func meshViewChanged(_ view: MeshView) {}
-    func meshEvent(_ event: MeshEvent) {}
-    func replicationEvent(_ event: ReplicationEvent) {}
-}
-
 /// Three running drivers that trust each other by peer id, on the test transport, all with their
 /// clocks forced past one gateway's certificate: its renewed certificate (same key) reaches its
 /// running driver through its credentials, and the others accept it on the next links.

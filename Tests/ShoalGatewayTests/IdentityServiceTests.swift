@@ -4,16 +4,7 @@ import ShoalCore
 import ShoalSupervision
 import ShoalTesting
 import ShoalTLS
-import Synchronization
 import Testing
-
-/// A wall clock a test sets (seconds since the epoch).
-final class ForcedWallClock: Sendable {
-    private let seconds: Mutex<Int64>
-    init(_ start: Int64) { seconds = Mutex(start) }
-    var now: Int64 { seconds.withLock { $0 } }
-    func set(_ value: Int64) { seconds.withLock { $0 = value } }
-}
 
 /// The identity service as the supervisor runs it, on the manual clock: it provides the identity
 /// to the services after it, and hands over a new one by returning (so rest_for_one remakes them).
