@@ -32,7 +32,7 @@ let package = Package(
         // The one importer of each C library.
         .target(name: "ShoalYAML", dependencies: ["ShoalConfig", "CYAML"]),
         .target(name: "ShoalStore", dependencies: ["ShoalThreads", "ShoalCore", "CSQLite"]),
-        .target(name: "ShoalTLS", dependencies: ["ShoalCore", "CMbedTLS"]),
+        .target(name: "ShoalTLS", dependencies: ["ShoalThreads", "ShoalCore", "CMbedTLS"]),
         .target(name: "ShoalLinux", dependencies: ["ShoalThreads", "ShoalCore", "CAvahi", "CBlueZ", "CGPIOD"]),
 
         // Replication: the sans-IO protocol state machine over the store and the wire codec.

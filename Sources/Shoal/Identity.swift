@@ -8,8 +8,9 @@ public struct ShoalError: Error, Sendable, CustomStringConvertible, Equatable {
     public var description: String { message }
 }
 
-/// A peer's identifier: the SHA-256 digest of its identity certificate (the seed's `PeerID`),
-/// shown as 64 hex digits.
+/// A peer's identifier: the SHA-256 digest of its identity's public key (DER SubjectPublicKeyInfo),
+/// shown as 64 hex digits. The seed's `PeerID` digests the whole certificate; Shoal digests the key
+/// so a renewed certificate over the same key keeps the id other peers trust.
 public struct PeerID: Sendable, Hashable, Comparable, CustomStringConvertible {
     let raw: ShoalCore.PeerID
     init(_ raw: ShoalCore.PeerID) { self.raw = raw }
@@ -94,6 +95,31 @@ public final class TLSIdentity: Sendable {
         do { return TLSIdentity(try Identity.createCertificateAuthority(.init(commonName: commonName, validDays: validDays))) } catch {
             throw ShoalError("cannot create a certificate authority: \(error)")
         }
+    }
+
+    /// A certificate over this identity's key, valid `validDays` from now: the same peer id, so
+    /// peers that allow it by id keep accepting it. Self-signed with this certificate's subject, or
+    /// signed by a CA (its key and certificate, PEM or DER). With a label, stored in `directory`
+    /// (replacing the old certificate). A running replicator keeps presenting the certificate it
+    /// was started with: stop it and start one with the renewed identity.
+    public func renewed(validDays: Int = 365, caKey: [UInt8]? = nil, caCertificate: [UInt8]? = nil,
+                        label: String? = nil, in directory: String? = nil) throws(ShoalError) -> TLSIdentity {
+        let made: Identity
+        do {
+            if let caKey, let caCertificate {
+                let cn = raw.certificate.subject.split(separator: ",").first { $0.hasPrefix("CN=") }.map { String($0.dropFirst(3)) } ?? "shoal"
+                made = try raw.reissued(.init(commonName: cn, validDays: validDays),
+                                        issuer: (try PrivateKey(parsing: caKey), try Certificate(parsing: caCertificate)))
+            } else if caKey == nil && caCertificate == nil {
+                made = try raw.renewed(validDays: validDays)
+            } else {
+                throw ShoalError("caKey and caCertificate go together")
+            }
+        } catch let e as ShoalError {
+            throw e
+        } catch { throw ShoalError("cannot renew identity \(peerID.short): \(error)") }
+        try TLSIdentity.save(made, label: label, in: directory)
+        return TLSIdentity(made)
     }
 
     /// The identity stored under `label` in `directory`, or nil.

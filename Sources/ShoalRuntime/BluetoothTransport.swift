@@ -37,12 +37,13 @@ package actor BluetoothTransport: Transport {
     /// Peers whose advertisement said another protocol version (logged once each).
     var incompatible: Set<PeerID> = []
 
-    package init(adapter: String, serviceUUID: [UInt8], identity: Identity, authenticator: PeerAuthenticator, executor: ThreadExecutor) throws {
+    /// `credentials`: the driver's (shared, so a renewed certificate reaches these contexts too).
+    package init(adapter: String, serviceUUID: [UInt8], credentials: TLSCredentials, authenticator: PeerAuthenticator, executor: ThreadExecutor) throws {
         self.executor = executor
         self.adapter = adapter
         self.serviceUUID = serviceUUID
-        serverTLS = try TLSContext(role: .server, identity: identity, authenticator: authenticator, handshakeTimeoutMillis: 30_000)
-        clientTLS = try TLSContext(role: .client, identity: identity, authenticator: authenticator, handshakeTimeoutMillis: 30_000)
+        serverTLS = try TLSContext(role: .server, credentials: credentials, authenticator: authenticator, handshakeTimeoutMillis: 30_000)
+        clientTLS = try TLSContext(role: .client, credentials: credentials, authenticator: authenticator, handshakeTimeoutMillis: 30_000)
     }
 
     package nonisolated func start(host: any TransportHost) throws {

@@ -41,6 +41,7 @@ struct ControlHandler {
             guard case .object(var o) = gateway.statusSnapshot(store: opened.store).json else { return gateway.statusSnapshot(store: opened.store).json }
             o["meshOptions"] = ControlHandler.meshOptions(gateway.board.mesh)
             return .object(o)
+        case "identity": return gateway.identityJSON
         case "changes":
             let store = try openStore()
             let since = r["since"]?.int64Value ?? 0

@@ -76,6 +76,16 @@ public final class Gateway: Sendable {
     public var identityProblem: String? { identitySlot.withLock { $0.1 } }
     func setIdentity(_ identity: Identity?, problem: String?) { identitySlot.withLock { $0 = (identity, problem) } }
 
+    /// The control socket's answer to `identity` (what `shoal identity show` prints of a running
+    /// gateway): where its identity lives, the one in use, and any problem with it.
+    var identityJSON: JSONValue {
+        let (identity, problem) = identitySlot.withLock { $0 }
+        var j = identity.map { IdentityText.json($0, label: site.identityLabel, directory: identityDirectory) }?.objectValue
+            ?? ["label": .string(site.identityLabel), "directory": .string(identityDirectory)]
+        j["problem"] = problem.map { .string($0) } ?? .null
+        return .object(j)
+    }
+
     public var state: GatewayState {
         get { stateSlot.withLock { $0 } }
     }
@@ -153,7 +163,8 @@ public struct OpenedStore: Sendable {
 public struct Provided: Sendable {
     /// By the store service, while the store is open.
     public let store = Provision<OpenedStore>("the store")
-    /// By the identity service, while the gateway has a usable identity.
-    public let identity = Provision<Identity>("the identity")
+    /// By the identity service, while the gateway has a usable identity: what TLS presents (a
+    /// renewed certificate reaches running links through them).
+    public let identity = Provision<TLSCredentials>("the identity")
     public init() {}
 }

@@ -45,7 +45,7 @@ public enum GatewayRuntime {
                     IdentityService(gateway: gateway, provides: provided.identity)
                 },
                 ChildSpec(name: "replication", heartbeatTimeout: .seconds(30), readyTimeout: .seconds(60)) {
-                    ReplicationService(gateway: gateway, config: config, opened: try provided.store.value(), identity: provided.identity.current)
+                    ReplicationService(gateway: gateway, config: config, opened: try provided.store.value(), credentials: provided.identity.current)
                 },
                 ChildSpec(name: "status", heartbeatTimeout: .seconds(30)) {
                     StatusService(gateway: gateway, store: try provided.store.value().store)

@@ -6,64 +6,47 @@ import ShoalTLS
 /// Keeps the gateway's identity: finds it by the site's label in `<storage>/identities`, creates a
 /// self-signed one on first boot, renews a self-signed one a day before it expires, and re-reads
 /// the files every minute (so `shoal identity create --force` takes effect without a restart).
-/// A CA-signed identity cannot be renewed without the CA's key: when it nears expiry the service
-/// says so in the log and in `shoal status`, and the operator re-issues it. A broken key file is
-/// reported the same way and never replaced: replacing it would change the peer id that other
-/// gateways trust. The gateway keeps running on its store either way.
+/// Renewal keeps the key, so the peer id — what other gateways' `allowedPeers` name — stays the
+/// same; only the certificate's dates (and serial) change. A CA-signed identity cannot be renewed
+/// without the CA's key: when it nears expiry the service says so in the log and in `shoal
+/// status`, and the operator re-issues it. A broken key file is reported the same way and never
+/// replaced: replacing it would change the peer id that other gateways trust. The gateway keeps
+/// running on its store either way.
 ///
-/// It provides the identity to the services started after it (replication). When a look finds a
-/// usable identity with another peer id than the one provided (first made usable, re-created with
-/// `--force`, renewed), it provides the new one and returns: the supervisor (rest_for_one) starts
-/// it again and those after it, which take the new identity. A look that fails keeps what was
-/// provided, so a briefly unreadable file does not stop replication.
+/// It provides the identity to the services started after it (replication) as `TLSCredentials`.
+/// A certificate renewed or re-issued over the same key is handed to the running replication
+/// through them: new links present it, open links carry on, nothing restarts. When a look finds a
+/// usable identity with another peer id (first made usable, re-created with `--new-key`), it
+/// provides new credentials and returns: the supervisor (rest_for_one) starts it again and those
+/// after it, which take them. A look that fails keeps what was provided, so a briefly unreadable
+/// file does not stop replication.
 struct IdentityService: Service {
     let gateway: Gateway
-    let provides: Provision<Identity>
+    let provides: Provision<TLSCredentials>
+    /// Seconds since the epoch, the wall clock that decides expiry (a test's can be set past it).
+    var now: @Sendable () -> Int64 = { Identity.now() }
 
     func run(context: ServiceContext) async throws {
-        let store = IdentityStore(directory: gateway.identityDirectory)
         let label = gateway.site.identityLabel
-        let days = Int(gateway.site.identityValidDays)
-        let commonName = IdentityDefaults.commonName(label: label)
-        var lastPeer: PeerID?
+        var credentials: TLSCredentials?
         var ready = false
         repeat {
             context.heartbeat()
-            let outcome: Result<(Identity, IdentityOutcome), TLSError> = (try? await gateway.workThread.run { () -> Result<(Identity, IdentityOutcome), TLSError> in
-                do throws(TLSError) {
-                    let now = Identity.now()
-                    if let existing = try store.find(label) {
-                        let selfSigned = existing.certificate.issuer == existing.certificate.subject
-                        if now + 86_400 < existing.certificate.notAfter { return .success((existing, .kept)) }
-                        if !selfSigned {
-                            let state = now >= existing.certificate.notAfter ? "has expired" : "expires within a day"
-                            return .success((existing, .problem("CA-signed identity \(label) \(state); re-issue it with `shoal identity create --force --ca-key … --ca-cert …`")))
-                        }
-                    }
-                    let fresh = try Identity.createSelfSigned(.init(commonName: commonName, validDays: days))
-                    try store.save(fresh, label: label)
-                    return .success((fresh, .created))
-                } catch {
-                    return .failure(error)
-                }
-            }) ?? .failure(.io("the work thread is overloaded"))
+            let outcome = await look()
             switch outcome {
             case .success(let (identity, note)):
-                switch note {
-                case .kept:
-                    gateway.setIdentity(identity, problem: nil)
-                case .created:
-                    gateway.setIdentity(identity, problem: nil)
-                    gateway.logger.info(.tls, "created identity \(label) in \(gateway.identityDirectory): peer id \(identity.peerID)")
-                case .problem(let why):
-                    gateway.setIdentity(identity, problem: why)
-                    gateway.logger.error(.tls, why)
-                }
-                if lastPeer != identity.peerID {
+                report(identity, note)
+                if let current = credentials, current.peerID == identity.peerID {
+                    if current.identity.certificate.der != identity.certificate.der {
+                        try? current.present(identity)  // same peer id: cannot fail
+                        gateway.logger.info(.tls, "identity \(label): new links present the certificate valid until \(IdentityText.date(identity.certificate.notAfter)); peer id \(identity.peerID.short) unchanged, links stay up")
+                    }
+                } else {
                     gateway.logger.info(.tls, "identity \(label): peer id \(identity.peerID), valid until \(IdentityText.date(identity.certificate.notAfter))")
-                    let before = lastPeer
-                    lastPeer = identity.peerID
-                    provides.provide(identity)
+                    let before = credentials?.peerID
+                    let fresh = TLSCredentials(identity)
+                    credentials = fresh
+                    provides.provide(fresh)
                     if ready {
                         gateway.logger.info(.tls, "identity \(label) changed (peer id \(before.map { $0.short } ?? "none") → \(identity.peerID.short)); restarting replication with it")
                         return
@@ -77,10 +60,67 @@ struct IdentityService: Service {
             ready = true
         } while await context.pause(for: .seconds(60))
     }
+
+    /// One look at the files, on the work thread: the identity as found, made, or renewed.
+    func look() async -> Result<(Identity, IdentityOutcome), TLSError> {
+        let store = IdentityStore(directory: gateway.identityDirectory)
+        let label = gateway.site.identityLabel
+        let days = Int(gateway.site.identityValidDays)
+        let commonName = IdentityDefaults.commonName(label: label)
+        let now = now()
+        return (try? await gateway.workThread.run { () -> Result<(Identity, IdentityOutcome), TLSError> in
+            do throws(TLSError) {
+                if let existing = try store.find(label) {
+                    if now + 86_400 < existing.certificate.notAfter { return .success((existing, .kept)) }
+                    if !existing.isSelfSigned {
+                        let state = now >= existing.certificate.notAfter ? "has expired" : "expires within a day"
+                        return .success((existing, .problem("CA-signed identity \(label) \(state); re-issue it with `shoal identity create --force --ca-key … --ca-cert …` (it keeps the key and the peer id)")))
+                    }
+                    let renewed = try existing.renewed(validDays: days, now: now)
+                    try store.save(renewed, label: label)
+                    return .success((renewed, .renewed(previousNotAfter: existing.certificate.notAfter)))
+                }
+                let fresh = try Identity.createSelfSigned(.init(commonName: commonName, notBefore: now - 3600, validDays: days))
+                try store.save(fresh, label: label)
+                return .success((fresh, .created))
+            } catch {
+                return .failure(error)
+            }
+        }) ?? .failure(.io("the work thread is overloaded"))
+    }
+
+    func report(_ identity: Identity, _ note: IdentityOutcome) {
+        let label = gateway.site.identityLabel
+        switch note {
+        case .kept:
+            gateway.setIdentity(identity, problem: nil)
+        case .created:
+            gateway.setIdentity(identity, problem: nil)
+            gateway.logger.info(.tls, "created identity \(label) in \(gateway.identityDirectory): peer id \(identity.peerID)")
+        case .renewed(let previous):
+            gateway.setIdentity(identity, problem: nil)
+            gateway.logger.info(.tls, "renewed identity \(label) over the same key (peer id \(identity.peerID) unchanged): valid until \(IdentityText.date(previous)) → \(IdentityText.date(identity.certificate.notAfter))")
+        case .problem(let why):
+            gateway.setIdentity(identity, problem: why)
+            gateway.logger.error(.tls, why)
+        }
+    }
 }
 
-/// Dates as people read them in the field: UTC, to the second.
+/// Dates as people read them in the field: UTC, to the second; an identity as `shoal identity
+/// show --json` and the control socket give it.
 public enum IdentityText {
+    public static func json(_ identity: Identity, label: String, directory: String, now: Int64 = Identity.now()) -> JSONValue {
+        let c = identity.certificate
+        return [
+            "label": .string(label), "directory": .string(directory), "peerID": .string(identity.peerID.description),
+            "subject": .string(c.subject), "issuer": .string(c.issuer),
+            "notBefore": .string(date(c.notBefore)), "notAfter": .string(date(c.notAfter)),
+            "expired": .bool(identity.isExpired(now: now)),
+            "extendedKeyUsages": .array(c.extendedKeyUsages.map { .string($0) }),
+        ]
+    }
+
     public static func date(_ epoch: Int64) -> String {
         let days = epoch >= 0 ? epoch / 86_400 : (epoch - 86_399) / 86_400
         let secs = epoch - days * 86_400
@@ -125,9 +165,10 @@ public enum IdentityDefaults {
 }
 
 /// What the identity service found at one look: the identity kept as it is, a new one created
-/// (first boot, or a self-signed one renewed), or one it cannot fix by itself.
+/// (first boot), a self-signed one renewed over its key, or one it cannot fix by itself.
 enum IdentityOutcome: Sendable {
     case kept
     case created
+    case renewed(previousNotAfter: Int64)
     case problem(String)
 }

@@ -24,7 +24,10 @@ package struct ReplicationAssembly: Sendable {
         case transports(@Sendable (_ server: TLSContext, _ client: TLSContext) -> [any Transport])
     }
 
-    package var identity: Identity
+    /// The identity its TLS contexts present; a certificate renewed over the same key is handed to
+    /// the running driver through them (`TLSCredentials.present`).
+    package var credentials: TLSCredentials
+    package var identity: Identity { credentials.identity }
     package var group: String
     package var store: DocumentStore
     package var clock: NodeClock
@@ -39,7 +42,13 @@ package struct ReplicationAssembly: Sendable {
 
     package init(identity: Identity, group: String, store: DocumentStore, clock: NodeClock, collections: [CollectionPolicy],
                  replication: ReplicationSettings, mesh: MeshSettings, authenticator: PeerAuthenticator, links: Links) {
-        self.identity = identity
+        self.init(credentials: TLSCredentials(identity), group: group, store: store, clock: clock, collections: collections,
+                  replication: replication, mesh: mesh, authenticator: authenticator, links: links)
+    }
+
+    package init(credentials: TLSCredentials, group: String, store: DocumentStore, clock: NodeClock, collections: [CollectionPolicy],
+                 replication: ReplicationSettings, mesh: MeshSettings, authenticator: PeerAuthenticator, links: Links) {
+        self.credentials = credentials
         self.group = group
         self.store = store
         self.clock = clock
@@ -71,7 +80,7 @@ package struct ReplicationAssembly: Sendable {
     /// The core every gateway runs (also the simulator's, through `GatewayCore.init`).
     package func makeCore() -> GatewayCore {
         let wall = NodeClock.systemWallMillis()
-        return GatewayCore(peer: identity.peerID, group: group, store: store, clock: clock, collections: collections,
+        return GatewayCore(peer: credentials.peerID, group: group, store: store, clock: clock, collections: collections,
                            replication: replication, mesh: mesh, sequenceBase: wall, fallbackSeed: wall ^ UInt64(getpid()) ^ salt)
     }
 
@@ -88,8 +97,8 @@ package struct ReplicationAssembly: Sendable {
     package func makeDriver(host: any ReplicationHost, children: (report: SupervisionReport, path: String)? = nil) throws(Failure) -> ReplicationDriver {
         let server: TLSContext, client: TLSContext
         do {
-            server = try TLSContext(role: .server, identity: identity, authenticator: authenticator)
-            client = try TLSContext(role: .client, identity: identity, authenticator: authenticator)
+            server = try TLSContext(role: .server, credentials: credentials, authenticator: authenticator)
+            client = try TLSContext(role: .client, credentials: credentials, authenticator: authenticator)
         } catch { throw .tls(error) }
         do { return try ReplicationDriver(core: makeCore(), host: host, serverTLS: server, clientTLS: client, children: children) } catch { throw .system(error) }
     }

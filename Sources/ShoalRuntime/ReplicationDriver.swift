@@ -112,7 +112,7 @@ package actor ReplicationDriver: TransportHost {
         var list: [any Transport] = []
         if let bluetooth {
             list.append(try BluetoothTransport(adapter: bluetooth.adapter, serviceUUID: bluetooth.serviceUUID,
-                                               identity: serverTLS.identity, authenticator: serverTLS.authenticator, executor: executor))
+                                               credentials: serverTLS.credentials, authenticator: serverTLS.authenticator, executor: executor))
         }
         list.append(TCPTransport(listen: listen, peers: peers, wifi: wifi, serverTLS: serverTLS, clientTLS: clientTLS, executor: executor,
                                  backoffMillis: backoffMillis))

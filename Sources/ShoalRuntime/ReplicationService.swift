@@ -16,16 +16,16 @@ struct ReplicationService: Service {
     let gateway: Gateway
     let config: LoadedConfig
     let opened: OpenedStore
-    let identity: Identity?
+    let credentials: TLSCredentials?
 
     func run(context: ServiceContext) async throws {
-        guard let identity else {
+        guard let credentials else {
             gateway.logger.warning(.replication, "not replicating: \(gateway.identityProblem ?? "the gateway has no usable identity"); waiting for one")
             context.markReady()
             while await context.pause(for: .seconds(1)) { context.heartbeat() }
             return
         }
-        let assembly = plan(identity)
+        let assembly = plan(credentials)
         let gw = gateway, report = gateway.report, path = context.path
         let driver: ReplicationDriver
         do {
@@ -56,7 +56,8 @@ struct ReplicationService: Service {
     }
 
     /// The site's replication: collections, limits, mesh options, authenticator, transports.
-    func plan(_ identity: Identity) -> ReplicationAssembly {
+    func plan(_ credentials: TLSCredentials) -> ReplicationAssembly {
+        let identity = credentials.identity
         let site = gateway.site, board = gateway.board
         var roots = config.trustedRoots
         if roots.isEmpty && config.allowedPeers.isEmpty, identity.certificate.chainDER.count > 1,
@@ -76,7 +77,7 @@ struct ReplicationService: Service {
         }
         let transports = Set(site.transports.map { t -> MeshTransport in t == .wifi ? .wifi : .bluetooth })
         return ReplicationAssembly(
-            identity: identity, group: site.group, store: opened.store, clock: opened.clock,
+            credentials: credentials, group: site.group, store: opened.store, clock: opened.clock,
             collections: CollectionPolicies.make(site.collections), replication: ReplicationSettings(board.mesh),
             mesh: MeshSettings(board.mesh, transports: transports),
             authenticator: PeerAuthenticator.trust(roots: roots, allowedPeers: config.allowedPeers),

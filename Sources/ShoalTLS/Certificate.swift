@@ -51,7 +51,15 @@ public final class Certificate: @unchecked Sendable {  // an mbedTLS certificate
         return out
     }
 
-    public var peerID: PeerID { PeerID(certificateDER: der) }
+    /// The leaf's public key, DER SubjectPublicKeyInfo (what the peer id digests).
+    public var publicKeyDER: [UInt8] {
+        // A parsed certificate's key always re-encodes; the raw bytes it was parsed from are the fallback.
+        PublicKeyDER.of(&chain.pointee.pk) ?? Array(UnsafeBufferPointer(start: chain.pointee.pk_raw.p, count: chain.pointee.pk_raw.len))
+    }
+
+    /// The peer id of whoever holds this certificate's key: the SHA-256 of its public key, so it
+    /// stays the same when the certificate is renewed over the same key.
+    public var peerID: PeerID { PeerID(publicKeyDER: publicKeyDER) }
 
     public var subject: String { Certificate.dn(&chain.pointee.subject) }
     public var issuer: String { Certificate.dn(&chain.pointee.issuer) }

@@ -5,7 +5,8 @@ import Glibc
 /// A gateway's identity: an EC P-256 private key and an X.509 certificate (with its issuing CA's
 /// certificate when CA-signed) whose extended key usage holds both clientAuth and serverAuth,
 /// because every gateway is a TLS client to some peers and a server to others. Its peer id is the
-/// SHA-256 of the leaf certificate's DER.
+/// SHA-256 of the public key (DER SubjectPublicKeyInfo): a certificate renewed over the same key
+/// (`renewed`, `reissued`) keeps the peer id that other gateways trust.
 public final class Identity: @unchecked Sendable {  // mbedTLS key and certificate, read-only after loading
     public let key: PrivateKey
     public let certificate: Certificate
@@ -68,6 +69,27 @@ public final class Identity: @unchecked Sendable {  // mbedTLS key and certifica
         try create(request, issuer: nil, isCA: true)
     }
 
+    /// A new certificate over this identity's key, so the same peer id: self-signed, or signed by
+    /// `issuer` (a CA's key and certificate). The request gives the subject and the validity.
+    public func reissued(_ request: Request, issuer: (key: PrivateKey, certificate: Certificate)? = nil) throws(TLSError) -> Identity {
+        if let issuer {
+            guard issuer.key.matches(issuer.certificate) else { throw .keyDoesNotMatchCertificate }
+            guard issuer.certificate.isCA else { throw .invalidRequest("the CA certificate (\(issuer.certificate.subject)) is not a CA (basicConstraints CA:FALSE)") }
+        }
+        return try Identity.create(request, key: key, keepingSubjectOf: nil, issuer: issuer, isCA: false)
+    }
+
+    /// A self-signed certificate over this identity's key with its subject, valid `validDays` from
+    /// an hour before `now`: what a gateway does to its own self-signed identity near expiry.
+    /// The peer id does not change.
+    public func renewed(validDays: Int, now: Int64 = Identity.now()) throws(TLSError) -> Identity {
+        let request = Request(commonName: "renewed", organization: nil, notBefore: now - 3600, validDays: validDays)
+        return try Identity.create(request, key: key, keepingSubjectOf: certificate, issuer: nil, isCA: false)
+    }
+
+    /// Whether the leaf names itself as its issuer (so the gateway can renew it by itself).
+    public var isSelfSigned: Bool { certificate.issuer == certificate.subject }
+
     static func checkName(_ text: String, _ what: String) throws(TLSError) {
         guard !text.isEmpty, text.utf8.count <= 64,
               text.unicodeScalars.allSatisfy({ $0.properties.isAlphabetic || ("0"..."9").contains($0) || " ._-@".unicodeScalars.contains($0) })
@@ -75,13 +97,22 @@ public final class Identity: @unchecked Sendable {  // mbedTLS key and certifica
     }
 
     static func create(_ request: Request, issuer: (key: PrivateKey, certificate: Certificate)?, isCA: Bool) throws(TLSError) -> Identity {
-        try checkName(request.commonName, "common name")
-        if let o = request.organization { try checkName(o, "organization") }
+        try create(request, key: nil, keepingSubjectOf: nil, issuer: issuer, isCA: isCA)
+    }
+
+    /// A certificate over `key` (a new key when nil), with the request's subject or the one of
+    /// `keepingSubjectOf`.
+    static func create(_ request: Request, key given: PrivateKey?, keepingSubjectOf previous: Certificate?,
+                       issuer: (key: PrivateKey, certificate: Certificate)?, isCA: Bool) throws(TLSError) -> Identity {
+        if previous == nil {
+            try checkName(request.commonName, "common name")
+            if let o = request.organization { try checkName(o, "organization") }
+        }
         guard request.validDays >= 1 && request.validDays <= 36500 else { throw .invalidRequest("validity must be 1 to 36500 days") }
         do {
             let random = try RandomSource(personalization: "shoal-identity")
-            let key = try PrivateKey.generateP256(random: random)
-            let der = try writeCertificate(request, subjectKey: key, issuer: issuer, isCA: isCA, random: random)
+            let key = try given ?? PrivateKey.generateP256(random: random)
+            let der = try writeCertificate(request, subjectKey: key, subjectOf: previous, issuer: issuer, isCA: isCA, random: random)
             let cert = Certificate()  // leaf first, then the CA that signed it
             try MbedTLS.check(der.withUnsafeBufferPointer { mbedtls_x509_crt_parse_der(cert.chain, $0.baseAddress, $0.count) }, "mbedtls_x509_crt_parse_der")
             if let issuer {
@@ -107,8 +138,22 @@ public final class Identity: @unchecked Sendable {  // mbedTLS key and certifica
         return "\(tm.tm_year + 1900)\(two(tm.tm_mon + 1))\(two(tm.tm_mday))\(two(tm.tm_hour))\(two(tm.tm_min))\(two(tm.tm_sec))"
     }
 
-    static func writeCertificate(_ request: Request, subjectKey: PrivateKey, issuer: (key: PrivateKey, certificate: Certificate)?,
-                                 isCA: Bool, random: RandomSource) throws(MbedTLSError) -> [UInt8] {
+    /// Copies a parsed name attribute by attribute into a writer's name list (no string round trip
+    /// that could mangle escaped characters; the string type — UTF8String, PrintableString… — kept).
+    static func copyName(_ from: UnsafeMutablePointer<mbedtls_x509_name>, into list: UnsafeMutablePointer<UnsafeMutablePointer<mbedtls_asn1_named_data>?>) throws(MbedTLSError) {
+        var name: UnsafeMutablePointer<mbedtls_x509_name>? = from
+        while let n = name, n.pointee.oid.len > 0 {
+            let stored = n.pointee.oid.p.withMemoryRebound(to: CChar.self, capacity: n.pointee.oid.len) { oid in
+                mbedtls_asn1_store_named_data(list, oid, n.pointee.oid.len, n.pointee.val.p, n.pointee.val.len)
+            }
+            guard let stored else { throw MbedTLSError(call: "mbedtls_asn1_store_named_data", code: MBEDTLS_ERR_X509_ALLOC_FAILED) }
+            stored.pointee.val.tag = n.pointee.val.tag
+            name = n.pointee.next
+        }
+    }
+
+    static func writeCertificate(_ request: Request, subjectKey: PrivateKey, subjectOf previous: Certificate? = nil,
+                                 issuer: (key: PrivateKey, certificate: Certificate)?, isCA: Bool, random: RandomSource) throws(MbedTLSError) -> [UInt8] {
         let crt = UnsafeMutablePointer<mbedtls_x509write_cert>.allocate(capacity: 1)
         mbedtls_x509write_crt_init(crt)
         let serial = UnsafeMutablePointer<mbedtls_mpi>.allocate(capacity: 1)
@@ -126,19 +171,15 @@ public final class Identity: @unchecked Sendable {  // mbedTLS key and certifica
 
         var subject = "CN=\(request.commonName)"
         if let o = request.organization { subject += ",O=\(o)" }
-        try MbedTLS.check(mbedtls_x509write_crt_set_subject_name(crt, subject), "mbedtls_x509write_crt_set_subject_name")
+        if let previous {
+            try copyName(&previous.chain.pointee.subject, into: &crt.pointee.subject)
+        } else {
+            try MbedTLS.check(mbedtls_x509write_crt_set_subject_name(crt, subject), "mbedtls_x509write_crt_set_subject_name")
+        }
         if let issuer {
-            // Copy the CA's subject attribute by attribute (no string round trip that could
-            // mangle escaped characters).
-            var name: UnsafeMutablePointer<mbedtls_x509_name>? = withUnsafeMutablePointer(to: &issuer.certificate.chain.pointee.subject) { $0 }
-            while let n = name, n.pointee.oid.len > 0 {
-                let stored = n.pointee.oid.p.withMemoryRebound(to: CChar.self, capacity: n.pointee.oid.len) { oid in
-                    mbedtls_asn1_store_named_data(&crt.pointee.issuer, oid, n.pointee.oid.len, n.pointee.val.p, n.pointee.val.len)
-                }
-                guard let stored else { throw MbedTLSError(call: "mbedtls_asn1_store_named_data", code: MBEDTLS_ERR_X509_ALLOC_FAILED) }
-                stored.pointee.val.tag = n.pointee.val.tag  // keep the string type (UTF8String, PrintableString…)
-                name = n.pointee.next
-            }
+            try copyName(&issuer.certificate.chain.pointee.subject, into: &crt.pointee.issuer)
+        } else if let previous {
+            try copyName(&previous.chain.pointee.subject, into: &crt.pointee.issuer)  // self-signed: issuer = subject
         } else {
             try MbedTLS.check(mbedtls_x509write_crt_set_issuer_name(crt, subject), "mbedtls_x509write_crt_set_issuer_name")
         }

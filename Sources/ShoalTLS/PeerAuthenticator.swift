@@ -13,6 +13,19 @@ public struct PeerAuthenticator: Sendable {
         case trust(roots: [Certificate], allowedPeers: Set<PeerID>)
     }
     public let kind: Kind
+    /// The wall clock (seconds since the epoch) that validity dates are checked against: the
+    /// system's, or a test's forced ahead (`checkingDates(at:)`). mbedTLS's own chain check
+    /// against roots still reads the system clock.
+    public private(set) var clock: @Sendable () -> Int64 = { Identity.now() }
+
+    init(kind: Kind) { self.kind = kind }
+
+    /// This authenticator, checking validity dates against `clock` instead of the system's.
+    public func checkingDates(at clock: @escaping @Sendable () -> Int64) -> PeerAuthenticator {
+        var copy = self
+        copy.clock = clock
+        return copy
+    }
 
     public static func callback(_ accept: @escaping @Sendable (PeerID, [Certificate]) -> Bool) -> PeerAuthenticator {
         PeerAuthenticator(kind: .callback(accept))
@@ -27,7 +40,8 @@ public struct PeerAuthenticator: Sendable {
     }
 
     /// Checks a peer's chain (leaf first). Throws the reason for a refusal.
-    public func verify(_ chain: Certificate, now: Int64 = Identity.now()) throws(TLSError) {
+    public func verify(_ chain: Certificate, now: Int64? = nil) throws(TLSError) {
+        let now = now ?? clock()
         let peer = chain.peerID
         let p = peer.description
         if now < chain.notBefore { throw .notYetValid(peer: p) }

@@ -36,6 +36,10 @@ public final class PrivateKey: @unchecked Sendable {  // an mbedTLS key context,
         return String(decoding: buffer.prefix { $0 != 0 }, as: UTF8.self)
     }
 
+    /// The public half, DER SubjectPublicKeyInfo; its SHA-256 is the peer id of any certificate
+    /// over this key.
+    public var publicKeyDER: [UInt8] { PublicKeyDER.of(context) ?? [] }
+
     /// Whether this key is the private half of `certificate`'s public key.
     func matches(_ certificate: Certificate) -> Bool {
         mbedtls_pk_check_pair(&certificate.chain.pointee.pk, context) == 0

@@ -1,5 +1,6 @@
 import ShoalCore
 import CMbedTLS
+import ShoalThreads
 
 public enum TLSRole: Sendable { case client, server }
 
@@ -15,15 +16,21 @@ public enum TLSRole: Sendable { case client, server }
 /// 2.28 checks no host name unless told to, and peers have no host names. A resumed session
 /// shows no certificate and is judged after the handshake; a session is handed to the caller
 /// only once the check passed.
-public final class TLSContext: @unchecked Sendable {  // an mbedTLS config, read-only after set-up (its cache locks itself)
+///
+/// The certificate it presents comes from its `TLSCredentials`: when they are given a renewed
+/// certificate, the next handshake sets up a new mbedTLS configuration with it; a session keeps
+/// the configuration it started with.
+public final class TLSContext: @unchecked Sendable {  // mbedTLS configs, read-only once made (made under the lock; the cache locks itself)
     public let role: TLSRole
-    public let identity: Identity
+    public let credentials: TLSCredentials
     public let authenticator: PeerAuthenticator
     public let handshakeTimeoutMillis: Int
-    let config = UnsafeMutablePointer<mbedtls_ssl_config>.allocate(capacity: 1)
     let cache: UnsafeMutablePointer<mbedtls_ssl_cache_context>?
     let random: RandomSource
-    let caChain: Certificate
+    private let configured: Locked<TLSConfiguration>
+
+    /// The identity the next handshake presents.
+    public var identity: Identity { credentials.identity }
 
     /// The cipher suites, zero-terminated; mbedTLS keeps the pointer, so it lives for the process.
     /// ChaCha20-Poly1305 comes first: the Pi 4 and older Pis have no AES instructions, and even on
@@ -47,17 +54,16 @@ public final class TLSContext: @unchecked Sendable {  // an mbedTLS config, read
         return p
     }()
 
-    public init(role: TLSRole, identity: Identity, authenticator: PeerAuthenticator, handshakeTimeoutMillis: Int = 10_000) throws(TLSError) {
+    public convenience init(role: TLSRole, identity: Identity, authenticator: PeerAuthenticator, handshakeTimeoutMillis: Int = 10_000) throws(TLSError) {
+        try self.init(role: role, credentials: TLSCredentials(identity), authenticator: authenticator, handshakeTimeoutMillis: handshakeTimeoutMillis)
+    }
+
+    public init(role: TLSRole, credentials: TLSCredentials, authenticator: PeerAuthenticator, handshakeTimeoutMillis: Int = 10_000) throws(TLSError) {
         self.role = role
-        self.identity = identity
+        self.credentials = credentials
         self.authenticator = authenticator
         self.handshakeTimeoutMillis = handshakeTimeoutMillis
         do { random = try RandomSource(personalization: role == .client ? "shoal-tls-client" : "shoal-tls-server") } catch { throw .mbedTLS(error) }
-        // mbedTLS wants a CA chain configured. Giving it our own leaf (never a CA) means it finds
-        // no parent and spends no signature check on a verdict the verify callback replaces; the
-        // authenticator checks the chain once, in that callback.
-        caChain = identity.certificate
-        mbedtls_ssl_config_init(config)
         if role == .server {
             let c = UnsafeMutablePointer<mbedtls_ssl_cache_context>.allocate(capacity: 1)
             mbedtls_ssl_cache_init(c)
@@ -67,26 +73,29 @@ public final class TLSContext: @unchecked Sendable {  // an mbedTLS config, read
         } else {
             cache = nil
         }
-        do {
-            try MbedTLS.check(mbedtls_ssl_config_defaults(config, role == .client ? MBEDTLS_SSL_IS_CLIENT : MBEDTLS_SSL_IS_SERVER,
-                                                          MBEDTLS_SSL_TRANSPORT_STREAM, MBEDTLS_SSL_PRESET_DEFAULT), "mbedtls_ssl_config_defaults")
-            mbedtls_ssl_conf_rng(config, mbedtls_ctr_drbg_random, random.drbg)
-            mbedtls_ssl_conf_authmode(config, MBEDTLS_SSL_VERIFY_REQUIRED)
-            mbedtls_ssl_conf_ca_chain(config, caChain.chain, nil)
-            try MbedTLS.check(mbedtls_ssl_conf_own_cert(config, identity.certificate.chain, identity.key.context), "mbedtls_ssl_conf_own_cert")
-            mbedtls_ssl_conf_ciphersuites(config, TLSContext.cipherSuites)
-            mbedtls_ssl_conf_curves(config, TLSContext.curves)
-            mbedtls_ssl_conf_min_version(config, MBEDTLS_SSL_MAJOR_VERSION_3, MBEDTLS_SSL_MINOR_VERSION_3)
-            mbedtls_ssl_conf_max_version(config, MBEDTLS_SSL_MAJOR_VERSION_3, MBEDTLS_SSL_MINOR_VERSION_3)
-            if let cache { mbedtls_ssl_conf_session_cache(config, cache, mbedtls_ssl_cache_get, mbedtls_ssl_cache_set) }
-        } catch {
-            throw .mbedTLS(error)
+        let first: TLSConfiguration
+        do { first = try TLSConfiguration(role: role, identity: credentials.identity, random: random, cache: cache) } catch {
+            if let cache { mbedtls_ssl_cache_free(cache); cache.deallocate() }
+            throw error
         }
+        configured = Locked(first)
+    }
+
+    /// The mbedTLS configuration for a handshake starting now: made again when the credentials
+    /// present another certificate than the one it was made with.
+    func configuration() throws(TLSError) -> TLSConfiguration {
+        let identity = credentials.identity
+        let result: Result<TLSConfiguration, TLSError> = configured.withLock { current in
+            if current.identity === identity { return .success(current) }
+            do throws(TLSError) {
+                current = try TLSConfiguration(role: role, identity: identity, random: random, cache: cache)
+                return .success(current)
+            } catch { return .failure(error) }
+        }
+        return try result.get()
     }
 
     deinit {
-        mbedtls_ssl_config_free(config)
-        config.deallocate()
         if let cache {
             mbedtls_ssl_cache_free(cache)
             cache.deallocate()

@@ -8,12 +8,15 @@ public final class TLSSession: @unchecked Sendable {  // an mbedTLS session, use
     let ssl: UnsafeMutablePointer<mbedtls_ssl_context>
     let io: BIO
     let context: TLSContext
+    /// The configuration it started with (the certificate it presented): mbedTLS points at it.
+    let configuration: TLSConfiguration
     public let peerCertificate: Certificate
     /// True if this session resumed an earlier one instead of doing a full handshake.
     public let resumed: Bool
     private var isClosed = false
 
-    public var peerID: PeerID { peerCertificate.peerID }
+    /// The peer's id (of its certificate's key), computed once at the handshake.
+    public let peerID: PeerID
     public var role: TLSRole { context.role }
 
     /// The state the send/receive callbacks see: the stream and the deadline of the current call.
@@ -60,11 +63,13 @@ public final class TLSSession: @unchecked Sendable {  // an mbedTLS session, use
         return try TLSSession(stream: stream, context: context, saved: nil)
     }
 
-    private init(ssl: UnsafeMutablePointer<mbedtls_ssl_context>, io: BIO, context: TLSContext, peer: Certificate, resumed: Bool) {
+    private init(ssl: UnsafeMutablePointer<mbedtls_ssl_context>, io: BIO, context: TLSContext, configuration: TLSConfiguration, peer: Certificate, resumed: Bool) {
         self.ssl = ssl
         self.io = io
         self.context = context
+        self.configuration = configuration
         self.peerCertificate = peer
+        self.peerID = peer.peerID
         self.resumed = resumed
     }
 
@@ -73,8 +78,9 @@ public final class TLSSession: @unchecked Sendable {  // an mbedTLS session, use
         let ssl = UnsafeMutablePointer<mbedtls_ssl_context>.allocate(capacity: 1)
         mbedtls_ssl_init(ssl)
         do {
-            let (peer, resumed) = try TLSSession.handshake(ssl, io: io, context: context, saved: saved)
-            self.init(ssl: ssl, io: io, context: context, peer: peer, resumed: resumed)
+            let configuration = try context.configuration()
+            let (peer, resumed) = try TLSSession.handshake(ssl, io: io, context: context, configuration: configuration, saved: saved)
+            self.init(ssl: ssl, io: io, context: context, configuration: configuration, peer: peer, resumed: resumed)
         } catch {
             mbedtls_ssl_free(ssl)
             ssl.deallocate()
@@ -152,10 +158,10 @@ public final class TLSSession: @unchecked Sendable {  // an mbedTLS session, use
     /// callback), so a refused peer's handshake fails with our alert and it learns why; a resumed
     /// session shows no certificate, and is judged after. Nothing of the application's is read or
     /// written before this returns.
-    static func handshake(_ ssl: UnsafeMutablePointer<mbedtls_ssl_context>, io: BIO, context: TLSContext,
+    static func handshake(_ ssl: UnsafeMutablePointer<mbedtls_ssl_context>, io: BIO, context: TLSContext, configuration: TLSConfiguration,
                           saved: TLSSavedSession?) throws(TLSError) -> (Certificate, Bool) {
         do {
-            try MbedTLS.check(mbedtls_ssl_setup(ssl, context.config), "mbedtls_ssl_setup")
+            try MbedTLS.check(mbedtls_ssl_setup(ssl, configuration.config), "mbedtls_ssl_setup")
             if let saved { try MbedTLS.check(mbedtls_ssl_set_session(ssl, saved.session), "mbedtls_ssl_set_session") }
         } catch {
             throw .mbedTLS(error)

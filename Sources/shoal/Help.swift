@@ -258,18 +258,23 @@ enum Help {
             sessions and pipe, alternately, and their ratio.
             """,
         "identity": """
-            Usage: shoal identity create [--label L] [--days N] [--cn NAME] [--ca-key K --ca-cert C] [--force] [--json]
+            Usage: shoal identity create [--label L] [--days N] [--cn NAME] [--ca-key K --ca-cert C] [--force [--new-key]] [--json]
                    shoal identity show [--label L] [--json]
                    shoal identity delete [--label L]
-            Where: [--dir DIR] or the directory `shoal run` uses: [--board B] [--config F] [--data-dir D]
+            Where: [--dir DIR] or the directory `shoal run` uses: [--board B] [--config F] [--data-dir D];
+                   with none of these, the running gateway's (found as `shoal status` finds it,
+                   [--socket S]), else the stock board's.
 
             An identity is an EC P-256 key (file mode 0600) and an X.509 certificate with both
             clientAuth and serverAuth, stored under a label (default: the site file's
             identity.label, else "shoal") in <storage>/identities. create makes a self-signed one,
-            or one signed by your CA with --ca-key and --ca-cert (PEM or DER); it refuses to
-            replace an existing identity without --force, because the peer id changes. show prints
-            the peer id (SHA-256 of the certificate), subject, issuer, validity and key usages.
-            `shoal run` creates a self-signed identity on first boot and renews it before it expires.
+            or one signed by your CA with --ca-key and --ca-cert (PEM or DER). Over an existing
+            identity it needs --force and then re-issues the certificate over the same key: the
+            peer id, which other gateways' allowedPeers name, stays. --new-key makes a new key
+            instead (a new peer id: update the allow-lists). show prints the peer id (SHA-256 of
+            the public key), subject, issuer, validity and key usages; of a running gateway, the
+            identity it uses. `shoal run` creates a self-signed identity on first boot and renews
+            its certificate, same key, a day before it expires.
             """,
         "version": """
             Usage: shoal version [--json]

@@ -145,6 +145,15 @@ extension ProcessSuites {
             #expect(info?["extendedKeyUsages"] as? [String] == ["serverAuth", "clientAuth"])
             let again = try Shoal.run(["identity", "create", "--dir", ids, "--label", "gw"])
             #expect(again.status == 6 && again.stderr.contains("--force"))
+            // --force re-issues the certificate over the same key: the peer id stays, the CN too.
+            let firstID = try #require(info?["peerID"] as? String)
+            let forced = try Shoal.json(Shoal.run(["identity", "create", "--dir", ids, "--label", "gw", "--days", "40", "--force", "--json"])) as? [String: Any]
+            #expect(forced?["peerID"] as? String == firstID)
+            #expect(forced?["subject"] as? String == "CN=gw-7, O=Shoal")
+            #expect(forced?["notAfter"] as? String != info?["notAfter"] as? String)
+            // --new-key makes a new key: a new peer id.
+            let rekeyed = try Shoal.json(Shoal.run(["identity", "create", "--dir", ids, "--label", "gw", "--force", "--new-key", "--json"])) as? [String: Any]
+            #expect((rekeyed?["peerID"] as? String).map { $0 != firstID && $0.count == 64 } == true)
             let attrs = try FileManager.default.attributesOfItem(atPath: ids + "/gw.key.pem")
             #expect((attrs[.posixPermissions] as? Int) == 0o600)
 
@@ -199,6 +208,21 @@ extension ProcessSuites {
             #expect(peerID.count == 64)
             let shown = try Shoal.json(Shoal.run(["identity", "show", "--json", "--board", "sim", "--data-dir", gw.dir.path])) as? [String: Any]
             #expect(shown?["peerID"] as? String == peerID)
+
+            // With no flags, `identity show` asks the gateway found as `status` finds it ($SHOAL_SOCKET
+            // here), not the stock board's /var/lib/shoal.
+            let asked = try Shoal.run(["identity", "show", "--json"], env: ["SHOAL_SOCKET": gw.socket])
+            #expect(asked.status == 0, "\(asked.stderr)")
+            let askedJSON = try Shoal.json(asked) as? [String: Any]
+            #expect(askedJSON?["peerID"] as? String == peerID)
+            #expect(askedJSON?["directory"] as? String == gw.dir.path + "/identities")
+            let askedText = try Shoal.run(["identity", "show"], env: ["SHOAL_SOCKET": gw.socket])
+            #expect(askedText.stdout.contains("peer id      \(peerID)") && askedText.stdout.contains("running (\(gw.socket))"), "\(askedText.stdout)")
+            // No gateway at the socket: it reads the files instead (and says nothing of the socket);
+            // an explicit --socket that does not answer is an error.
+            let fallback = try Shoal.run(["identity", "show"], env: ["SHOAL_SOCKET": gw.dir.path + "/none.sock"])
+            #expect(fallback.status != 5 && !fallback.stderr.contains("cannot reach"), "\(fallback.stderr)")
+            #expect(try Shoal.run(["identity", "show", "--socket", gw.dir.path + "/none.sock"]).status == 5)
 
             // changes --follow in the background sees writes as they commit.
             let follower = Process()

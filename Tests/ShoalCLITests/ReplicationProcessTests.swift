@@ -186,5 +186,71 @@ extension ProcessSuites {
             let warnings = aEnd.stderr.components(separatedBy: "no-such-gateway.invalid does not resolve").count - 1
             #expect(warnings == 1, "logged once, not at every retry (\(warnings) times)")
         }
+
+        @Test("three gateways trusting each other by peer id: one whose self-signed certificate reached its renewal point renews it over its key, keeps its peer id, and all three replicate")
+        func renewalKeepsTheAllowLists() throws {
+            let base = TemporaryDirectory()
+            defer { base.remove() }
+            let aDir = base.path + "/a", bDir = base.path + "/b", cDir = base.path + "/c"
+            let aID = try Self.peerID(aDir), cID = try Self.peerID(cDir)
+            // b's certificate is valid one day from an hour ago: inside the last day, so b's identity
+            // service renews it at its first look, before replication starts.
+            let made = try Shoal.run(["identity", "create", "--board", "sim", "--data-dir", bDir, "--days", "1", "--json"])
+            let bMade = try #require(try Shoal.json(made) as? [String: Any], "\(made.stderr)")
+            let bID = try #require(bMade["peerID"] as? String)
+            let oldNotAfter = try #require(bMade["notAfter"] as? String)
+            let port = 30_000 + Int(getpid() % 20_000)
+            let ports = ["a": port, "b": port + 1, "c": port + 2]
+            let ids = ["a": aID, "b": bID, "c": cID]
+            func site(_ name: String) throws -> String {
+                let others = ["a", "b", "c"].filter { $0 != name }
+                let path = base.path + "/\(name).yaml"
+                try """
+                group: test.renewal
+                collections:
+                  - name: sensors.readings
+                authenticator:
+                  allowedPeers: [\(others.map { ids[$0]! }.joined(separator: ", "))]
+                replication:
+                  listen: 127.0.0.1:\(ports[name]!)
+                  peers: [\(others.map { "127.0.0.1:\(ports[$0]!)" }.joined(separator: ", "))]
+                """.write(toFile: path, atomically: true, encoding: .utf8)
+                return path
+            }
+            let b = try RunningGateway(dataDir: bDir, extraArgs: ["--config", try site("b")])
+            let a = try RunningGateway(dataDir: aDir, extraArgs: ["--config", try site("a")])
+            let c = try RunningGateway(dataDir: cDir, extraArgs: ["--config", try site("c")])
+            let gateways = ["a": a, "b": b, "c": c]
+            for (name, gw) in gateways {
+                #expect(try gw.cli(["doc", "put", "sensors.readings", "from-\(name)", #"{"v":1}"#]).status == 0)
+            }
+            let everywhere = eventuallyBlocking(within: 45) {
+                gateways.values.allSatisfy { gw in
+                    ["a", "b", "c"].allSatisfy { (try? gw.cli(["doc", "get", "sensors.readings", "from-\($0)"]).status) == 0 }
+                }
+            }
+            #expect(everywhere)
+
+            // b kept its peer id; its certificate is the renewed one, and a's link to b presents it.
+            let shown = try #require(try Shoal.json(b.cli(["identity", "show", "--json"])) as? [String: Any])
+            #expect(shown["peerID"] as? String == bID)
+            let newNotAfter = try #require(shown["notAfter"] as? String)
+            #expect(newNotAfter != oldNotAfter)
+            // Whoever links with b sees the renewed certificate (the mesh need not link every pair).
+            let seen = [a, c].map { (try? Shoal.json($0.cli(["peer", bID, "--json"]))) as? [String: Any] }
+            let seenNotAfter = seen.compactMap { ($0?["certificate"] as? [String: Any])?["notAfter"] as? Int }
+            #expect(!seenNotAfter.isEmpty && seenNotAfter.allSatisfy { $0 > Int(Date().timeIntervalSince1970) + 300 * 86_400 },
+                    "a and c see b's certificate: \(seen)")
+
+            let cEnd = c.stop(), aEnd = a.stop(), bEnd = b.stop()
+            #expect(aEnd.status == 0 && bEnd.status == 0 && cEnd.status == 0)
+            let renewed = bEnd.stderr.split(separator: "\n").first { $0.contains("renewed identity") }.map(String.init) ?? ""
+            #expect(renewed.contains(oldNotAfter) && renewed.contains(newNotAfter) && renewed.contains(bID), "b's log: \(bEnd.stderr.suffix(3000))")
+            #expect(!bEnd.stderr.contains("restarting replication"))
+            #expect(!aEnd.stderr.contains("is not in allowedPeers") && !cEnd.stderr.contains("is not in allowedPeers"))
+            // b linked with at least one of them (the mesh need not link every pair; its documents
+            // reached both above).
+            #expect(aEnd.stderr.contains("replicating with peer \(bID)") || cEnd.stderr.contains("replicating with peer \(bID)"))
+        }
     }
 }

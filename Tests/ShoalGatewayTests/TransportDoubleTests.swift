@@ -31,10 +31,14 @@ struct TransportDoubleTests {
         /// Our ends of the links to each peer (`breakLinks` fails them).
         let ends = Mutex<[PeerID: [BreakableStream]]>([:])
 
-        init(wire: Wire, identity: Identity, authenticator: PeerAuthenticator) throws {
+        convenience init(wire: Wire, identity: Identity, authenticator: PeerAuthenticator) throws {
+            try self.init(wire: wire, credentials: TLSCredentials(identity), authenticator: authenticator)
+        }
+
+        init(wire: Wire, credentials: TLSCredentials, authenticator: PeerAuthenticator) throws {
             self.wire = wire
-            serverTLS = try TLSContext(role: .server, identity: identity, authenticator: authenticator)
-            clientTLS = try TLSContext(role: .client, identity: identity, authenticator: authenticator)
+            serverTLS = try TLSContext(role: .server, credentials: credentials, authenticator: authenticator)
+            clientTLS = try TLSContext(role: .client, credentials: credentials, authenticator: authenticator)
         }
 
         func start(host: any TransportHost) throws { self.host = host }

@@ -298,6 +298,13 @@ struct LibraryTests {
         #expect(found.peerID == made.peerID)
         #expect(found.expiration > Int64(time(nil)) + 29 * 86400)
         #expect(found.certificate.subject.contains("gw-7"))
+        // Renewed over the same key: the same peer id, a later expiration, stored in place.
+        let renewed = try found.renewed(validDays: 365, label: "gateway", in: dir)
+        #expect(renewed.peerID == made.peerID)
+        #expect(renewed.expiration > found.expiration + 300 * 86400)
+        #expect(renewed.certificate.subject == found.certificate.subject)
+        #expect(try TLSIdentity.identity(withLabel: "gateway", in: dir)?.expiration == renewed.expiration)
+        #expect(throws: ShoalError.self) { try found.renewed(caKey: Array(found.privateKeyPEM.utf8)) }
         #expect(try TLSIdentity.deleteIdentity(withLabel: "gateway", in: dir))
         #expect(try TLSIdentity.identity(withLabel: "gateway", in: dir) == nil)
         #expect(throws: ShoalError.self) { try TLSIdentity.identity(withLabel: "../etc", in: dir) }
@@ -311,6 +318,8 @@ struct LibraryTests {
         for n in ["ca-a", "ca-b"] {
             let id = try TLSIdentity.createSignedIdentity(commonName: n, caKey: Array(ca.privateKeyPEM.utf8), caCertificate: Array(ca.certificateChainPEM.utf8), label: n, in: dir)
             #expect(id.certificate.issuer.contains("Fleet CA"))
+            let reissued = try id.renewed(validDays: 60, caKey: Array(ca.privateKeyPEM.utf8), caCertificate: Array(ca.certificateChainPEM.utf8))
+            #expect(reissued.peerID == id.peerID && reissued.certificate.issuer.contains("Fleet CA"))
             let pdir = temporaryDirectory(n)
             let db = try Database(directory: pdir, identity: id, fullDurability: false)
             var config = MultipeerReplicatorConfiguration(peerGroupID: "com.example.ca", identity: id,

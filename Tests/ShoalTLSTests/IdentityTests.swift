@@ -21,12 +21,14 @@ func openssl(_ args: [String], stdin: Data? = nil) throws -> (status: Int32, out
 
 @Suite("Identities")
 struct IdentityTests {
-    @Test("a self-signed identity has both key usages, a matching key, and a peer id that is the SHA-256 of its DER")
+    @Test("a self-signed identity has both key usages, a matching key, and a peer id that is the SHA-256 of its public key")
     func selfSigned() throws {
         let id = try Identity.createSelfSigned(.init(commonName: "gw-1"))
         #expect(id.certificate.extendedKeyUsages == ["serverAuth", "clientAuth"])
         #expect(id.peerID.description.count == 64)
-        #expect(id.peerID == PeerID(certificateDER: id.certificate.der))
+        #expect(id.peerID == PeerID(publicKeyDER: id.certificate.publicKeyDER))
+        #expect(id.certificate.publicKeyDER == id.key.publicKeyDER)
+        #expect(id.peerID != PeerID(bytes: Digest.sha256(id.certificate.der)))
         #expect(PeerID(hex: id.peerID.description) == id.peerID)
         #expect(id.certificate.subject == "CN=gw-1, O=Shoal")
         #expect(id.certificate.issuer == id.certificate.subject)
@@ -35,6 +37,49 @@ struct IdentityTests {
         #expect(reparsed.der == id.certificate.der)
         let key = try PrivateKey(parsing: Array(id.key.pem.utf8))
         _ = try Identity(key: key, certificate: reparsed)
+    }
+
+    @Test("a certificate renewed or re-issued over the same key keeps the peer id; a new key is a new peer id")
+    func renewalKeepsThePeerID() throws {
+        let start = Identity.now() - 2 * 86_400
+        let old = try Identity.createSelfSigned(.init(commonName: "gw-3", organization: "Example Water", notBefore: start, validDays: 1))
+        #expect(old.isExpired())
+        let renewed = try old.renewed(validDays: 365)
+        #expect(renewed.peerID == old.peerID)
+        #expect(renewed.certificate.der != old.certificate.der)
+        #expect(renewed.certificate.subject == "CN=gw-3, O=Example Water")
+        #expect(renewed.certificate.issuer == renewed.certificate.subject)
+        #expect(renewed.certificate.extendedKeyUsages == ["serverAuth", "clientAuth"])
+        #expect(!renewed.isExpired())
+        #expect(renewed.certificate.notAfter - Identity.now() > 364 * 86_400)
+        #expect(renewed.isSelfSigned)
+
+        // "now" is the caller's: a gateway whose clock is forced ahead renews from there.
+        let later = Identity.now() + 400 * 86_400
+        #expect(try old.renewed(validDays: 30, now: later).certificate.notAfter == later - 3600 + 30 * 86_400)
+
+        let ca = try Identity.createCertificateAuthority(.init(commonName: "Site CA"))
+        let signed = try old.reissued(.init(commonName: "gw-3b", validDays: 90), issuer: (ca.key, ca.certificate))
+        #expect(signed.peerID == old.peerID)
+        #expect(signed.certificate.issuer == "CN=Site CA, O=Shoal")
+        #expect(signed.certificate.chainDER.count == 2)
+        #expect(!signed.isSelfSigned)
+        #expect(throws: TLSError.self) { try old.reissued(.init(commonName: "x"), issuer: (old.key, old.certificate)) }
+
+        #expect(try Identity.createSelfSigned(.init(commonName: "gw-3")).peerID != old.peerID)
+    }
+
+    @Test("the peer id is what openssl gives for the certificate's public key", .enabled(if: hasOpenSSL, "openssl is not installed"))
+    func peerIDMatchesOpenSSL() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let id = try Identity.createSelfSigned(.init(commonName: "gw-4"))
+        try id.certificate.pem.write(toFile: dir.file("c.pem"), atomically: true, encoding: .utf8)
+        _ = try openssl(["x509", "-in", dir.file("c.pem"), "-pubkey", "-noout", "-out", dir.file("pub.pem")])
+        let r = try openssl(["pkey", "-pubin", "-in", dir.file("pub.pem"), "-outform", "DER", "-out", dir.file("pub.der")])
+        #expect(r.status == 0, "\(r.out)")
+        let digest = try openssl(["dgst", "-sha256", "-r", dir.file("pub.der")])
+        #expect(digest.out.hasPrefix(id.peerID.description), "openssl: \(digest.out)")
     }
 
     @Test("a CA-signed identity names its CA as issuer and carries the CA in its chain")

@@ -54,6 +54,39 @@ struct TLSSessionTests {
         }
     }
 
+    @Test("credentials given a renewed certificate: the next handshake presents it, an open session carries on, another key is refused")
+    func renewedCertificateHandover() async throws {
+        let old = try Identity.createSelfSigned(.init(commonName: "gw", validDays: 2))
+        let peer = try selfSigned("peer")
+        let credentials = TLSCredentials(old)
+        let server = try TLSContext(role: .server, credentials: credentials, authenticator: .trust(allowedPeers: [peer.peerID]))
+        let client = try TLSContext(role: .client, identity: peer, authenticator: .trust(allowedPeers: [old.peerID]))
+        let first = await handshake(client: client, server: server)
+        let c1 = try first.client.get(), s1 = try first.server.get()
+        #expect(c1.peerCertificate.notAfter == old.certificate.notAfter)
+
+        let renewed = try old.renewed(validDays: 365)
+        try credentials.present(renewed)
+        #expect(credentials.identity === renewed)
+        let second = await handshake(client: client, server: server)
+        let c2 = try second.client.get()
+        #expect(c2.peerID == old.peerID)
+        #expect(c2.peerCertificate.notAfter == renewed.certificate.notAfter)
+        #expect(c2.peerCertificate.der == renewed.certificate.der)
+
+        // The first session still works on the configuration it started with.
+        try await onThread("c1") { try c1.write(Array("still".utf8), timeoutMillis: 2000) }
+        let got = try await onThread("s1") { () -> [UInt8] in
+            var buf = [UInt8](repeating: 0, count: 16)
+            let n = try buf.withUnsafeMutableBytes { try s1.read(into: $0, timeoutMillis: 2000) }
+            return Array(buf.prefix(n))
+        }
+        #expect(got == Array("still".utf8))
+
+        #expect(throws: TLSError.self) { try credentials.present(try selfSigned("gw")) }
+        #expect(credentials.identity === renewed)
+    }
+
     @Test("CA-signed identities handshake with the CA as root, both ways")
     func caSigned() async throws {
         let ca = try Identity.createCertificateAuthority(.init(commonName: "Fleet CA"))
