@@ -232,7 +232,12 @@ struct OptionsTests {
             try batch.delete("warm", in: readingsA)
         }
         #expect(await timeUntil { try readingsB.count() == 40 && readingsB.get("warm") == nil } != nil, "b has \((try? readingsB.count()) ?? -1)")
-        let events = pulled.all.filter { !$0.isPush && $0.documents.contains { $0.id.hasPrefix("b") } }
+        // The listener hears of it after the store has it: wait until its events name every
+        // document of the batch, then count them.
+        let expected = Set(batchIDs + ["warm"])
+        func batchEvents() -> [PeerDocumentReplication] { pulled.all.filter { !$0.isPush && $0.documents.contains { $0.id.hasPrefix("b") } } }
+        #expect(await timeUntil { expected.isSubset(of: Set(batchEvents().flatMap { $0.documents.map(\.id) })) } != nil)
+        let events = batchEvents()
         #expect(events.count == 1, "the batch arrived in \(events.count) replication events")
         #expect(Set(events.first?.documents.map(\.id) ?? []) == Set(batchIDs + ["warm"]))
     }
