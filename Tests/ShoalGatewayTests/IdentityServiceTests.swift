@@ -112,3 +112,13 @@ extension IdentityServiceTests {
         #expect(kept.certificate.der == renewed.certificate.der)
     }
 }
+
+extension IdentityServiceTests {
+    @Test("the control socket's `identity` answer names an absolute directory when `shoal run --data-dir` was relative (a client elsewhere would otherwise create or delete identities in its own working directory)")
+    func identityDirectoryIsAbsolute() throws {
+        let gateway = try Self.gateway("relative/data")
+        let directory = try #require(gateway.identityJSON["directory"]?.stringValue)
+        #expect(directory.hasPrefix("/") && directory.hasSuffix("/relative/data/identities"), "\(directory)")
+        #expect(Gateway.absolute("/abs/x") == "/abs/x")
+    }
+}
