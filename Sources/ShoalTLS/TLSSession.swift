@@ -186,6 +186,9 @@ public final class TLSSession: @unchecked Sendable {  // an mbedTLS session, use
             throw TLSSession.handshakeError(rc, io.failure)
         }
         mbedtls_ssl_set_verify(ssl, nil, nil)
+        // mbedTLS fails the handshake on the flags a refusal leaves ("required" mode); should a
+        // change of mode or library let one through, the refusal still stands.
+        if let refusal = verification.refusal { throw refusal }
         if let certificate = verification.certificate {
             return (certificate, false)
         }
