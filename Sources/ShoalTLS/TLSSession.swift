@@ -249,10 +249,13 @@ public final class TLSSession: @unchecked Sendable {  // an mbedTLS session, use
         ssl.deallocate()
     }
 
+    /// The same alert as a full handshake's refusal sends (mbedTLS's for `verifyFlags(for:)`), so the
+    /// refused side reads one reason either way.
     static func alert(for error: TLSError) -> Int32 {
         switch error {
         case .expired: MBEDTLS_SSL_ALERT_MSG_CERT_EXPIRED
-        case .unknownCA: MBEDTLS_SSL_ALERT_MSG_UNKNOWN_CA
+        case .notYetValid: MBEDTLS_SSL_ALERT_MSG_CERT_UNKNOWN
+        case .unknownCA, .badSignature: MBEDTLS_SSL_ALERT_MSG_UNKNOWN_CA
         case .wrongKeyUsage: MBEDTLS_SSL_ALERT_MSG_UNSUPPORTED_CERT
         case .notInAllowList, .rejectedByAuthenticator: MBEDTLS_SSL_ALERT_MSG_ACCESS_DENIED
         default: MBEDTLS_SSL_ALERT_MSG_BAD_CERT
