@@ -193,7 +193,7 @@ public final class MultipeerReplicator: Sendable {
         }
     }
 
-    /// This replicator's peer id (the digest of its identity's certificate).
+    /// This replicator's peer id (the digest of its identity's public key).
     public var peerID: PeerID { configuration.identity.peerID }
 
     /// Starts discovery and replication, and the gateway's retention (tombstones older than

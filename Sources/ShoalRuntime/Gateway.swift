@@ -1,3 +1,4 @@
+import Glibc
 import ShoalConfig
 import ShoalLinux
 import ShoalMesh
@@ -77,13 +78,25 @@ public final class Gateway: Sendable {
     func setIdentity(_ identity: Identity?, problem: String?) { identitySlot.withLock { $0 = (identity, problem) } }
 
     /// The control socket's answer to `identity` (what `shoal identity show` prints of a running
-    /// gateway): where its identity lives, the one in use, and any problem with it.
+    /// gateway): where its identity lives, the one in use, and any problem with it. The directory
+    /// is absolute: a client in another working directory than `shoal run --data-dir rel` was
+    /// started in writes (`identity create --force`) where the gateway reads.
     var identityJSON: JSONValue {
         let (identity, problem) = identitySlot.withLock { $0 }
-        var j = identity.map { IdentityText.json($0, label: site.identityLabel, directory: identityDirectory) }?.objectValue
-            ?? ["label": .string(site.identityLabel), "directory": .string(identityDirectory)]
+        let directory = Gateway.absolute(identityDirectory)
+        var j = identity.map { IdentityText.json($0, label: site.identityLabel, directory: directory) }?.objectValue
+            ?? ["label": .string(site.identityLabel), "directory": .string(directory)]
         j["problem"] = problem.map { .string($0) } ?? .null
         return .object(j)
+    }
+
+    /// `path` from this process's working directory when it is relative (as given if that cannot be read).
+    static func absolute(_ path: String) -> String {
+        guard !path.hasPrefix("/") else { return path }
+        var buffer = [CChar](repeating: 0, count: 4097)
+        guard getcwd(&buffer, buffer.count) != nil else { return path }
+        let cwd = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return (cwd == "/" ? "" : cwd) + "/" + (path.hasPrefix("./") ? String(path.dropFirst(2)) : path)
     }
 
     public var state: GatewayState {

@@ -4,8 +4,9 @@ import ShoalSupervision
 import ShoalTLS
 
 /// Keeps the gateway's identity: finds it by the site's label in `<storage>/identities`, creates a
-/// self-signed one on first boot, renews a self-signed one a day before it expires, and re-reads
-/// the files every minute (so `shoal identity create --force` takes effect without a restart).
+/// self-signed one on first boot, renews a self-signed one a day before it expires (half its
+/// lifetime before, for one valid less than two days), and re-reads the files every minute (so
+/// `shoal identity create --force` takes effect without a restart).
 /// Renewal keeps the key, so the peer id — what other gateways' `allowedPeers` name — stays the
 /// same; only the certificate's dates (and serial) change. A CA-signed identity cannot be renewed
 /// without the CA's key: when it nears expiry the service says so in the log and in `shoal
@@ -71,7 +72,7 @@ struct IdentityService: Service {
         return (try? await gateway.workThread.run { () -> Result<(Identity, IdentityOutcome), TLSError> in
             do throws(TLSError) {
                 if let existing = try store.find(label) {
-                    if now + 86_400 < existing.certificate.notAfter { return .success((existing, .kept)) }
+                    if now + IdentityService.renewalMargin(existing.certificate) < existing.certificate.notAfter { return .success((existing, .kept)) }
                     if !existing.isSelfSigned {
                         let state = now >= existing.certificate.notAfter ? "has expired" : "expires within a day"
                         return .success((existing, .problem("CA-signed identity \(label) \(state); re-issue it with `shoal identity create --force --ca-key … --ca-cert …` (it keeps the key and the peer id)")))
@@ -87,6 +88,12 @@ struct IdentityService: Service {
                 return .failure(error)
             }
         }) ?? .failure(.io("the work thread is overloaded"))
+    }
+
+    /// How long before its end a certificate is renewed: a day, or half its lifetime when that is
+    /// shorter (`identity.validDays: 1` would otherwise be renewed at every look, each minute).
+    static func renewalMargin(_ certificate: Certificate) -> Int64 {
+        min(86_400, max(0, certificate.notAfter - certificate.notBefore) / 2)
     }
 
     func report(_ identity: Identity, _ note: IdentityOutcome) {

@@ -240,7 +240,8 @@ package actor TCPTransport: Transport {
     }
 
     /// The site's static peers, probed during discovery phases: a handshake says which gateway
-    /// answers at each address (the peer id is its certificate's digest), so the mesh can choose.
+    /// answers at each address (the peer id is the digest of its certificate's public key), so the
+    /// mesh can choose.
     nonisolated func probeLoop(_ host: any TransportHost) {
         var known: [String: PeerID] = [:]
         /// Static peers by name: when the name failed to resolve, when to try again and why not.

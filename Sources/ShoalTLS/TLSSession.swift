@@ -186,6 +186,9 @@ public final class TLSSession: @unchecked Sendable {  // an mbedTLS session, use
             throw TLSSession.handshakeError(rc, io.failure)
         }
         mbedtls_ssl_set_verify(ssl, nil, nil)
+        // mbedTLS fails the handshake on the flags a refusal leaves ("required" mode); should a
+        // change of mode or library let one through, the refusal still stands.
+        if let refusal = verification.refusal { throw refusal }
         if let certificate = verification.certificate {
             return (certificate, false)
         }
@@ -246,10 +249,13 @@ public final class TLSSession: @unchecked Sendable {  // an mbedTLS session, use
         ssl.deallocate()
     }
 
+    /// The same alert as a full handshake's refusal sends (mbedTLS's for `verifyFlags(for:)`), so the
+    /// refused side reads one reason either way.
     static func alert(for error: TLSError) -> Int32 {
         switch error {
         case .expired: MBEDTLS_SSL_ALERT_MSG_CERT_EXPIRED
-        case .unknownCA: MBEDTLS_SSL_ALERT_MSG_UNKNOWN_CA
+        case .notYetValid: MBEDTLS_SSL_ALERT_MSG_CERT_UNKNOWN
+        case .unknownCA, .badSignature: MBEDTLS_SSL_ALERT_MSG_UNKNOWN_CA
         case .wrongKeyUsage: MBEDTLS_SSL_ALERT_MSG_UNSUPPORTED_CERT
         case .notInAllowList, .rejectedByAuthenticator: MBEDTLS_SSL_ALERT_MSG_ACCESS_DENIED
         default: MBEDTLS_SSL_ALERT_MSG_BAD_CERT

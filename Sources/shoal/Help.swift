@@ -89,8 +89,9 @@ enum Help {
               --board-dir DIR         where board files are looked up first
 
             Under systemd (Type=notify) it sends READY=1 once every part started, and WATCHDOG=1
-            only while the supervision tree is healthy. Exit: 0 stopped, 1 gave up, 3 bad config, 7 the
-            data directory is locked by another shoal run (one gateway per data directory).
+            only while the supervision tree is healthy. Exit: 0 stopped, 1 gave up, 3 bad config, 4 no
+            such board, 7 the data directory is locked by another shoal run (one gateway per data
+            directory).
             """,
         "status": """
             Usage: shoal status [--json] [--socket PATH]

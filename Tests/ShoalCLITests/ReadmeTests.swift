@@ -226,6 +226,11 @@ extension ProcessSuites {
             }
             let usage = help.split(separator: "\n").prefix(while: { !$0.isEmpty }).joined(separator: " ")
             #expect(options(paragraph) == options(usage), "README's `shoal run` options \(options(paragraph).sorted()) vs `shoal run --help`'s \(options(usage).sorted())")
+            // Every exit status `shoal run` itself returns is in its help (4: an unknown --board).
+            let exits = help.split(separator: "\n").drop { !$0.contains("Exit:") }.joined(separator: " ")
+            for code in [0, 1, 3, 4, 7] {
+                #expect(exits.contains(" \(code) "), "`shoal run --help` does not name exit \(code): \(exits)")
+            }
         }
     }
 }

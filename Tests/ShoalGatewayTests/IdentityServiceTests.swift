@@ -89,3 +89,36 @@ struct IdentityServiceTests {
         _ = try? await run.value
     }
 }
+
+extension IdentityServiceTests {
+    @Test("a site's identity.validDays of 1: a renewed certificate is kept at the next look, not renewed (and logged) again every minute")
+    func shortValidityRenewsOnce() async throws {
+        let tmp = TemporaryDirectory()
+        defer { tmp.remove() }
+        let loader = ConfigurationLoading.loader(directories: [])
+        let site = try loader.loadSite(text: "group: identity.test\nidentity:\n  validDays: 1\n", file: "<test>")
+        let gateway = Gateway(board: try loader.loadBoard("sim"), site: site, logger: Logger(sink: MemoryLogSink(), level: .debug),
+                              report: SupervisionReport(), storePath: tmp.path + "/shoal.db", socketPath: tmp.path + "/control.sock")
+        let original = try Identity.createSelfSigned(.init(commonName: "gw-short", validDays: 1))
+        try IdentityStore(directory: gateway.identityDirectory).save(original, label: site.identityLabel)
+        let wall = ForcedWallClock(original.certificate.notAfter + 60)
+        var service = IdentityService(gateway: gateway, provides: Provision<TLSCredentials>("the identity"))
+        service.now = { wall.now }
+        guard case .success(let (renewed, .renewed)) = await service.look() else { Issue.record("not renewed"); return }
+        #expect(renewed.peerID == original.peerID)
+        wall.set(wall.now + 60)  // the next look, a minute later
+        guard case .success(let (kept, outcome)) = await service.look() else { Issue.record("look failed"); return }
+        guard case .kept = outcome else { Issue.record("renewed again a minute after renewal: \(outcome)"); return }
+        #expect(kept.certificate.der == renewed.certificate.der)
+    }
+}
+
+extension IdentityServiceTests {
+    @Test("the control socket's `identity` answer names an absolute directory when `shoal run --data-dir` was relative (a client elsewhere would otherwise create or delete identities in its own working directory)")
+    func identityDirectoryIsAbsolute() throws {
+        let gateway = try Self.gateway("relative/data")
+        let directory = try #require(gateway.identityJSON["directory"]?.stringValue)
+        #expect(directory.hasPrefix("/") && directory.hasSuffix("/relative/data/identities"), "\(directory)")
+        #expect(Gateway.absolute("/abs/x") == "/abs/x")
+    }
+}
