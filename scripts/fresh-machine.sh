@@ -100,7 +100,9 @@ else
 fi
 mount -t proc proc "$root/proc"
 mount --rbind /dev "$root/dev"
-mount --rbind /sys "$root/sys"
+# /sys read-only: package scripts run in the chroot, and nothing here needs to write the host's.
+mount --bind /sys "$root/sys"
+mount -o remount,bind,ro "$root/sys"
 mkdir -p "$root$toolchain" "$root/src/shoal.git" "$root/var/cache/apt/archives"
 mount --bind "$toolchain" "$root$toolchain"
 mount -o remount,bind,ro "$root$toolchain"

@@ -259,7 +259,7 @@ enum Help {
             sessions and pipe, alternately, and their ratio.
             """,
         "identity": """
-            Usage: shoal identity create [--label L] [--days N] [--cn NAME] [--ca-key K --ca-cert C] [--force [--new-key]] [--json]
+            Usage: shoal identity create [--label L] [--days N] [--cn NAME] [--ca-key K --ca-cert C] [--force [--new-key | --self-signed]] [--json]
                    shoal identity show [--label L] [--json]
                    shoal identity delete [--label L]
             Where: [--dir DIR] or the directory `shoal run` uses: [--board B] [--config F] [--data-dir D];
@@ -272,7 +272,9 @@ enum Help {
             or one signed by your CA with --ca-key and --ca-cert (PEM or DER). Over an existing
             identity it needs --force and then re-issues the certificate over the same key: the
             peer id, which other gateways' allowedPeers name, stays. --new-key makes a new key
-            instead (a new peer id: update the allow-lists). show prints the peer id (SHA-256 of
+            instead (a new peer id: update the allow-lists). A CA-signed identity is re-issued
+            with --ca-key and --ca-cert; --force alone refuses it unless --self-signed says to
+            drop the CA (peers that trust only the CA would refuse it). show prints the peer id (SHA-256 of
             the public key), subject, issuer, validity and key usages; of a running gateway, the
             identity it uses. `shoal run` creates a self-signed identity on first boot and renews
             its certificate, same key, a day before it expires.

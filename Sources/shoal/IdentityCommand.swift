@@ -13,7 +13,7 @@ extension CLI {
     static func identity(_ args: [String]) throws -> Int32 {
         let a = try Arguments.parse(args, command: "identity",
                                     valueOptions: ["--label", "--days", "--cn", "--ca-key", "--ca-cert", "--dir", "--board", "--config", "--data-dir", "--board-dir", "--socket"],
-                                    flagOptions: ["--json", "--force", "--new-key"])
+                                    flagOptions: ["--json", "--force", "--new-key", "--self-signed"])
         if helpIfAsked(a, "identity") { return ExitCode.ok }
         guard let sub = a.positionals.first else { throw UsageError(command: "identity", message: "missing subcommand: create, show or delete") }
         try a.expectPositionals(1...1, command: "identity \(sub)", usage: "identity \(sub)")
@@ -93,6 +93,12 @@ extension CLI {
             issuer = (try PrivateKey(parsing: Array(keyText.utf8)), try Certificate(parsing: Array(certText.utf8)))
         default:
             throw UsageError(command: "identity create", message: "--ca-key and --ca-cert go together")
+        }
+        // A CA-signed identity re-issued without the CA would become self-signed: the peers that
+        // trust it through the CA (rootCertificates) would refuse it from its next link on.
+        if let existing, !newKey, issuer == nil, existing.certificate.issuer != existing.certificate.subject,
+           !a.flags.contains("--self-signed") {
+            throw Rejected(message: "identity \(name) is signed by \(existing.certificate.issuer); re-issue it with --ca-key K --ca-cert C (peers that trust that CA keep trusting it), or pass --self-signed to make it self-signed (then only peers that name its peer id in allowedPeers accept it)")
         }
         let identity: Identity
         if let existing, !newKey {

@@ -174,6 +174,19 @@ extension ProcessSuites {
                 let signed = try Shoal.run(["identity", "create", "--dir", ids, "--label", "field", "--ca-key", ca + ".key", "--ca-cert", ca + ".pem", "--json"])
                 #expect(signed.status == 0, "\(signed.stderr)")
                 #expect((try Shoal.json(signed) as? [String: Any])?["issuer"] as? String == "CN=Field CA")
+                let signedID = (try Shoal.json(signed) as? [String: Any])?["peerID"] as? String
+                // --force alone would drop the CA: refused, the identity untouched; with the CA it
+                // is re-issued over the key; --self-signed drops the CA on purpose.
+                let dropped = try Shoal.run(["identity", "create", "--dir", ids, "--label", "field", "--force"])
+                #expect(dropped.status == 6 && dropped.stderr.contains("is signed by CN=Field CA"), "\(dropped.stderr)")
+                let still = try Shoal.json(Shoal.run(["identity", "show", "--dir", ids, "--label", "field", "--json"])) as? [String: Any]
+                #expect(still?["issuer"] as? String == "CN=Field CA")
+                let reissued = try Shoal.run(["identity", "create", "--dir", ids, "--label", "field", "--force", "--ca-key", ca + ".key", "--ca-cert", ca + ".pem", "--json"])
+                let reissuedID = (try Shoal.json(reissued) as? [String: Any])?["peerID"] as? String
+                #expect(reissued.status == 0 && reissuedID == signedID, "\(reissued.stderr)")
+                let selfSigned = try Shoal.run(["identity", "create", "--dir", ids, "--label", "field", "--force", "--self-signed", "--json"])
+                let selfIssuer = (try Shoal.json(selfSigned) as? [String: Any])?["issuer"] as? String
+                #expect(selfSigned.status == 0 && selfIssuer != "CN=Field CA", "\(selfSigned.stderr)")
                 let mismatch = try Shoal.run(["identity", "create", "--dir", ids, "--label", "x", "--ca-key", ids + "/gw.key.pem", "--ca-cert", ca + ".pem"])
                 #expect(mismatch.status == 6 && mismatch.stderr.contains("does not belong"))
             }
