@@ -72,7 +72,7 @@ struct IdentityService: Service {
         return (try? await gateway.workThread.run { () -> Result<(Identity, IdentityOutcome), TLSError> in
             do throws(TLSError) {
                 if let existing = try store.find(label) {
-                    if now + IdentityService.renewalMargin(existing.certificate) < existing.certificate.notAfter { return .success((existing, .kept)) }
+                    if now + IdentityService.renewalMargin(validDays: days) < existing.certificate.notAfter { return .success((existing, .kept)) }
                     if !existing.isSelfSigned {
                         let state = now >= existing.certificate.notAfter ? "has expired" : "expires within a day"
                         return .success((existing, .problem("CA-signed identity \(label) \(state); re-issue it with `shoal identity create --force --ca-key … --ca-cert …` (it keeps the key and the peer id)")))
@@ -90,10 +90,13 @@ struct IdentityService: Service {
         }) ?? .failure(.io("the work thread is overloaded"))
     }
 
-    /// How long before its end a certificate is renewed: a day, or half its lifetime when that is
-    /// shorter (`identity.validDays: 1` would otherwise be renewed at every look, each minute).
-    static func renewalMargin(_ certificate: Certificate) -> Int64 {
-        min(86_400, max(0, certificate.notAfter - certificate.notBefore) / 2)
+    /// How long before its end a certificate is renewed: a day, or half the lifetime a renewal
+    /// gives (`identity.validDays`) when that is shorter — a renewed one-day certificate (valid
+    /// from an hour ago) ends within a day, and would otherwise be renewed at every look. It is
+    /// the site's lifetime, not the certificate's, that counts: a short certificate made by hand
+    /// on a gateway whose site says 365 days is renewed in its last day like any other.
+    static func renewalMargin(validDays: Int) -> Int64 {
+        min(86_400, Int64(max(0, validDays)) * 86_400 / 2)
     }
 
     func report(_ identity: Identity, _ note: IdentityOutcome) {

@@ -15,6 +15,26 @@ extension ProcessSuites {
             return id
         }
 
+        /// A site file in `dir` for a test gateway: one collection, an allow-list, the
+        /// `replication:` lines given (indented two spaces) and, when given, `mesh:` options.
+        static func writeSite(in dir: String, _ name: String, group: String, allow: [String], replication: [String],
+                              mesh: String? = nil) throws -> String {
+            let path = dir + "/\(name).yaml"
+            var text = """
+                group: \(group)
+                collections:
+                  - name: sensors.readings
+                authenticator:
+                  allowedPeers: [\(allow.joined(separator: ", "))]
+                replication:
+
+                """
+            text += replication.map { "  \($0)\n" }.joined()
+            if let mesh { text += "mesh: {\(mesh)}\n" }
+            try text.write(toFile: path, atomically: true, encoding: .utf8)
+            return path
+        }
+
         @Test("two gateways with static peers replicate both ways, and a stranger is refused")
         func twoProcesses() throws {
             let base = TemporaryDirectory()
@@ -23,17 +43,7 @@ extension ProcessSuites {
             let aID = try Self.peerID(aDir), bID = try Self.peerID(bDir)
             let port = 20_000 + Int(getpid() % 20_000)
             func site(_ name: String, allow: String, extra: String) throws -> String {
-                let path = base.path + "/\(name).yaml"
-                try """
-                group: test.replication
-                collections:
-                  - name: sensors.readings
-                authenticator:
-                  allowedPeers: [\(allow)]
-                replication:
-                \(extra)
-                """.write(toFile: path, atomically: true, encoding: .utf8)
-                return path
+                try Self.writeSite(in: base.path, name, group: "test.replication", allow: [allow], replication: [extra.trimmingCharacters(in: .whitespaces)], mesh: nil)
             }
             let bSite = try site("b", allow: aID, extra: "  listen: 127.0.0.1:\(port)")
             let aSite = try site("a", allow: bID, extra: "  peers: [127.0.0.1:\(port)]")
@@ -94,19 +104,7 @@ extension ProcessSuites {
             // backoffMillis above the static-peer probe interval (2 s): before, c was refused at
             // every probe, and b warned every 2 s.
             func site(_ name: String, allow: String, extra: String) throws -> String {
-                let path = base.path + "/\(name).yaml"
-                try """
-                group: test.refusal
-                collections:
-                  - name: sensors.readings
-                authenticator:
-                  allowedPeers: [\(allow)]
-                replication:
-                \(extra)
-                mesh:
-                  backoffMillis: 3000
-                """.write(toFile: path, atomically: true, encoding: .utf8)
-                return path
+                try Self.writeSite(in: base.path, name, group: "test.refusal", allow: [allow], replication: [extra.trimmingCharacters(in: .whitespaces)], mesh: "backoffMillis: 3000")
             }
             let stranger = String(repeating: "0", count: 64)
             let b = try RunningGateway(dataDir: bDir, extraArgs: ["--config", try site("b", allow: stranger, extra: "  listen: 127.0.0.1:\(port)")])
@@ -147,18 +145,7 @@ extension ProcessSuites {
             let aID = try Self.peerID(aDir), bID = try Self.peerID(bDir)
             let port = 20_000 + Int((getpid() + 7) % 20_000)
             func site(_ name: String, allow: String, extra: String) throws -> String {
-                let path = base.path + "/\(name).yaml"
-                try """
-                group: test.hostname
-                collections:
-                  - name: sensors.readings
-                authenticator:
-                  allowedPeers: [\(allow)]
-                mesh: {backoffMillis: 500}
-                replication:
-                \(extra)
-                """.write(toFile: path, atomically: true, encoding: .utf8)
-                return path
+                try Self.writeSite(in: base.path, name, group: "test.hostname", allow: [allow], replication: [extra.trimmingCharacters(in: .whitespaces)], mesh: "backoffMillis: 500")
             }
             let bSite = try site("b", allow: aID, extra: "  listen: 127.0.0.1:\(port)")
             let aSite = try site("a", allow: bID, extra: "  peers: [no-such-gateway.invalid:\(port), localhost:\(port)]")
@@ -204,18 +191,9 @@ extension ProcessSuites {
             let ids = ["a": aID, "b": bID, "c": cID]
             func site(_ name: String) throws -> String {
                 let others = ["a", "b", "c"].filter { $0 != name }
-                let path = base.path + "/\(name).yaml"
-                try """
-                group: test.renewal
-                collections:
-                  - name: sensors.readings
-                authenticator:
-                  allowedPeers: [\(others.map { ids[$0]! }.joined(separator: ", "))]
-                replication:
-                  listen: 127.0.0.1:\(ports[name]!)
-                  peers: [\(others.map { "127.0.0.1:\(ports[$0]!)" }.joined(separator: ", "))]
-                """.write(toFile: path, atomically: true, encoding: .utf8)
-                return path
+                return try Self.writeSite(in: base.path, name, group: "test.renewal", allow: others.map { ids[$0]! },
+                                          replication: ["listen: 127.0.0.1:\(ports[name]!)",
+                                                        "peers: [\(others.map { "127.0.0.1:\(ports[$0]!)" }.joined(separator: ", "))]"])
             }
             let b = try RunningGateway(dataDir: bDir, extraArgs: ["--config", try site("b")])
             let a = try RunningGateway(dataDir: aDir, extraArgs: ["--config", try site("a")])
