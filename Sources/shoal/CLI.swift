@@ -218,7 +218,10 @@ enum CLI {
                 batch.removeAll(keepingCapacity: true)
                 batchBytes = 0
             }
-            for (n, line) in text.split(separator: "\n", omittingEmptySubsequences: true).enumerated() {
+            // Lines end at LF or CRLF (one Character in Swift); blank lines are skipped but
+            // counted, so an error names the line an editor shows.
+            for (n, line) in text.split(omittingEmptySubsequences: false, whereSeparator: { $0 == "\n" || $0 == "\r\n" }).enumerated()
+            where !line.allSatisfy({ $0 == "\r" || $0 == " " || $0 == "\t" }) {
                 guard let tab = line.firstIndex(of: "\t") else { throw Rejected(message: "\(path):\(n + 1): expected ID<TAB>JSON") }
                 let body: JSONValue
                 do { body = try JSONValue.parse(String(line[line.index(after: tab)...])) } catch {

@@ -71,6 +71,18 @@ extension ProcessSuites {
             #expect(gw.stop().status == 0)
         }
 
+        @Test("doc import reads CRLF files, skips blank lines, and names the line an editor shows")
+        func importLineEndings() throws {
+            let gw = try RunningGateway()
+            let crlf = try gw.cli(["doc", "import", "sensors.readings", "-"], stdin: "c1\t{\"a\":1}\r\n\r\nc2\t{\"a\":2}\r\n")
+            #expect(crlf.status == 0 && crlf.stdout.contains("imported 2 documents"), "\(crlf.stdout)\(crlf.stderr)")
+            #expect(try gw.cli(["doc", "get", "sensors.readings", "c2"]).stdout.contains("\"a\": 2"))
+            let bad = try gw.cli(["doc", "import", "sensors.readings", "-"], stdin: "e1\t{\"a\":1}\n\n\ne2 no tab\n")
+            #expect(bad.status == 6)
+            #expect(bad.stderr.contains("-:4: expected ID<TAB>JSON"), "\(bad.stderr)")
+            #expect(gw.stop().status == 0)
+        }
+
         @Test("an unknown command lists every command help lists")
         func unknownCommandListsEveryCommand() throws {
             let help = try Shoal.run(["--help"]).stdout
