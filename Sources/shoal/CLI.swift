@@ -54,7 +54,7 @@ enum CLI {
             switch command {
             case "-h", "--help", "help":
                 if let topic = rest.first, !topic.hasPrefix("-") {
-                    guard let text = Help.commands[topic] else { throw UsageError(command: "help", message: "no command \"\(topic)\"") }
+                    guard let text = Help.commands[topic] else { throw UsageError(command: "help", message: "no command \"\(topic)\"", helpTopic: "") }
                     out(text)
                 } else {
                     out(Help.main)
@@ -265,7 +265,7 @@ enum CLI {
                 out("\(id)\t\(state)\tseq \(d["sequence"]?.int64Value ?? 0)")
             }
         default:
-            throw UsageError(command: "doc", message: "unknown subcommand \"\(sub)\": put, get, delete or list")
+            throw UsageError(command: "doc", message: "unknown subcommand \"\(sub)\": put, import, get, delete or list")
         }
         return ExitCode.ok
     }

@@ -33,6 +33,10 @@ extension CLI {
         let a = try Arguments.parse(args, command: "peer", valueOptions: ["--socket"], flagOptions: ["--json"])
         if helpIfAsked(a, "peer") { return ExitCode.ok }
         try a.expectPositionals(1...1, command: "peer", usage: "peer ID [--json]")
+        let id = a.positionals[0]
+        guard (4...64).contains(id.count), id.allSatisfy(\.isHexDigit) else {
+            throw UsageError(command: "peer", message: "ID is a peer id or at least its first 4 hex digits (as `shoal peers` shows them), not \"\(id)\"")
+        }
         let p = try client(a).call(["op": "peer", "peer": .string(a.positionals[0])])
         if a.flags.contains("--json") { output(p); return ExitCode.ok }
         out("peer           \(p["peer"]?.stringValue ?? "?")")

@@ -33,6 +33,20 @@ extension ProcessSuites {
             #expect(r.stderr.contains(needle), "stderr: \(r.stderr)")
         }
 
+        @Test("a bad option value is named in the error, and lists of choices are whole", arguments: [
+            (["doc", "list", "c", "--limit", "0"], "--limit must be a whole number from 1 to 10000, not \"0\""),
+            (["changes", "--since", "x"], "--since must be a whole number 0 or more, not \"x\""),
+            (["sim", "--topology", "star"], "not \"star\""), (["sim", "--kind", "lora"], "--kind is wifi or ble, not \"lora\""),
+            (["sim", "--loss", "2"], "not \"2\""), (["sim", "--edits", "maybe"], "not \"maybe\""),
+            (["doc", "frob"], "put, import, get, delete or list"), (["peer", "74"], "at least its first 4 hex digits (as `shoal peers` shows them), not \"74\""),
+            (["peer", "zzzz"], "not \"zzzz\""), (["help", "nosuch"], "no command \"nosuch\" (see `shoal --help`)"),
+        ])
+        func badValuesNamed(_ args: [String], _ needle: String) throws {
+            let r = try Shoal.run(args)
+            #expect(r.status == 2)
+            #expect(r.stderr.contains(needle), "stderr: \(r.stderr)")
+        }
+
         @Test("with no command it prints help and exits 2")
         func noCommand() throws {
             let r = try Shoal.run([])
