@@ -47,6 +47,15 @@ extension ProcessSuites {
             #expect(r.stderr.contains(needle), "stderr: \(r.stderr)")
         }
 
+        @Test("doctor's last line counts in the right number (1 check failed, never check(s)); --json has it as verdict")
+        func doctorCountsFailures() throws {
+            let r = try Shoal.run(["doctor", "--board", "nosuch", "--board-dir", "/nonexistent"])
+            #expect(r.status == 1)
+            #expect(r.stdout.hasSuffix("doctor: 1 check failed\n"), "\(r.stdout)")
+            let json = try Shoal.json(Shoal.run(["doctor", "--board", "nosuch", "--board-dir", "/nonexistent", "--json"])) as? [String: Any]
+            #expect(json?["verdict"] as? String == "1 check failed" && json?["failed"] as? Int == 1 && json?["ok"] as? Bool == false, "\(String(describing: json))")
+        }
+
         @Test("with no command it prints help and exits 2")
         func noCommand() throws {
             let r = try Shoal.run([])
