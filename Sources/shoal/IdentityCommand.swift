@@ -106,6 +106,8 @@ extension CLI {
         if a.flags.contains("--json") { output(IdentityText.json(identity, label: name, directory: store.directory)); return }
         if let existing, !newKey {
             out("re-issued identity \(name) in \(store.directory) over its key: valid until \(IdentityText.date(existing.certificate.notAfter)) → \(IdentityText.date(identity.certificate.notAfter))\npeer id \(identity.peerID) (unchanged)")
+        } else if let existing {
+            out("replaced identity \(name) in \(store.directory) with a new key\npeer id \(existing.peerID) → \(identity.peerID) (update the other gateways' allowedPeers)")
         } else {
             out("created identity \(name) in \(store.directory)\npeer id \(identity.peerID)")
         }

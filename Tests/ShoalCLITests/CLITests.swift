@@ -56,6 +56,21 @@ extension ProcessSuites {
             #expect(json?["verdict"] as? String == "1 check failed" && json?["failed"] as? Int == 1 && json?["ok"] as? Bool == false, "\(String(describing: json))")
         }
 
+        @Test("identity create --force --new-key says the identity was replaced and names the old and the new peer id")
+        func identityNewKeySaysReplaced() throws {
+            let dir = TemporaryDirectory()
+            defer { dir.remove() }
+            let first = try Shoal.json(Shoal.run(["identity", "create", "--dir", dir.path, "--json"])) as? [String: Any]
+            let old = try #require(first?["peerID"] as? String)
+            let r = try Shoal.run(["identity", "create", "--dir", dir.path, "--force", "--new-key"])
+            #expect(r.status == 0, "\(r.stderr)")
+            let now = try Shoal.json(Shoal.run(["identity", "show", "--dir", dir.path, "--json"])) as? [String: Any]
+            let new = try #require(now?["peerID"] as? String)
+            #expect(new != old)
+            #expect(r.stdout.contains("replaced identity shoal in \(dir.path) with a new key"), "\(r.stdout)")
+            #expect(r.stdout.contains("peer id \(old) → \(new) (update the other gateways' allowedPeers)"), "\(r.stdout)")
+        }
+
         @Test("with no command it prints help and exits 2")
         func noCommand() throws {
             let r = try Shoal.run([])
