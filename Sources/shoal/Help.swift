@@ -117,8 +117,9 @@ enum Help {
             Usage: shoal changes [--since SEQ] [--limit N] [--follow] [--json] [--socket PATH]
 
             The change feed: the latest change of each document changed after SEQ, in sequence
-            order. --follow keeps the connection open and prints changes as they commit (Ctrl-C
-            ends it). With --json, one JSON object per line.
+            order (at most --limit, default 1000, up to 10,000). --follow keeps the connection open
+            and prints changes as they commit (Ctrl-C ends it). With --json: one object
+            {changes, lastSequence}; with --follow --json, one JSON object per change, a line each.
             """,
         "conflicts": """
             Usage: shoal conflicts [--limit N] [--json] [--socket PATH]
@@ -217,6 +218,7 @@ enum Help {
                              [--seconds S] [--seed X] [--seeds K] [--loss P] [--partitions] [--crashes]
                              [--skew MS] [--writes N] [--body BYTES] [--burst N] [--edits on|off]
                              [--max-connections N] [--tls] [--dot] [--dir DIR]
+                             [--duplicate P] [--reorder P] [--quiet]
 
             Runs N gateways (default 10) in one process on a simulated radio in virtual time: real
             SQLite stores (in DIR, default /dev/shm), the real replicator and the real mesh manager.
@@ -232,7 +234,9 @@ enum Help {
             replays it exactly. Exit status 1 when an invariant failed. --dot prints the final
             topology as Graphviz. --tls runs a real mutual-TLS session (mbedTLS) on every simulated
             link; --burst N writes N documents at once on one gateway; --edits off writes only new
-            documents (no edits or deletes, so no conflicts).
+            documents (no edits or deletes, so no conflicts). --duplicate P and --reorder P
+            duplicate and reorder frames with probability P; --quiet leaves the report out (the first
+            line and failed seeds only).
             """,
         "bench": """
             Usage: shoal bench [all] [--baseline-binary PATH] [--dir DIR] [--port P]

@@ -71,6 +71,17 @@ extension ProcessSuites {
             #expect(r.stdout.contains("peer id \(old) → \(new) (update the other gateways' allowedPeers)"), "\(r.stdout)")
         }
 
+        @Test("help names every option the command takes and says what --json prints")
+        func helpMatchesOptions() throws {
+            let sim = try Shoal.run(["help", "sim"]).stdout
+            for option in ["--duplicate P", "--reorder P", "--quiet"] { #expect(sim.contains(option), "sim help lacks \(option)") }
+            // Each is accepted (exit 0 with --help, not "unknown option").
+            #expect(try Shoal.run(["sim", "--duplicate", "0.1", "--reorder", "0.1", "--quiet", "--help"]).status == 0)
+            let changes = try Shoal.run(["help", "changes"]).stdout
+            #expect(changes.contains("{changes, lastSequence}"), "\(changes)")
+            #expect(!changes.contains("With --json, one JSON object per line."))
+        }
+
         @Test("with no command it prints help and exits 2")
         func noCommand() throws {
             let r = try Shoal.run([])
