@@ -64,6 +64,12 @@ extension CLI {
             do { board = try ConfigurationLoading.loadBoard(a.positionals[1], loader) } catch {
                 guard let e = error as? ConfigError else { throw error }
                 errors.add(e)
+                // A site file given where a board goes: say so before its keys are listed as unknown.
+                let siteKeys = e.all.filter { $0.message.hasPrefix("unknown key") && ["group", "identity", "authenticator", "transports", "replication", "collections"].contains($0.key) }.map(\.key)
+                if !siteKeys.isEmpty {
+                    printError("shoal board check: \(a.positionals[1]) looks like a site file (\(siteKeys.map { $0 + ":" }.joined(separator: ", "))); "
+                        + "check it with `shoal board check BOARD --config \(a.positionals[1])`")
+                }
             }
             if let b = board {
                 out("\(a.positionals[1]): ok (\(b.name), \(b.support.rawValue); merged from \(b.sources.joined(separator: " < ")))")

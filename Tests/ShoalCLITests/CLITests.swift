@@ -82,6 +82,21 @@ extension ProcessSuites {
             #expect(!changes.contains("With --json, one JSON object per line."))
         }
 
+        @Test("board check of a site file says it looks like one and how to check it")
+        func boardCheckOfASiteFile() throws {
+            let dir = TemporaryDirectory()
+            defer { dir.remove() }
+            let site = dir.path + "/site.yaml"
+            try "group: com.example\nreplication:\n  listen: none\n".write(toFile: site, atomically: true, encoding: .utf8)
+            let r = try Shoal.run(["board", "check", site, "--board-dir", "/nonexistent"])
+            #expect(r.status == 3)
+            #expect(r.stderr.contains("\(site) looks like a site file (group:, replication:); check it with `shoal board check BOARD --config \(site)`"), "\(r.stderr)")
+            let board = dir.path + "/b.yaml"
+            try "extends: sim\nboard:\n  name: X\nfrob: 1\n".write(toFile: board, atomically: true, encoding: .utf8)
+            let plain = try Shoal.run(["board", "check", board, "--board-dir", "/nonexistent"])
+            #expect(plain.status == 3 && !plain.stderr.contains("looks like a site file"), "\(plain.stderr)")
+        }
+
         @Test("with no command it prints help and exits 2")
         func noCommand() throws {
             let r = try Shoal.run([])
