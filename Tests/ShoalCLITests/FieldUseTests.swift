@@ -83,6 +83,16 @@ extension ProcessSuites {
             #expect(gw.stop().status == 0)
         }
 
+        @Test("status --json and mesh --json carry the same counters (refusedConnections and documentsSent in both)")
+        func countersAgree() throws {
+            let gw = try RunningGateway()
+            let status = (try Shoal.json(gw.cli(["status", "--json"])) as? [String: Any])?["counters"] as? [String: Any] ?? [:]
+            let mesh = (try Shoal.json(gw.cli(["mesh", "--json"])) as? [String: Any])?["counters"] as? [String: Any] ?? [:]
+            #expect(!status.isEmpty && Set(status.keys) == Set(mesh.keys), "status \(status.keys.sorted()) vs mesh \(mesh.keys.sorted())")
+            #expect(status["refusedConnections"] as? Int == 0 && mesh["documentsSent"] as? Int == 0)
+            #expect(gw.stop().status == 0)
+        }
+
         @Test("an unknown command lists every command help lists")
         func unknownCommandListsEveryCommand() throws {
             let help = try Shoal.run(["--help"]).stdout
