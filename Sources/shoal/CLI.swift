@@ -188,7 +188,7 @@ enum CLI {
             let a = try Arguments.parse(rest, command: command, valueOptions: ["--socket"], flagOptions: ["--json"])
             if helpIfAsked(a, "doc") { return ExitCode.ok }
             try a.expectPositionals(3...3, command: command, usage: "doc put <collection> <id> <json|->")
-            let text = a.positionals[2] == "-" ? try readStandardInput(limit: 1 << 20) : a.positionals[2]
+            let text = a.positionals[2] == "-" ? try readStandardInput(limit: 1 << 20, what: "the most a document body has (1 MiB)") : a.positionals[2]
             let body = try JSONValue.parse(text)
             guard body.isObject else { throw Rejected(message: "a document body is a JSON object ({…}), not \(text.prefix(20))") }
             let result = try client(a).call(["op": "doc.put", "collection": .string(a.positionals[0]), "id": .string(a.positionals[1]), "body": body])
@@ -201,7 +201,7 @@ enum CLI {
             try a.expectPositionals(1...2, command: command, usage: "doc import <collection> [FILE|-]")
             let path = a.positionals.count > 1 ? a.positionals[1] : "-"
             let text: String
-            if path == "-" { text = try readStandardInput(limit: 1 << 30) } else {
+            if path == "-" { text = try readStandardInput(limit: 1 << 30, what: "the most one import reads (1 GiB): split the file") } else {
                 guard let t = try Files.read(path, max: 1 << 30) else { throw Rejected(message: "cannot read \(path)") }
                 text = t
             }
@@ -270,7 +270,8 @@ enum CLI {
         return ExitCode.ok
     }
 
-    static func readStandardInput(limit: Int) throws -> String {
+    /// Standard input whole; over `limit` bytes is refused (exit 6), saying `what` the limit is.
+    static func readStandardInput(limit: Int, what: String) throws -> String {
         var input: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 65536)
         while true {
@@ -278,7 +279,7 @@ enum CLI {
             if n < 0 { if errno == EINTR { continue }; throw SystemError(call: "read(stdin)", code: errno) }
             if n == 0 { break }
             input.append(contentsOf: chunk.prefix(n))
-            if input.count > limit { throw JSONError(offset: limit, reason: "standard input is over \(limit) bytes") }
+            if input.count > limit { throw Rejected(message: "standard input is over \(limit) bytes, \(what)") }
         }
         return String(decoding: input, as: UTF8.self)
     }

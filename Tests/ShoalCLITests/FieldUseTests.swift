@@ -71,7 +71,7 @@ extension ProcessSuites {
             #expect(gw.stop().status == 0)
         }
 
-        @Test("doc import reads CRLF files, skips blank lines, and names the line an editor shows")
+        @Test("doc import reads CRLF files, skips blank lines, and names the line an editor shows; a body over 1 MiB on stdin is too big, not invalid JSON")
         func importLineEndings() throws {
             let gw = try RunningGateway()
             let crlf = try gw.cli(["doc", "import", "sensors.readings", "-"], stdin: "c1\t{\"a\":1}\r\n\r\nc2\t{\"a\":2}\r\n")
@@ -80,6 +80,10 @@ extension ProcessSuites {
             let bad = try gw.cli(["doc", "import", "sensors.readings", "-"], stdin: "e1\t{\"a\":1}\n\n\ne2 no tab\n")
             #expect(bad.status == 6)
             #expect(bad.stderr.contains("-:4: expected ID<TAB>JSON"), "\(bad.stderr)")
+            // A body over 1 MiB on standard input is too big, not "invalid JSON".
+            let big = try gw.cli(["doc", "put", "sensors.readings", "big", "-"], stdin: "{\"x\":\"" + String(repeating: "a", count: 1_100_000) + "\"}")
+            #expect(big.status == 6 && big.stderr.contains("standard input is over 1048576 bytes, the most a document body has (1 MiB)")
+                    && !big.stderr.contains("invalid JSON"), "\(big.stderr)")
             #expect(gw.stop().status == 0)
         }
 
