@@ -202,7 +202,7 @@ enum CLI {
             let path = a.positionals.count > 1 ? a.positionals[1] : "-"
             let text: String
             if path == "-" { text = try readStandardInput(limit: 1 << 30, what: "the most one import reads (1 GiB): split the file") } else {
-                guard let t = try Files.read(path, max: 1 << 30) else { throw Rejected(message: "cannot read \(path)") }
+                guard let t = try Files.read(path, max: 1 << 30) else { throw Rejected(message: "\(path): no such file") }
                 text = t
             }
             let c = try client(a)
@@ -403,7 +403,9 @@ enum ConflictText {
     static func block(_ c: JSONValue) -> String {
         let at = c["atMillis"]?.int64Value ?? 0
         let peer = String((c["peer"]?.stringValue ?? "").prefix(8))
-        var lines = ["#\(c["number"]?.int64Value ?? 0)  \(IdentityText.localDate(at / 1000)) (\(IdentityText.date(at / 1000)))  "
+        // Local time, then UTC; once when the local zone is UTC (a gateway's usual setting).
+        let (local, utc) = (IdentityText.localDate(at / 1000), IdentityText.date(at / 1000))
+        var lines = ["#\(c["number"]?.int64Value ?? 0)  \(local == utc ? utc : "\(local) (\(utc))")  "
             + "\(c["collection"]?.stringValue ?? "?")/\(c["id"]?.stringValue ?? "?")  \(c["resolver"]?.stringValue ?? "?") → \(c["outcome"]?.stringValue ?? "?")  peer \(peer)"]
         for (label, key) in [("local ", "localBody"), ("remote", "remoteBody")] {
             lines.append("    \(label)  \(body(c[key]))")

@@ -125,7 +125,7 @@ enum Help {
             Usage: shoal conflicts [--limit N] [--json] [--socket PATH]
 
             The conflict log, newest first (--limit N, default 100, at most 10,000): when (local
-            time, then UTC), collection and document id, the resolver and what it chose (local,
+            time, then UTC; once if the local zone is UTC), collection and document id, the resolver and what it chose (local,
             remote, merged, deleted), the peer the other version came from, and both bodies as
             they were (the loser's too; cut at 200 characters, whole with --json, which also has
             both versions). The log keeps the newest 10,000 entries within 64 MiB of bodies, and

@@ -80,6 +80,8 @@ extension ProcessSuites {
             let bad = try gw.cli(["doc", "import", "sensors.readings", "-"], stdin: "e1\t{\"a\":1}\n\n\ne2 no tab\n")
             #expect(bad.status == 6)
             #expect(bad.stderr.contains("-:4: expected ID<TAB>JSON"), "\(bad.stderr)")
+            let missing = try gw.cli(["doc", "import", "sensors.readings", "/nonexistent.tsv"])
+            #expect(missing.status == 6 && missing.stderr.contains("/nonexistent.tsv: no such file"), "\(missing.stderr)")
             // A body over 1 MiB on standard input is too big, not "invalid JSON".
             let big = try gw.cli(["doc", "put", "sensors.readings", "big", "-"], stdin: "{\"x\":\"" + String(repeating: "a", count: 1_100_000) + "\"}")
             #expect(big.status == 6 && big.stderr.contains("standard input is over 1048576 bytes, the most a document body has (1 MiB)")
@@ -184,6 +186,9 @@ extension ProcessSuites {
             #expect(text.stdout.contains("2026-01-01 04:02:03 XYZ (2026-01-01 01:02:03 UTC)"), "\(text.stdout)")
             #expect(text.stdout.contains("sensors.readings/boiler-1") && text.stdout.contains("lastWriteWins → remote"))
             #expect(text.stdout.contains(#"local   {"t":70}"#) && text.stdout.contains(#"remote  {"t":71.5}"#), "\(text.stdout)")
+            // With the local zone UTC the time is shown once, not "… UTC (… UTC)".
+            let utc = try Shoal.run(["conflicts", "--socket", gw.socket], env: ["TZ": "UTC"])
+            #expect(utc.stdout.hasPrefix("#1  2026-01-01 01:02:03 UTC  sensors.readings/boiler-1"), "\(utc.stdout)")
             let json = try Shoal.json(gw.cli(["conflicts", "--json"])) as? [[String: Any]]
             #expect((json?.first?["localBody"] as? [String: Any])?["t"] as? Int == 70)
             #expect((json?.first?["remoteBody"] as? [String: Any])?["t"] as? Double == 71.5)
