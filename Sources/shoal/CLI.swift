@@ -302,7 +302,7 @@ enum CLI {
                 guard let change = frame["change"] else { _ = try ControlClient.unwrap(frame); continue }
                 out(json ? change.compactText : ChangeText.line(change))
             }
-            return ExitCode.ok
+            throw gatewayGone(c)
         }
         let (changes, result) = try paged(c, limit: limit, key: "changes") { wanted, last in
             ["op": "changes", "since": last?["sequence"] ?? .int(since), "limit": .int(wanted)]
@@ -310,6 +310,12 @@ enum CLI {
         if json { output(["changes": .array(changes), "lastSequence": result["lastSequence"] ?? .null]); return ExitCode.ok }
         for change in changes { out(ChangeText.line(change)) }
         return ExitCode.ok
+    }
+
+    /// A --follow stream whose gateway went away ends with exit 5 and says so (not exit 0 in
+    /// silence, nor a broken pipe).
+    static func gatewayGone(_ c: ControlClient) -> ControlClient.Failure {
+        .unreachable(path: c.path, why: "the gateway closed the connection: it stopped or restarted")
     }
 
     /// A list of up to `limit` items, asked for in as many requests as the gateway's pages need

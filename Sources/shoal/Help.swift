@@ -52,7 +52,7 @@ enum Help {
           2  usage error (unknown command or option, missing argument)
           3  configuration error (board or site file; each error names file:line: key)
           4  not found (document, collection, board or board file)
-          5  no running gateway answers on the control socket
+          5  no running gateway answers on the control socket (or, under --follow, it stopped)
           6  request rejected (invalid document or JSON, bad request)
           7  shoal run: another shoal run holds the data directory (its lock, DIR/shoal.lock)
         """

@@ -97,8 +97,14 @@ extension CLI {
         var since = Int64(try a.int("--since", command: "events", default: 0, range: 0...Int.max))
         let json = a.flags.contains("--json")
         let c = try client(a)
+        var answered = false
         repeat {
-            let r = try c.call(["op": "events", "since": .int(since)])
+            let r: JSONValue
+            do { r = try c.call(["op": "events", "since": .int(since)]) } catch {
+                if answered, case .protocolError = error { throw gatewayGone(c) }
+                throw error
+            }
+            answered = true
             for e in r["events"]?.arrayValue ?? [] {
                 out(json ? e.compactText : eventLine(e))
                 since = max(since, e["sequence"]?.int64Value ?? since)

@@ -99,6 +99,40 @@ extension ProcessSuites {
             #expect(gw.stop().status == 0)
         }
 
+        @Test("changes --follow and events --follow end with exit 5 and say so when the gateway stops (not 0 in silence, not a broken pipe)")
+        func followEndsWhenGatewayStops() throws {
+            let gw = try RunningGateway()
+            let base = TemporaryDirectory()
+            defer { base.remove() }
+            _ = try gw.cli(["doc", "put", "sensors.readings", "x", "{}"])
+            var followers: [(Process, Pipe, String)] = []
+            for command in ["changes", "events"] {
+                let p = Process()
+                p.executableURL = URL(fileURLWithPath: Shoal.binary)
+                p.arguments = [command, "--follow", "--socket", gw.socket]
+                let err = Pipe()
+                FileManager.default.createFile(atPath: base.file(command), contents: nil)
+                p.standardOutput = FileHandle(forWritingAtPath: base.file(command))
+                p.standardError = err
+                try p.run()
+                followers.append((p, err, command))
+            }
+            // Each is following once it printed what was there (the document; the mesh's first events).
+            for command in ["changes", "events"] {
+                #expect(eventuallyBlocking(within: 10) { ((try? FileManager.default.attributesOfItem(atPath: base.file(command))[.size] as? Int) ?? 0) > 0 },
+                        "\(command) --follow printed nothing")
+            }
+            #expect(gw.stop().status == 0)
+            for (p, err, command) in followers {
+                #expect(eventuallyBlocking(within: 10) { !p.isRunning }, "\(command) --follow still running")
+                if p.isRunning { p.terminate() }
+                p.waitUntilExit()
+                let text = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+                #expect(p.terminationStatus == 5, "\(command): \(p.terminationStatus) \(text)")
+                #expect(text.contains("the gateway closed the connection: it stopped or restarted"), "\(command): \(text)")
+            }
+        }
+
         @Test("an unknown command lists every command help lists")
         func unknownCommandListsEveryCommand() throws {
             let help = try Shoal.run(["--help"]).stdout
