@@ -75,7 +75,7 @@ enum Help {
                              [--log-level LEVEL] [--board-dir DIR]
 
             Runs the gateway: the supervision tree (store, control socket, status console) until
-            SIGTERM or SIGINT, which stop it gracefully (a second signal exits at once).
+            SIGTERM or SIGINT, which stop it gracefully (a second signal exits at once, with 1).
 
               --board NAME|PATH|auto  board file (default auto: match /proc/device-tree/model,
                                       else generic-linux). Names are looked up in --board-dir
