@@ -52,8 +52,11 @@ extension CLI {
             }
             if a.flags.contains("--json") { output(j); return ExitCode.ok }
             out("board \(b.id): \(b.name) (\(b.support.rawValue)); merged from \(b.sources.joined(separator: " < "))\(site.map { "; site \($0.source)" } ?? "")")
-            for (key, value) in BoardOrigins.leaves(of: json(b)) where !key.hasPrefix("sources") && key != "id" {
-                out("\(key.padding(42)) \(value.padding(30)) \(origins.origin(of: key))")
+            // The origin column starts where the longest value ends (up to 60 columns), so it lines up.
+            let rows = BoardOrigins.leaves(of: json(b)).filter { !$0.0.hasPrefix("sources") && $0.0 != "id" }
+            let width = min(60, max(30, (rows.map(\.1.count).max() ?? 0) + 1))
+            for (key, value) in rows {
+                out("\(key.padding(42)) \(value.padding(width)) \(origins.origin(of: key))")
             }
             return ExitCode.ok
         case "check":

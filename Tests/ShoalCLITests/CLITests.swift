@@ -97,6 +97,15 @@ extension ProcessSuites {
             #expect(plain.status == 3 && !plain.stderr.contains("looks like a site file"), "\(plain.stderr)")
         }
 
+        @Test("board show lines its origin column up even when a value is longer than the column (sim's name)")
+        func boardShowAligned() throws {
+            let r = try Shoal.run(["board", "show", "sim", "--board-dir", "/nonexistent"])
+            #expect(r.status == 0)
+            let rows = r.stdout.split(separator: "\n").dropFirst()
+            let starts = Set(rows.compactMap { row in row.range(of: "<built-in>").map { row.distance(from: row.startIndex, to: $0.lowerBound) } ?? row.range(of: "default").map { row.distance(from: row.startIndex, to: $0.lowerBound) } })
+            #expect(starts.count == 1, "\(r.stdout)")
+        }
+
         @Test("with no command it prints help and exits 2")
         func noCommand() throws {
             let r = try Shoal.run([])
