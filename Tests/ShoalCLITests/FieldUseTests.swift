@@ -160,6 +160,23 @@ extension ProcessSuites {
             #expect(help.contains("a second signal exits at once, with 1"))
         }
 
+        @Test("doc get and doc delete of a deleted document say it is deleted (exit 4), not that there is no such document")
+        func deletedDocumentSaysSo() throws {
+            let gw = try RunningGateway()
+            _ = try gw.cli(["doc", "put", "sensors.readings", "gone", "{}"])
+            let deleted = try gw.cli(["doc", "delete", "sensors.readings", "gone"])
+            #expect(deleted.status == 0)
+            let seq = deleted.stdout.split(separator: "\t").first.map { $0.replacingOccurrences(of: "seq ", with: "") } ?? "?"
+            for args in [["doc", "get", "sensors.readings", "gone"], ["doc", "delete", "sensors.readings", "gone"]] {
+                let r = try gw.cli(args)
+                #expect(r.status == 4)
+                #expect(r.stderr.contains("document \"gone\" in sensors.readings is deleted (a tombstone since sequence \(seq); `doc list --deleted` shows tombstones)"), "\(r.stderr)")
+            }
+            let never = try gw.cli(["doc", "get", "sensors.readings", "never"])
+            #expect(never.status == 4 && never.stderr.contains("no document \"never\" in sensors.readings"), "\(never.stderr)")
+            #expect(gw.stop().status == 0)
+        }
+
         @Test("an unknown command lists every command help lists")
         func unknownCommandListsEveryCommand() throws {
             let help = try Shoal.run(["--help"]).stdout
