@@ -207,29 +207,44 @@ enum CLI {
             }
             let c = try client(a)
             var batch: [JSONValue] = []
+            var batchLines: [Int] = []
             var batchBytes = 0
             var total: Int64 = 0
             var last: Int64 = 0
+            // What an error leaves behind: the batches before it are in the store.
+            func done() -> String { total > 0 ? " (the \(total.counted("document")) before its batch were imported, up to sequence \(last))" : " (nothing was imported)" }
             func send() throws {
                 guard !batch.isEmpty else { return }
-                let r = try c.call(["op": "doc.putMany", "collection": .string(a.positionals[0]), "documents": .array(batch)])
+                let r: JSONValue
+                do { r = try c.call(["op": "doc.putMany", "collection": .string(a.positionals[0]), "documents": .array(batch)]) } catch {
+                    // The gateway names a document by its place in the batch: name its line instead.
+                    if case .remote(let e) = error, e.code == .badRequest || e.code == .invalidDocument,
+                       e.message.hasPrefix("documents["), let close = e.message.firstIndex(of: "]"),
+                       let i = Int(e.message[e.message.index(e.message.startIndex, offsetBy: 10)..<close]), batchLines.indices.contains(i) {
+                        throw Rejected(message: "\(path):\(batchLines[i]): \(e.message[e.message.index(after: close)...].drop { $0 == ":" || $0 == " " })\(done())")
+                    }
+                    if total > 0, case .remote(let e) = error { throw Rejected(message: e.message + done()) }
+                    throw error
+                }
                 total += r["count"]?.int64Value ?? 0
                 last = r["lastSequence"]?.int64Value ?? last
                 batch.removeAll(keepingCapacity: true)
+                batchLines.removeAll(keepingCapacity: true)
                 batchBytes = 0
             }
             // Lines end at LF or CRLF (one Character in Swift); blank lines are skipped but
             // counted, so an error names the line an editor shows.
             for (n, line) in text.split(omittingEmptySubsequences: false, whereSeparator: { $0 == "\n" || $0 == "\r\n" }).enumerated()
             where !line.allSatisfy({ $0 == "\r" || $0 == " " || $0 == "\t" }) {
-                guard let tab = line.firstIndex(of: "\t") else { throw Rejected(message: "\(path):\(n + 1): expected ID<TAB>JSON") }
+                guard let tab = line.firstIndex(of: "\t") else { throw Rejected(message: "\(path):\(n + 1): expected ID<TAB>JSON\(done())") }
                 let body: JSONValue
                 do { body = try JSONValue.parse(String(line[line.index(after: tab)...])) } catch {
-                    throw Rejected(message: "\(path):\(n + 1): \(error)")
+                    throw Rejected(message: "\(path):\(n + 1): \(error)\(done())")
                 }
-                guard body.isObject else { throw Rejected(message: "\(path):\(n + 1): a document body is a JSON object") }
+                guard body.isObject else { throw Rejected(message: "\(path):\(n + 1): a document body is a JSON object\(done())") }
                 if batchBytes + line.utf8.count + 64 > ControlMessage.pageBudgetBytes { try send() }
                 batch.append(["id": .string(String(line[..<tab])), "body": body])
+                batchLines.append(n + 1)
                 batchBytes += line.utf8.count + 64
                 if batch.count == 500 { try send() }
             }

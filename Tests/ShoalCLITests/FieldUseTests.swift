@@ -80,6 +80,12 @@ extension ProcessSuites {
             let bad = try gw.cli(["doc", "import", "sensors.readings", "-"], stdin: "e1\t{\"a\":1}\n\n\ne2 no tab\n")
             #expect(bad.status == 6)
             #expect(bad.stderr.contains("-:4: expected ID<TAB>JSON"), "\(bad.stderr)")
+            // A line the gateway refuses (an empty id) is named by its line, not its place in a batch,
+            // and an error after the first batch says what was imported.
+            let emptyID = try gw.cli(["doc", "import", "sensors.readings", "-"], stdin: "ok1\t{}\n\n\t{\"a\":1}\n")
+            #expect(emptyID.status == 6 && emptyID.stderr.contains("-:3: document id \"\": ") && emptyID.stderr.contains("(nothing was imported)"), "\(emptyID.stderr)")
+            let late = try gw.cli(["doc", "import", "sensors.readings", "-"], stdin: (0..<600).map { "late-\($0)\t{}\n" }.joined() + "bad line\n")
+            #expect(late.status == 6 && late.stderr.contains("-:601: expected ID<TAB>JSON (the 500 documents before its batch were imported, up to sequence "), "\(late.stderr)")
             let missing = try gw.cli(["doc", "import", "sensors.readings", "/nonexistent.tsv"])
             #expect(missing.status == 6 && missing.stderr.contains("/nonexistent.tsv: no such file"), "\(missing.stderr)")
             // A body over 1 MiB on standard input is too big, not "invalid JSON".
