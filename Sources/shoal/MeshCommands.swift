@@ -59,6 +59,9 @@ extension CLI {
         let a = try Arguments.parse(args, command: "mesh", valueOptions: ["--socket", "--svg"], flagOptions: ["--json", "--dot"])
         if helpIfAsked(a, "mesh") { return ExitCode.ok }
         try a.expectPositionals(0...0, command: "mesh", usage: "mesh [--dot] [--svg FILE] [--json]")
+        // One output at a time (help: --dot | --svg FILE | --json); two would print one and drop the other.
+        let chosen = [a.flags.contains("--dot") ? "--dot" : nil, a.values["--svg"] != nil ? "--svg" : nil, a.flags.contains("--json") ? "--json" : nil].compactMap { $0 }
+        guard chosen.count <= 1 else { throw UsageError(command: "mesh", message: "\(chosen.joined(separator: " and ")) go one at a time: --dot, --svg FILE or --json") }
         let m = try client(a).call(["op": "mesh"])
         if a.flags.contains("--json") { output(m); return ExitCode.ok }
         let dot = m["dot"]?.stringValue ?? ""
