@@ -123,7 +123,8 @@ extension CLI {
     }
 
     static func show(_ j: [String: JSONValue], json: Bool, socket: String?) {
-        if json { output(.object(j)); return }
+        // "socket": the running gateway that answered (the text's "gateway running" line), or null when read from files.
+        if json { output(.object(j.merging(["socket": socket.map(JSONValue.string) ?? .null]) { _, new in new })); return }
         func field(_ key: String) -> String { j[key]?.stringValue ?? "?" }
         out("label        \(field("label")) (\(field("directory")))")
         if let socket { out("gateway      running (\(socket)): the identity it presents") }

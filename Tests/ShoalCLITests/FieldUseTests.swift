@@ -183,6 +183,17 @@ extension ProcessSuites {
             #expect(gw.stop().status == 0)
         }
 
+        @Test("identity show --json says which running gateway answered, as the text's gateway line does (null when read from files)")
+        func identityShowJSONNamesTheGateway() throws {
+            let gw = try RunningGateway()
+            let running = try Shoal.json(gw.cli(["identity", "show", "--json"])) as? [String: Any]
+            #expect(running?["socket"] as? String == gw.socket, "\(String(describing: running))")
+            let files = try Shoal.json(Shoal.run(["identity", "show", "--dir", gw.dir.path + "/identities", "--json"])) as? [String: Any]
+            #expect(files?.keys.contains("socket") == true && files?["socket"] is NSNull, "\(String(describing: files))")
+            #expect(running?["peerID"] as? String == files?["peerID"] as? String)
+            #expect(gw.stop().status == 0)
+        }
+
         @Test("an unknown command lists every command help lists")
         func unknownCommandListsEveryCommand() throws {
             let help = try Shoal.run(["--help"]).stdout
