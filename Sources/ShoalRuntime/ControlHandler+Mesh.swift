@@ -30,6 +30,7 @@ extension ControlHandler {
             counters["messagesReceived"] = .int(Int64(c.messagesReceived))
             counters["documentsReceived"] = .int(Int64(c.documentsReceived))
             counters["documentsApplied"] = .int(Int64(c.documentsApplied))
+            counters["documentsSent"] = .int(Int64(c.documentsSent))
             counters["bytesSent"] = .int(Int64(c.bytesSent))
             counters["bytesReceived"] = .int(Int64(c.bytesReceived))
             counters["conflicts"] = .int(Int64(c.conflicts))

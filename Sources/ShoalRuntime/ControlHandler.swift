@@ -111,12 +111,14 @@ struct ControlHandler {
             return ["count": .int(Int64(changes.count)), "lastSequence": .int(changes.last?.sequence ?? 0)]
         case "doc.get":
             let (store, collection, id) = try target(r)
-            guard let doc = try store.get(collection, id: id), !doc.isDeleted || r["includeDeleted"]?.boolValue == true else {
+            guard let doc = try store.get(collection, id: id) else {
                 throw ControlError(code: .notFound, message: "no document \"\(id)\" in \(collection)")
             }
+            guard !doc.isDeleted || r["includeDeleted"]?.boolValue == true else { throw ControlHandler.deleted(doc, collection) }
             return try ControlHandler.json(doc)
         case "doc.delete":
-            let (_, collection, id) = try target(r)
+            let (store, collection, id) = try target(r)
+            if let doc = try store.get(collection, id: id), doc.isDeleted { throw ControlHandler.deleted(doc, collection) }
             let change = try writer().delete(collection, id: id)
             gateway.logger.verbose(.control, "deleted \(collection)/\(id) at sequence \(change.sequence)")
             return ControlHandler.json(change)
@@ -154,6 +156,11 @@ struct ControlHandler {
     func collectionName(_ r: [String: JSONValue]) throws -> CollectionName {
         guard let text = r["collection"]?.stringValue else { throw bad("missing \"collection\"") }
         do { return try CollectionName(parsing: text) } catch { throw ControlError(code: .badRequest, message: "collection \(error)") }
+    }
+
+    /// A tombstone asked for as a document: not found (exit 4), saying it was there and when it went.
+    static func deleted(_ doc: StoredDocument, _ collection: CollectionName) -> ControlError {
+        ControlError(code: .notFound, message: "document \"\(doc.id)\" in \(collection) is deleted (a tombstone since sequence \(doc.sequence); `doc list --deleted` shows tombstones)")
     }
 
     func target(_ r: [String: JSONValue]) throws -> (DocumentStore, CollectionName, DocumentID) {

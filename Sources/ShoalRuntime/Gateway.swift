@@ -130,7 +130,7 @@ public final class Gateway: Sendable {
             "documentsSent": Int64(c.documentsSent), "bytesSent": Int64(c.bytesSent), "bytesReceived": Int64(c.bytesReceived),
             "conflicts": Int64(c.conflicts), "documentsApplied": Int64(c.documentsApplied),
             "discoveredPeers": Int64(mesh.counters.discoveredPeers), "connectedPeers": Int64(mesh.counters.connectedPeers),
-            "evictions": Int64(mesh.counters.evictions),
+            "evictions": Int64(mesh.counters.evictions), "refusedConnections": Int64(mesh.counters.refusedConnections),
         ]
         status.clockSkewPeers = c.skewedPeers.sorted()
         status.storeRunning = report.snapshot.first { $0.path == GatewayRuntime.storeChildPath }.map { $0.state == .running } ?? true

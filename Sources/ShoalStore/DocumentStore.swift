@@ -103,7 +103,7 @@ public final class DocumentStore: @unchecked Sendable {  // a SQLite connection,
                 collectionIDs[c] = cols.int64(0)
             }
         }
-        logger.info(.store, "store \(options.path) open: schema \(Schema.latestVersion), \(collectionIDs.count) collections, last sequence \(lastSequenceValue), durability \(options.durability.rawValue)")
+        logger.info(.store, "store \(options.path) open: schema \(Schema.latestVersion), \(collectionIDs.count.counted("collection")), last sequence \(lastSequenceValue), durability \(options.durability.rawValue)")
     }
 
     static func moveAside(_ path: String, logger: Logger, reason: String) throws(StoreError) -> String {

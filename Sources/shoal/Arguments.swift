@@ -68,7 +68,8 @@ struct Arguments {
     func int(_ name: String, command: String, default value: Int, range: ClosedRange<Int>) throws(UsageError) -> Int {
         guard let text = values[name] else { return value }
         guard let v = Int(text), range.contains(v) else {
-            throw UsageError(command: command, message: "\(name) must be a whole number from \(range.lowerBound) to \(range.upperBound)")
+            let bounds = range.upperBound == Int.max ? "\(range.lowerBound) or more" : "from \(range.lowerBound) to \(range.upperBound)"
+            throw UsageError(command: command, message: "\(name) must be a whole number \(bounds), not \"\(text)\"")
         }
         return v
     }

@@ -52,8 +52,11 @@ extension CLI {
             }
             if a.flags.contains("--json") { output(j); return ExitCode.ok }
             out("board \(b.id): \(b.name) (\(b.support.rawValue)); merged from \(b.sources.joined(separator: " < "))\(site.map { "; site \($0.source)" } ?? "")")
-            for (key, value) in BoardOrigins.leaves(of: json(b)) where !key.hasPrefix("sources") && key != "id" {
-                out("\(key.padding(42)) \(value.padding(30)) \(origins.origin(of: key))")
+            // The origin column starts where the longest value ends (up to 60 columns), so it lines up.
+            let rows = BoardOrigins.leaves(of: json(b)).filter { !$0.0.hasPrefix("sources") && $0.0 != "id" }
+            let width = min(60, max(30, (rows.map(\.1.count).max() ?? 0) + 1))
+            for (key, value) in rows {
+                out("\(key.padding(42)) \(value.padding(width)) \(origins.origin(of: key))")
             }
             return ExitCode.ok
         case "check":
@@ -64,6 +67,12 @@ extension CLI {
             do { board = try ConfigurationLoading.loadBoard(a.positionals[1], loader) } catch {
                 guard let e = error as? ConfigError else { throw error }
                 errors.add(e)
+                // A site file given where a board goes: say so before its keys are listed as unknown.
+                let siteKeys = e.all.filter { $0.message.hasPrefix("unknown key") && ["group", "identity", "authenticator", "transports", "replication", "collections"].contains($0.key) }.map(\.key)
+                if !siteKeys.isEmpty {
+                    printError("shoal board check: \(a.positionals[1]) looks like a site file (\(siteKeys.map { $0 + ":" }.joined(separator: ", "))); "
+                        + "check it with `shoal board check BOARD --config \(a.positionals[1])`")
+                }
             }
             if let b = board {
                 out("\(a.positionals[1]): ok (\(b.name), \(b.support.rawValue); merged from \(b.sources.joined(separator: " < ")))")

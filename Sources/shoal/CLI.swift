@@ -54,7 +54,7 @@ enum CLI {
             switch command {
             case "-h", "--help", "help":
                 if let topic = rest.first, !topic.hasPrefix("-") {
-                    guard let text = Help.commands[topic] else { throw UsageError(command: "help", message: "no command \"\(topic)\"") }
+                    guard let text = Help.commands[topic] else { throw UsageError(command: "help", message: "no command \"\(topic)\"", helpTopic: "") }
                     out(text)
                 } else {
                     out(Help.main)
@@ -188,7 +188,7 @@ enum CLI {
             let a = try Arguments.parse(rest, command: command, valueOptions: ["--socket"], flagOptions: ["--json"])
             if helpIfAsked(a, "doc") { return ExitCode.ok }
             try a.expectPositionals(3...3, command: command, usage: "doc put <collection> <id> <json|->")
-            let text = a.positionals[2] == "-" ? try readStandardInput(limit: 1 << 20) : a.positionals[2]
+            let text = a.positionals[2] == "-" ? try readStandardInput(limit: 1 << 20, what: "the most a document body has (1 MiB)") : a.positionals[2]
             let body = try JSONValue.parse(text)
             guard body.isObject else { throw Rejected(message: "a document body is a JSON object ({…}), not \(text.prefix(20))") }
             let result = try client(a).call(["op": "doc.put", "collection": .string(a.positionals[0]), "id": .string(a.positionals[1]), "body": body])
@@ -201,32 +201,50 @@ enum CLI {
             try a.expectPositionals(1...2, command: command, usage: "doc import <collection> [FILE|-]")
             let path = a.positionals.count > 1 ? a.positionals[1] : "-"
             let text: String
-            if path == "-" { text = try readStandardInput(limit: 1 << 30) } else {
-                guard let t = try Files.read(path, max: 1 << 30) else { throw Rejected(message: "cannot read \(path)") }
+            if path == "-" { text = try readStandardInput(limit: 1 << 30, what: "the most one import reads (1 GiB): split the file") } else {
+                guard let t = try Files.read(path, max: 1 << 30) else { throw Rejected(message: "\(path): no such file") }
                 text = t
             }
             let c = try client(a)
             var batch: [JSONValue] = []
+            var batchLines: [Int] = []
             var batchBytes = 0
             var total: Int64 = 0
             var last: Int64 = 0
+            // What an error leaves behind: the batches before it are in the store.
+            func done() -> String { total > 0 ? " (the \(total.counted("document")) before its batch were imported, up to sequence \(last))" : " (nothing was imported)" }
             func send() throws {
                 guard !batch.isEmpty else { return }
-                let r = try c.call(["op": "doc.putMany", "collection": .string(a.positionals[0]), "documents": .array(batch)])
+                let r: JSONValue
+                do { r = try c.call(["op": "doc.putMany", "collection": .string(a.positionals[0]), "documents": .array(batch)]) } catch {
+                    // The gateway names a document by its place in the batch: name its line instead.
+                    if case .remote(let e) = error, e.code == .badRequest || e.code == .invalidDocument,
+                       e.message.hasPrefix("documents["), let close = e.message.firstIndex(of: "]"),
+                       let i = Int(e.message[e.message.index(e.message.startIndex, offsetBy: 10)..<close]), batchLines.indices.contains(i) {
+                        throw Rejected(message: "\(path):\(batchLines[i]): \(e.message[e.message.index(after: close)...].drop { $0 == ":" || $0 == " " })\(done())")
+                    }
+                    if total > 0, case .remote(let e) = error { throw Rejected(message: e.message + done()) }
+                    throw error
+                }
                 total += r["count"]?.int64Value ?? 0
                 last = r["lastSequence"]?.int64Value ?? last
                 batch.removeAll(keepingCapacity: true)
+                batchLines.removeAll(keepingCapacity: true)
                 batchBytes = 0
             }
-            for (n, line) in text.split(separator: "\n", omittingEmptySubsequences: true).enumerated() {
-                guard let tab = line.firstIndex(of: "\t") else { throw Rejected(message: "\(path):\(n + 1): expected ID<TAB>JSON") }
+            // Lines end at LF or CRLF (one Character in Swift); blank lines are skipped but
+            // counted, so an error names the line an editor shows.
+            for (n, line) in text.split(omittingEmptySubsequences: false, whereSeparator: { $0 == "\n" || $0 == "\r\n" }).enumerated()
+            where !line.allSatisfy({ $0 == "\r" || $0 == " " || $0 == "\t" }) {
+                guard let tab = line.firstIndex(of: "\t") else { throw Rejected(message: "\(path):\(n + 1): expected ID<TAB>JSON\(done())") }
                 let body: JSONValue
                 do { body = try JSONValue.parse(String(line[line.index(after: tab)...])) } catch {
-                    throw Rejected(message: "\(path):\(n + 1): \(error)")
+                    throw Rejected(message: "\(path):\(n + 1): \(error)\(done())")
                 }
-                guard body.isObject else { throw Rejected(message: "\(path):\(n + 1): a document body is a JSON object") }
+                guard body.isObject else { throw Rejected(message: "\(path):\(n + 1): a document body is a JSON object\(done())") }
                 if batchBytes + line.utf8.count + 64 > ControlMessage.pageBudgetBytes { try send() }
                 batch.append(["id": .string(String(line[..<tab])), "body": body])
+                batchLines.append(n + 1)
                 batchBytes += line.utf8.count + 64
                 if batch.count == 500 { try send() }
             }
@@ -262,12 +280,13 @@ enum CLI {
                 out("\(id)\t\(state)\tseq \(d["sequence"]?.int64Value ?? 0)")
             }
         default:
-            throw UsageError(command: "doc", message: "unknown subcommand \"\(sub)\": put, get, delete or list")
+            throw UsageError(command: "doc", message: "unknown subcommand \"\(sub)\": put, import, get, delete or list")
         }
         return ExitCode.ok
     }
 
-    static func readStandardInput(limit: Int) throws -> String {
+    /// Standard input whole; over `limit` bytes is refused (exit 6), saying `what` the limit is.
+    static func readStandardInput(limit: Int, what: String) throws -> String {
         var input: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 65536)
         while true {
@@ -275,7 +294,7 @@ enum CLI {
             if n < 0 { if errno == EINTR { continue }; throw SystemError(call: "read(stdin)", code: errno) }
             if n == 0 { break }
             input.append(contentsOf: chunk.prefix(n))
-            if input.count > limit { throw JSONError(offset: limit, reason: "standard input is over \(limit) bytes") }
+            if input.count > limit { throw Rejected(message: "standard input is over \(limit) bytes, \(what)") }
         }
         return String(decoding: input, as: UTF8.self)
     }
@@ -298,7 +317,7 @@ enum CLI {
                 guard let change = frame["change"] else { _ = try ControlClient.unwrap(frame); continue }
                 out(json ? change.compactText : ChangeText.line(change))
             }
-            return ExitCode.ok
+            throw gatewayGone(c)
         }
         let (changes, result) = try paged(c, limit: limit, key: "changes") { wanted, last in
             ["op": "changes", "since": last?["sequence"] ?? .int(since), "limit": .int(wanted)]
@@ -306,6 +325,12 @@ enum CLI {
         if json { output(["changes": .array(changes), "lastSequence": result["lastSequence"] ?? .null]); return ExitCode.ok }
         for change in changes { out(ChangeText.line(change)) }
         return ExitCode.ok
+    }
+
+    /// A --follow stream whose gateway went away ends with exit 5 and says so (not exit 0 in
+    /// silence, nor a broken pipe).
+    static func gatewayGone(_ c: ControlClient) -> ControlClient.Failure {
+        .unreachable(path: c.path, why: "the gateway closed the connection: it stopped or restarted")
     }
 
     /// A list of up to `limit` items, asked for in as many requests as the gateway's pages need
@@ -399,7 +424,9 @@ enum ConflictText {
     static func block(_ c: JSONValue) -> String {
         let at = c["atMillis"]?.int64Value ?? 0
         let peer = String((c["peer"]?.stringValue ?? "").prefix(8))
-        var lines = ["#\(c["number"]?.int64Value ?? 0)  \(IdentityText.localDate(at / 1000)) (\(IdentityText.date(at / 1000)))  "
+        // Local time, then UTC; once when the local zone is UTC (a gateway's usual setting).
+        let (local, utc) = (IdentityText.localDate(at / 1000), IdentityText.date(at / 1000))
+        var lines = ["#\(c["number"]?.int64Value ?? 0)  \(local == utc ? utc : "\(local) (\(utc))")  "
             + "\(c["collection"]?.stringValue ?? "?")/\(c["id"]?.stringValue ?? "?")  \(c["resolver"]?.stringValue ?? "?") → \(c["outcome"]?.stringValue ?? "?")  peer \(peer)"]
         for (label, key) in [("local ", "localBody"), ("remote", "remoteBody")] {
             lines.append("    \(label)  \(body(c[key]))")

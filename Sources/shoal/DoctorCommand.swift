@@ -16,8 +16,16 @@ extension CLI {
         }
         let checks = Doctor.run(config: loaded, configError: problem)
         let failed = checks.contains { $0.outcome == .fail }
+        let failures = checks.filter { $0.outcome == .fail }.count
+        let warned = checks.filter { $0.outcome == .warn }.count
+        let isolated = checks.contains { $0.name == "links" && $0.outcome != .pass }
+        // The last line, for people and (as "verdict" with the counts) for scripts.
+        let counted = warned > 0 ? " (\(warned.counted("warning")))" : ""
+        let verdict = failed ? "\(failures.counted("check")) failed"
+            : isolated ? "it boots, but it will link to nobody\(counted)" : "ready\(counted)"
         if a.flags.contains("--json") {
-            output(["ok": .bool(!failed), "checks": .array(checks.map { c in
+            output(["ok": .bool(!failed), "verdict": .string(verdict), "failed": .int(Int64(failures)), "warnings": .int(Int64(warned)),
+                    "checks": .array(checks.map { c in
                 ["name": .string(c.name), "outcome": .string(c.outcome.rawValue), "detail": .string(c.detail), "fix": c.fix.map(JSONValue.string) ?? .null]
             })])
         } else {
@@ -27,11 +35,7 @@ extension CLI {
                 out("\(c.outcome.rawValue.uppercased().padding(4))  \(c.name.padding(18)) \(detail)")
                 if let fix = c.fix, c.outcome != .pass { out("      \(String(repeating: " ", count: 18)) → \(fix)") }
             }
-            let warned = checks.filter { $0.outcome == .warn }.count
-            let isolated = checks.contains { $0.name == "links" && $0.outcome != .pass }
-            let counted = warned > 0 ? " (\(warned) warning\(warned == 1 ? "" : "s"))" : ""
-            out(failed ? "doctor: \(checks.filter { $0.outcome == .fail }.count) check(s) failed"
-                : isolated ? "doctor: it boots, but it will link to nobody\(counted)" : "doctor: ready\(counted)")
+            out("doctor: \(verdict)")
         }
         return failed ? ExitCode.failure : ExitCode.ok
     }

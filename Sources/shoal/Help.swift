@@ -52,7 +52,7 @@ enum Help {
           2  usage error (unknown command or option, missing argument)
           3  configuration error (board or site file; each error names file:line: key)
           4  not found (document, collection, board or board file)
-          5  no running gateway answers on the control socket
+          5  no running gateway answers on the control socket (or, under --follow, it stopped)
           6  request rejected (invalid document or JSON, bad request)
           7  shoal run: another shoal run holds the data directory (its lock, DIR/shoal.lock)
         """
@@ -75,7 +75,7 @@ enum Help {
                              [--log-level LEVEL] [--board-dir DIR]
 
             Runs the gateway: the supervision tree (store, control socket, status console) until
-            SIGTERM or SIGINT, which stop it gracefully (a second signal exits at once).
+            SIGTERM or SIGINT, which stop it gracefully (a second signal exits at once, with 1).
 
               --board NAME|PATH|auto  board file (default auto: match /proc/device-tree/model,
                                       else generic-linux). Names are looked up in --board-dir
@@ -118,14 +118,15 @@ enum Help {
             Usage: shoal changes [--since SEQ] [--limit N] [--follow] [--json] [--socket PATH]
 
             The change feed: the latest change of each document changed after SEQ, in sequence
-            order. --follow keeps the connection open and prints changes as they commit (Ctrl-C
-            ends it). With --json, one JSON object per line.
+            order (at most --limit, default 1000, up to 10,000). --follow keeps the connection open
+            and prints changes as they commit (Ctrl-C ends it). With --json: one object
+            {changes, lastSequence}; with --follow --json, one JSON object per change, a line each.
             """,
         "conflicts": """
             Usage: shoal conflicts [--limit N] [--json] [--socket PATH]
 
             The conflict log, newest first (--limit N, default 100, at most 10,000): when (local
-            time, then UTC), collection and document id, the resolver and what it chose (local,
+            time, then UTC; once if the local zone is UTC), collection and document id, the resolver and what it chose (local,
             remote, merged, deleted), the peer the other version came from, and both bodies as
             they were (the loser's too; cut at 200 characters, whole with --json, which also has
             both versions). The log keeps the newest 10,000 entries within 64 MiB of bodies, and
@@ -218,6 +219,7 @@ enum Help {
                              [--seconds S] [--seed X] [--seeds K] [--loss P] [--partitions] [--crashes]
                              [--skew MS] [--writes N] [--body BYTES] [--burst N] [--edits on|off]
                              [--max-connections N] [--tls] [--dot] [--dir DIR]
+                             [--duplicate P] [--reorder P] [--quiet]
 
             Runs N gateways (default 10) in one process on a simulated radio in virtual time: real
             SQLite stores (in DIR, default /dev/shm), the real replicator and the real mesh manager.
@@ -233,7 +235,9 @@ enum Help {
             replays it exactly. Exit status 1 when an invariant failed. --dot prints the final
             topology as Graphviz. --tls runs a real mutual-TLS session (mbedTLS) on every simulated
             link; --burst N writes N documents at once on one gateway; --edits off writes only new
-            documents (no edits or deletes, so no conflicts).
+            documents (no edits or deletes, so no conflicts). --duplicate P and --reorder P
+            duplicate and reorder frames with probability P; --quiet leaves the report out (the first
+            line and failed seeds only).
             """,
         "bench": """
             Usage: shoal bench [all] [--baseline-binary PATH] [--dir DIR] [--port P]

@@ -112,6 +112,8 @@ extension CLI {
         if a.flags.contains("--json") { output(IdentityText.json(identity, label: name, directory: store.directory)); return }
         if let existing, !newKey {
             out("re-issued identity \(name) in \(store.directory) over its key: valid until \(IdentityText.date(existing.certificate.notAfter)) → \(IdentityText.date(identity.certificate.notAfter))\npeer id \(identity.peerID) (unchanged)")
+        } else if let existing {
+            out("replaced identity \(name) in \(store.directory) with a new key\npeer id \(existing.peerID) → \(identity.peerID) (update the other gateways' allowedPeers)")
         } else {
             out("created identity \(name) in \(store.directory)\npeer id \(identity.peerID)")
         }
@@ -127,7 +129,8 @@ extension CLI {
     }
 
     static func show(_ j: [String: JSONValue], json: Bool, socket: String?) {
-        if json { output(.object(j)); return }
+        // "socket": the running gateway that answered (the text's "gateway running" line), or null when read from files.
+        if json { output(.object(j.merging(["socket": socket.map(JSONValue.string) ?? .null]) { _, new in new })); return }
         func field(_ key: String) -> String { j[key]?.stringValue ?? "?" }
         out("label        \(field("label")) (\(field("directory")))")
         if let socket { out("gateway      running (\(socket)): the identity it presents") }

@@ -33,6 +33,10 @@ extension CLI {
         let a = try Arguments.parse(args, command: "peer", valueOptions: ["--socket"], flagOptions: ["--json"])
         if helpIfAsked(a, "peer") { return ExitCode.ok }
         try a.expectPositionals(1...1, command: "peer", usage: "peer ID [--json]")
+        let id = a.positionals[0]
+        guard (4...64).contains(id.count), id.allSatisfy(\.isHexDigit) else {
+            throw UsageError(command: "peer", message: "ID is a peer id or at least its first 4 hex digits (as `shoal peers` shows them), not \"\(id)\"")
+        }
         let p = try client(a).call(["op": "peer", "peer": .string(a.positionals[0])])
         if a.flags.contains("--json") { output(p); return ExitCode.ok }
         out("peer           \(p["peer"]?.stringValue ?? "?")")
@@ -55,6 +59,9 @@ extension CLI {
         let a = try Arguments.parse(args, command: "mesh", valueOptions: ["--socket", "--svg"], flagOptions: ["--json", "--dot"])
         if helpIfAsked(a, "mesh") { return ExitCode.ok }
         try a.expectPositionals(0...0, command: "mesh", usage: "mesh [--dot] [--svg FILE] [--json]")
+        // One output at a time (help: --dot | --svg FILE | --json); two would print one and drop the other.
+        let chosen = [a.flags.contains("--dot") ? "--dot" : nil, a.values["--svg"] != nil ? "--svg" : nil, a.flags.contains("--json") ? "--json" : nil].compactMap { $0 }
+        guard chosen.count <= 1 else { throw UsageError(command: "mesh", message: "\(chosen.joined(separator: " and ")) go one at a time: --dot, --svg FILE or --json") }
         let m = try client(a).call(["op": "mesh"])
         if a.flags.contains("--json") { output(m); return ExitCode.ok }
         let dot = m["dot"]?.stringValue ?? ""
@@ -93,8 +100,14 @@ extension CLI {
         var since = Int64(try a.int("--since", command: "events", default: 0, range: 0...Int.max))
         let json = a.flags.contains("--json")
         let c = try client(a)
+        var answered = false
         repeat {
-            let r = try c.call(["op": "events", "since": .int(since)])
+            let r: JSONValue
+            do { r = try c.call(["op": "events", "since": .int(since)]) } catch {
+                if answered, case .protocolError = error { throw gatewayGone(c) }
+                throw error
+            }
+            answered = true
             for e in r["events"]?.arrayValue ?? [] {
                 out(json ? e.compactText : eventLine(e))
                 since = max(since, e["sequence"]?.int64Value ?? since)

@@ -15,31 +15,31 @@ extension CLI {
         var s = SimScenario()
         s.config.nodes = try a.int("--nodes", command: "sim", default: 10, range: 2...500)
         guard let topology = SimTopology(rawValue: a.values["--topology"] ?? "full") else {
-            throw UsageError(command: "sim", message: "--topology is one of \(SimTopology.allCases.map(\.rawValue).joined(separator: ", "))")
+            throw UsageError(command: "sim", message: "--topology is one of \(SimTopology.allCases.map(\.rawValue).joined(separator: ", ")), not \"\(a.values["--topology"] ?? "")\"")
         }
         s.config.topology = topology
         switch a.values["--kind"] ?? "wifi" {
         case "wifi": s.config.kind = .wifi
         case "ble": s.config.kind = .ble
-        default: throw UsageError(command: "sim", message: "--kind is wifi or ble")
+        case let other: throw UsageError(command: "sim", message: "--kind is wifi or ble, not \"\(other)\"")
         }
         s.seconds = UInt64(try a.int("--seconds", command: "sim", default: 300, range: 10...864_000))
         let firstSeed = UInt64(try a.int("--seed", command: "sim", default: 1, range: 0...Int.max))
         let seeds = try a.int("--seeds", command: "sim", default: 1, range: 1...1_000_000)
         if let text = a.values["--loss"] {
-            guard let p = Double(text), p >= 0, p < 1 else { throw UsageError(command: "sim", message: "--loss is a probability in [0, 1)") }
+            guard let p = Double(text), p >= 0, p < 1 else { throw UsageError(command: "sim", message: "--loss is a probability in [0, 1), not \"\(text)\"") }
             s.config.loss = p
         }
         for (option, path) in [("--duplicate", \SimConfig.duplicate), ("--reorder", \SimConfig.reorder)] {
             guard let text = a.values[option] else { continue }
-            guard let p = Double(text), p >= 0, p < 1 else { throw UsageError(command: "sim", message: "\(option) is a probability in [0, 1)") }
+            guard let p = Double(text), p >= 0, p < 1 else { throw UsageError(command: "sim", message: "\(option) is a probability in [0, 1), not \"\(text)\"") }
             s.config[keyPath: path] = p
         }
         s.writes = try a.int("--writes", command: "sim", default: 20, range: 0...100_000)
         s.bodyBytes = try a.int("--body", command: "sim", default: 1024, range: 16...1_000_000)
         s.burst = try a.int("--burst", command: "sim", default: 1, range: 1...100_000)
         if let e = a.values["--edits"] {
-            guard e == "on" || e == "off" else { throw UsageError(command: "sim", message: "--edits is on or off") }
+            guard e == "on" || e == "off" else { throw UsageError(command: "sim", message: "--edits is on or off, not \"\(e)\"") }
             if e == "off" { s.editTenths = 0; s.deleteTenths = 0 }
         }
         s.config.mesh.maxConnectionCount = try a.int("--max-connections", command: "sim", default: 3, range: 1...16)

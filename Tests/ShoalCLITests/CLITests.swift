@@ -33,6 +33,79 @@ extension ProcessSuites {
             #expect(r.stderr.contains(needle), "stderr: \(r.stderr)")
         }
 
+        @Test("a bad option value is named in the error, and lists of choices are whole", arguments: [
+            (["doc", "list", "c", "--limit", "0"], "--limit must be a whole number from 1 to 10000, not \"0\""),
+            (["changes", "--since", "x"], "--since must be a whole number 0 or more, not \"x\""),
+            (["sim", "--topology", "star"], "not \"star\""), (["sim", "--kind", "lora"], "--kind is wifi or ble, not \"lora\""),
+            (["sim", "--loss", "2"], "not \"2\""), (["sim", "--edits", "maybe"], "not \"maybe\""),
+            (["doc", "frob"], "put, import, get, delete or list"), (["peer", "74"], "at least its first 4 hex digits (as `shoal peers` shows them), not \"74\""),
+            (["peer", "zzzz"], "not \"zzzz\""), (["mesh", "--dot", "--json"], "--dot and --json go one at a time"), (["help", "nosuch"], "no command \"nosuch\" (see `shoal --help`)"),
+        ])
+        func badValuesNamed(_ args: [String], _ needle: String) throws {
+            let r = try Shoal.run(args)
+            #expect(r.status == 2)
+            #expect(r.stderr.contains(needle), "stderr: \(r.stderr)")
+        }
+
+        @Test("doctor's last line counts in the right number (1 check failed, never check(s)); --json has it as verdict")
+        func doctorCountsFailures() throws {
+            let r = try Shoal.run(["doctor", "--board", "nosuch", "--board-dir", "/nonexistent"])
+            #expect(r.status == 1)
+            #expect(r.stdout.hasSuffix("doctor: 1 check failed\n"), "\(r.stdout)")
+            let json = try Shoal.json(Shoal.run(["doctor", "--board", "nosuch", "--board-dir", "/nonexistent", "--json"])) as? [String: Any]
+            #expect(json?["verdict"] as? String == "1 check failed" && json?["failed"] as? Int == 1 && json?["ok"] as? Bool == false, "\(String(describing: json))")
+        }
+
+        @Test("identity create --force --new-key says the identity was replaced and names the old and the new peer id")
+        func identityNewKeySaysReplaced() throws {
+            let dir = TemporaryDirectory()
+            defer { dir.remove() }
+            let first = try Shoal.json(Shoal.run(["identity", "create", "--dir", dir.path, "--json"])) as? [String: Any]
+            let old = try #require(first?["peerID"] as? String)
+            let r = try Shoal.run(["identity", "create", "--dir", dir.path, "--force", "--new-key"])
+            #expect(r.status == 0, "\(r.stderr)")
+            let now = try Shoal.json(Shoal.run(["identity", "show", "--dir", dir.path, "--json"])) as? [String: Any]
+            let new = try #require(now?["peerID"] as? String)
+            #expect(new != old)
+            #expect(r.stdout.contains("replaced identity shoal in \(dir.path) with a new key"), "\(r.stdout)")
+            #expect(r.stdout.contains("peer id \(old) → \(new) (update the other gateways' allowedPeers)"), "\(r.stdout)")
+        }
+
+        @Test("help names every option the command takes and says what --json prints")
+        func helpMatchesOptions() throws {
+            let sim = try Shoal.run(["help", "sim"]).stdout
+            for option in ["--duplicate P", "--reorder P", "--quiet"] { #expect(sim.contains(option), "sim help lacks \(option)") }
+            // Each is accepted (exit 0 with --help, not "unknown option").
+            #expect(try Shoal.run(["sim", "--duplicate", "0.1", "--reorder", "0.1", "--quiet", "--help"]).status == 0)
+            let changes = try Shoal.run(["help", "changes"]).stdout
+            #expect(changes.contains("{changes, lastSequence}"), "\(changes)")
+            #expect(!changes.contains("With --json, one JSON object per line."))
+        }
+
+        @Test("board check of a site file says it looks like one and how to check it")
+        func boardCheckOfASiteFile() throws {
+            let dir = TemporaryDirectory()
+            defer { dir.remove() }
+            let site = dir.path + "/site.yaml"
+            try "group: com.example\nreplication:\n  listen: none\n".write(toFile: site, atomically: true, encoding: .utf8)
+            let r = try Shoal.run(["board", "check", site, "--board-dir", "/nonexistent"])
+            #expect(r.status == 3)
+            #expect(r.stderr.contains("\(site) looks like a site file (group:, replication:); check it with `shoal board check BOARD --config \(site)`"), "\(r.stderr)")
+            let board = dir.path + "/b.yaml"
+            try "extends: sim\nboard:\n  name: X\nfrob: 1\n".write(toFile: board, atomically: true, encoding: .utf8)
+            let plain = try Shoal.run(["board", "check", board, "--board-dir", "/nonexistent"])
+            #expect(plain.status == 3 && !plain.stderr.contains("looks like a site file"), "\(plain.stderr)")
+        }
+
+        @Test("board show lines its origin column up even when a value is longer than the column (sim's name)")
+        func boardShowAligned() throws {
+            let r = try Shoal.run(["board", "show", "sim", "--board-dir", "/nonexistent"])
+            #expect(r.status == 0)
+            let rows = r.stdout.split(separator: "\n").dropFirst()
+            let starts = Set(rows.compactMap { row in row.range(of: "<built-in>").map { row.distance(from: row.startIndex, to: $0.lowerBound) } ?? row.range(of: "default").map { row.distance(from: row.startIndex, to: $0.lowerBound) } })
+            #expect(starts.count == 1, "\(r.stdout)")
+        }
+
         @Test("with no command it prints help and exits 2")
         func noCommand() throws {
             let r = try Shoal.run([])

@@ -21,6 +21,21 @@ func id(_ s: String) -> DocumentID { try! DocumentID(s) }
 
 @Suite("Document store")
 struct DocumentStoreTests {
+    @Test("the open line counts collections in the right number: 1 collection, 2 collections")
+    func openLineCountsCollections() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let first = MemoryLogSink()
+        let store = try DocumentStore.open(StoreOptions(path: dir.file("shoal.db")), logger: Logger(sink: first))
+        _ = try store.createCollection(readings)
+        store.close()
+        #expect(first.contains(", 1 collection, last sequence"), "\(first.all.map(\.message))")
+        let second = MemoryLogSink()
+        let again = try DocumentStore.open(StoreOptions(path: dir.file("shoal.db")), logger: Logger(sink: second))
+        again.close()
+        #expect(second.contains(", 2 collections, last sequence"), "\(second.all.map(\.message))")
+    }
+
     @Test("_default._default always exists and other collections are created on demand")
     func collections() throws {
         try withStore { (store, _) throws in
