@@ -136,10 +136,19 @@ public struct ConfigErrors: Sendable {
         do { return try body() } catch { add(error); return nil }
     }
 
-    /// The first error with the others in `also`, or nil when there was none.
+    /// The first error with the others in `also`, or nil when there was none: in line order
+    /// within each file (the checks run key by key, not line by line), files in the order they
+    /// were first named.
     public var combined: ConfigError? {
-        guard var first = errors.first else { return nil }
-        first.also = Array(errors.dropFirst())
+        let fileOrder = errors.reduce(into: [String: Int]()) { order, e in order[e.mark.file] = order[e.mark.file] ?? order.count }
+        let ordered = errors.enumerated().sorted { a, b in
+            let (fa, fb) = (fileOrder[a.element.mark.file] ?? 0, fileOrder[b.element.mark.file] ?? 0)
+            if fa != fb { return fa < fb }
+            if a.element.mark.line != b.element.mark.line { return a.element.mark.line < b.element.mark.line }
+            return a.offset < b.offset
+        }.map(\.element)
+        guard var first = ordered.first else { return nil }
+        first.also = Array(ordered.dropFirst())
         first.omitted = total - errors.count
         return first
     }

@@ -122,4 +122,16 @@ struct ConfigCheckTests {
             #expect(e.description.hasPrefix("site.yaml:3: authenticator.rootCertificates: \(path): \(needle)"), "\(e)")
         }
     }
+
+    @Test("errors come in line order within each file, files in the order first named")
+    func errorsInLineOrder() {
+        var errors = ConfigErrors()
+        func at(_ file: String, _ line: Int) -> ConfigError {
+            ConfigError(mark: SourceMark(file: file, line: line, column: 1), key: "k\(line)", message: "bad")
+        }
+        for e in [at("board.yaml", 5), at("board.yaml", 2), at("site.yaml", 1), at("board.yaml", 4)] { errors.add(e) }
+        let combined = errors.combined
+        let order = ([combined].compactMap { $0 } + (combined?.also ?? [])).map { "\($0.mark.file):\($0.mark.line)" }
+        #expect(order == ["board.yaml:2", "board.yaml:4", "board.yaml:5", "site.yaml:1"])
+    }
 }
