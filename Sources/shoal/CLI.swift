@@ -189,6 +189,9 @@ enum CLI {
             if helpIfAsked(a, "doc") { return ExitCode.ok }
             try a.expectPositionals(3...3, command: command, usage: "doc put <collection> <id> <json|->")
             let text = a.positionals[2] == "-" ? try readStandardInput(limit: 1 << 20, what: "the most a document body has (1 MiB)") : a.positionals[2]
+            guard text.contains(where: { !$0.isWhitespace }) else {
+                throw Rejected(message: a.positionals[2] == "-" ? "standard input is empty: pipe a JSON object ({…}) into it" : "the body is empty: give a JSON object ({…})")
+            }
             let body = try JSONValue.parse(text)
             guard body.isObject else { throw Rejected(message: "a document body is a JSON object ({…}), not \(text.prefix(20))") }
             let result = try client(a).call(["op": "doc.put", "collection": .string(a.positionals[0]), "id": .string(a.positionals[1]), "body": body])
@@ -202,7 +205,11 @@ enum CLI {
             let path = a.positionals.count > 1 ? a.positionals[1] : "-"
             let text: String
             if path == "-" { text = try readStandardInput(limit: 1 << 30, what: "the most one import reads (1 GiB): split the file") } else {
-                guard let t = try Files.read(path, max: 1 << 30) else { throw Rejected(message: "\(path): no such file") }
+                let t: String?
+                do { t = try Files.read(path, max: 1 << 30) } catch {
+                    throw Rejected(message: error.code == EISDIR ? "\(path) is a directory: name a file of ID<TAB>JSON lines" : "\(path): cannot read it (\(error))")
+                }
+                guard let t else { throw Rejected(message: "\(path): no such file") }
                 text = t
             }
             let c = try client(a)

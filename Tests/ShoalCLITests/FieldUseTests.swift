@@ -75,6 +75,11 @@ extension ProcessSuites {
         func importLineEndings() throws {
             let gw = try RunningGateway()
             let crlf = try gw.cli(["doc", "import", "sensors.readings", "-"], stdin: "c1\t{\"a\":1}\r\n\r\nc2\t{\"a\":2}\r\n")
+            // Empty input and a directory: said as such (exit 6), not as a JSON parse error or a raw errno.
+            let empty = try gw.cli(["doc", "put", "sensors.readings", "e", "-"], stdin: "")
+            #expect(empty.status == 6 && empty.stderr.contains("standard input is empty"), "\(empty.stderr)")
+            let directory = try gw.cli(["doc", "import", "sensors.readings", "/tmp"])
+            #expect(directory.status == 6 && directory.stderr.contains("/tmp is a directory"), "\(directory.stderr)")
             #expect(crlf.status == 0 && crlf.stdout.contains("imported 2 documents"), "\(crlf.stdout)\(crlf.stderr)")
             #expect(try gw.cli(["doc", "get", "sensors.readings", "c2"]).stdout.contains("\"a\": 2"))
             let bad = try gw.cli(["doc", "import", "sensors.readings", "-"], stdin: "e1\t{\"a\":1}\n\n\ne2 no tab\n")
