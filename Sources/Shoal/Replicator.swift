@@ -201,8 +201,10 @@ public final class MultipeerReplicator: Sendable {
     /// nothing.
     public func start() throws(ShoalError) {
         let config = configuration
-        let made = try driver.withLock { (d: inout ReplicationDriver?) throws(ShoalError) -> ReplicationDriver? in
-            guard d == nil else { return nil }
+        // The driver, the retention loop and the radio watcher are made, and ended by stop(), under
+        // the driver's lock: a stop racing a start cannot miss the parts the start made last.
+        try driver.withLock { (d: inout ReplicationDriver?) throws(ShoalError) in
+            guard d == nil else { return }
             let made: ReplicationDriver
             do throws(ReplicationAssembly.Failure) { made = try assembly().start(host: host) } catch {
                 if case .transport = error, case .network = config.medium {
@@ -211,15 +213,13 @@ public final class MultipeerReplicator: Sendable {
                 throw ShoalError("\(error)")
             }
             d = made
-            return made
+            let loop = RetentionLoop(maxAgeSeconds: Int64(config.mesh.txLogMaxAgeSeconds), store: config.database.store, logger: host.logger)
+            if loop.start() { retention.withLock { $0 = loop } } else { host.logger.warning(.store, "retention: the system refused a thread; tombstones are not purged until the next start") }
+            guard case .network(let n) = config.medium, n.wifiInterface != nil || n.bluetoothAdapter != nil else { return }
+            let w = RadioWatcher(wifiInterface: n.wifiInterface, bluetoothAdapter: n.bluetoothAdapter) { made.radiosChanged($0) }
+            w.start()
+            watcher.withLock { $0 = w }
         }
-        guard let made else { return }
-        let loop = RetentionLoop(maxAgeSeconds: Int64(config.mesh.txLogMaxAgeSeconds), store: config.database.store, logger: host.logger)
-        if loop.start() { retention.withLock { $0 = loop } } else { host.logger.warning(.store, "retention: the system refused a thread; tombstones are not purged until the next start") }
-        guard case .network(let n) = config.medium, n.wifiInterface != nil || n.bluetoothAdapter != nil else { return }
-        let w = RadioWatcher(wifiInterface: n.wifiInterface, bluetoothAdapter: n.bluetoothAdapter) { made.radiosChanged($0) }
-        w.start()
-        watcher.withLock { $0 = w }
     }
 
     /// This replicator as the runtime assembles a gateway (the same core, driver and transports as
@@ -251,10 +251,13 @@ public final class MultipeerReplicator: Sendable {
 
     /// Stops replication: links close, advertising and discovery stop. It can start again.
     public func stop() {
-        watcher.withLock { w in w?.stop(); w = nil }
-        retention.withLock { r in r?.stop(); r = nil }
-        guard let d = driver.withLock({ d -> ReplicationDriver? in defer { d = nil }; return d }) else { return }
-        d.stop()
+        let parts = driver.withLock { d -> (ReplicationDriver?, RetentionLoop?, RadioWatcher?) in
+            defer { d = nil }
+            return (d, retention.withLock { r in defer { r = nil }; return r }, watcher.withLock { w in defer { w = nil }; return w })
+        }
+        parts.2?.stop()
+        parts.1?.stop()
+        parts.0?.stop()
     }
 
     /// Asks the mesh to retry advertising and discovery now, forgetting backoffs (ObjectBox's
