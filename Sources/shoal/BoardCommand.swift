@@ -83,7 +83,7 @@ extension CLI {
                     let s = try loader.loadSite(text: text, file: path, checkFiles: ConfigurationLoading.referencedFileProblem)
                     let roots = try ConfigurationLoading.trustedRoots(s)
                     if let b = board { _ = try loader.applying(s, to: b) }
-                    out("\(path): ok (group \(s.group), \(s.collections.count.counted("collection"))\(roots.isEmpty ? "" : ", \(roots.count.counted("trusted root"))"))")
+                    out("\(path): ok (group \(s.group), \(s.collections.count.counted("collection")): \(s.collections.map(\.name.description).joined(separator: ", "))\(roots.isEmpty ? "" : ", \(roots.count.counted("trusted root"))"))")
                 } catch {
                     errors.add(error)
                 }

@@ -43,7 +43,7 @@ struct BoardOrigins {
         case .string(let s): return [(prefix, s)]
         case .number(let n): return [(prefix, n)]
         case .bool(let b): return [(prefix, String(b))]
-        case .null: return [(prefix, "null")]
+        case .null: return [(prefix, "(not set)")]
         }
     }
 }

@@ -56,6 +56,8 @@ enum CLI {
                 if let topic = rest.first, !topic.hasPrefix("-") {
                     guard let text = Help.commands[topic] else { throw UsageError(command: "help", message: "no command \"\(topic)\"", helpTopic: "") }
                     out(text)
+                } else if command == "help", rest.contains(where: { $0 == "--help" || $0 == "-h" }), let text = Help.commands["help"] {
+                    out(text)  // `shoal help --help`: help's own text
                 } else {
                     out(Help.main)
                 }

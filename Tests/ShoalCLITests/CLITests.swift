@@ -106,6 +106,19 @@ extension ProcessSuites {
             #expect(starts.count == 1, "\(r.stdout)")
         }
 
+        @Test("an unset board value reads (not set), a site check names its collections, and help --help is help's own text")
+        func smallWording() throws {
+            let shown = try Shoal.run(["board", "show", "sim", "--board-dir", "/nonexistent"])
+            #expect(shown.stdout.contains("(not set)") && !shown.stdout.contains(" null "), "\(shown.stdout)")
+            let dir = TemporaryDirectory()
+            defer { dir.remove() }
+            try "group: com.example.x\ncollections:\n  - name: a.b\n".write(toFile: dir.file("s.yaml"), atomically: true, encoding: .utf8)
+            let checked = try Shoal.run(["board", "check", "sim", "--board-dir", "/nonexistent", "--config", dir.file("s.yaml")])
+            #expect(checked.status == 0 && checked.stdout.contains("2 collections: _default._default, a.b"), "\(checked.stdout)\(checked.stderr)")
+            let help = try Shoal.run(["help", "--help"])
+            #expect(help.status == 0 && help.stdout.hasPrefix("Usage: shoal help"), "\(help.stdout.prefix(200))")
+        }
+
         @Test("with no command it prints help and exits 2")
         func noCommand() throws {
             let r = try Shoal.run([])
