@@ -248,8 +248,10 @@ struct LibraryTests {
         let fromA = refusals.withLock { r in r.filter { $0.0 == a.id && $0.1 }.map(\.2) }
         for (earlier, later) in zip(fromA, fromA.dropFirst()) {
             // Each dial waits backoffMillis (500 ms) after the last failure; what is timed here is
-            // when each refusal reached the listener, which moves with each handshake's length.
-            #expect(later - earlier >= .milliseconds(350), "refused \(later - earlier) apart")
+            // when each refusal reached the listener, which moves with each handshake's length and
+            // with how late the status stream delivers on a loaded machine (345 ms was seen in CI).
+            // Without the backoff the redial comes within milliseconds, so half of it still tells.
+            #expect(later - earlier >= .milliseconds(250), "refused \(later - earlier) apart")
         }
         let reason = stranger.replicator.peerInfo(for: a.id)?.replicatorStatus.error
         #expect(reason?.contains("not in its allowedPeers") == true, "\(String(describing: reason))")
