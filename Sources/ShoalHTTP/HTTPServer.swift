@@ -33,6 +33,12 @@ public final class HTTPServer: @unchecked Sendable {  // a C daemon handle; stat
     private var daemon: OpaquePointer?
     private let loggerBox: UnsafeMutablePointer<shoal_mhd_logger>
     private let streams = Locked<[ObjectIdentifier: HTTPStream]>([:])
+    /// Who is connected and who is idle: past `maxConnections`, the longest idle makes room.
+    let connections: HTTPConnections
+    /// A chunked body found over its limit is answered 413 at once (`answerEarly`), then the rest
+    /// of it is read and dropped, so that closing does not reset the connection under the answer;
+    /// past this much more, the connection is closed at once.
+    static let discardMaxBytes = 64 << 20
     private let stopped = Locked(false)
 
     /// Serves on `listenFD` (a listening socket; the server owns it from here on). `bearerToken`:
@@ -44,6 +50,7 @@ public final class HTTPServer: @unchecked Sendable {  // a C daemon handle; stat
         self.bodyLimit = bodyLimit
         self.bearerToken = bearerToken
         self.log = log
+        connections = HTTPConnections(limit: Int(limits.maxConnections))
         loggerBox = UnsafeMutablePointer<shoal_mhd_logger>.allocate(capacity: 1)
         let logBox = LogBox(log)
         loggerBox.initialize(to: shoal_mhd_logger(fn: { cls, message in
@@ -53,9 +60,13 @@ public final class HTTPServer: @unchecked Sendable {  // a C daemon handle; stat
         // The callbacks get this object unretained: the owner calls stop() (which ends the
         // daemon and its threads) before letting it go.
         let me = Unmanaged.passUnretained(self).toOpaque()
-        guard let d = shoal_mhd_start(listenFD, limits.threads, limits.maxConnections, limits.maxConnectionsPerAddress,
+        // libmicrohttpd's own limit sits above Shoal's: at its limit it stops accepting (newcomers
+        // wait in the backlog), while at Shoal's an idle connection is shut down to make room.
+        // Only when every connection is busy does libmicrohttpd's limit refuse.
+        let headroom = max(16, limits.maxConnections / 4)
+        guard let d = shoal_mhd_start(listenFD, limits.threads, limits.maxConnections + headroom, limits.maxConnectionsPerAddress,
                                       limits.connectionTimeoutSeconds, limits.headerMemoryBytes,
-                                      HTTPServer.access, me, HTTPServer.completed, nil, loggerBox) else {
+                                      HTTPServer.access, me, HTTPServer.completed, me, HTTPServer.notify, me, loggerBox) else {
             Unmanaged<LogBox>.fromOpaque(loggerBox.pointee.cls).release()
             loggerBox.deallocate()
             Glibc.close(listenFD)
@@ -95,6 +106,12 @@ public final class HTTPServer: @unchecked Sendable {  // a C daemon handle; stat
         var body: [UInt8] = []
         var limit = 0
         var answered = false
+        /// The body went over `limit` (a chunked one: no Content-Length said so first); the rest
+        /// is dropped and counted.
+        var tooLarge = false
+        var dropped = 0
+        /// The 413 went out on the socket when the body went over (else it is queued at the end).
+        var answeredEarly = false
     }
 
     static let access: MHD_AccessHandlerCallback = { cls, connection, url, method, _, uploadData, uploadSize, conCls in
@@ -106,6 +123,7 @@ public final class HTTPServer: @unchecked Sendable {  // a C daemon handle; stat
         guard let existing = conCls.pointee else {
             let pending = Pending()
             conCls.pointee = Unmanaged.passRetained(pending).toOpaque()
+            server.connections.requestStarted(UnsafeMutableRawPointer(connection))
             if let token = server.bearerToken, !HTTPServer.authorized(connection, token: token) {
                 pending.answered = true
                 return server.queue(connection, HTTPServer.error(401, "unauthorized", "this address needs Authorization: Bearer <token> (`shoal http token` prints it)",
@@ -122,14 +140,26 @@ public final class HTTPServer: @unchecked Sendable {  // a C daemon handle; stat
         if uploadSize.pointee > 0 {
             let n = uploadSize.pointee
             uploadSize.pointee = 0
+            if pending.tooLarge {
+                pending.dropped += n
+                return pending.dropped > HTTPServer.discardMaxBytes ? .NO : .YES
+            }
             guard !pending.answered else { return .YES }
             if pending.body.count + n > pending.limit {
-                pending.answered = true
+                pending.tooLarge = true
+                pending.dropped = pending.body.count + n
                 pending.body = []
-                return server.queue(connection, HTTPServer.error(413, "payload_too_large", "the body is over \(pending.limit) bytes, the most taken here"))
+                pending.answeredEarly = HTTPServer.answerEarly(connection, HTTPServer.tooLarge(pending.limit))
+                return .YES
             }
             if let uploadData { pending.body.append(contentsOf: UnsafeRawBufferPointer(start: uploadData, count: n)) }
             return .YES
+        }
+        if pending.tooLarge {
+            pending.tooLarge = false
+            pending.answered = true
+            // Answered already: close (libmicrohttpd logs it as an application error).
+            return pending.answeredEarly ? .NO : server.queue(connection, HTTPServer.tooLarge(pending.limit))
         }
         guard !pending.answered else { return .YES }
         pending.answered = true
@@ -140,10 +170,31 @@ public final class HTTPServer: @unchecked Sendable {  // a C daemon handle; stat
         return server.queue(connection, server.handler(request))
     }
 
-    static let completed: MHD_RequestCompletedCallback = { _, _, conCls, _ in
+    static let completed: MHD_RequestCompletedCallback = { cls, connection, conCls, _ in
+        if let cls, let connection {
+            Unmanaged<HTTPServer>.fromOpaque(cls).takeUnretainedValue().connections.requestCompleted(UnsafeMutableRawPointer(connection))
+        }
         guard let conCls, let p = conCls.pointee else { return }
         Unmanaged<Pending>.fromOpaque(p).release()
         conCls.pointee = nil
+    }
+
+    static let notify: MHD_NotifyConnectionCallback = { cls, connection, _, code in
+        guard let cls, let connection else { return }
+        let server = Unmanaged<HTTPServer>.fromOpaque(cls).takeUnretainedValue()
+        let key = UnsafeMutableRawPointer(connection)
+        // MHD_CONNECTION_NOTIFY_STARTED = 0, MHD_CONNECTION_NOTIFY_CLOSED = 1 (microhttpd.h).
+        switch code.rawValue {
+        case 0:
+            // Logged on the first and every 1000th: a flood of connections must not flood the log.
+            if server.connections.started(key, fd: shoal_mhd_connection_fd(connection)) > 0, server.connections.evicted % 1000 == 1 {
+                server.log("\(server.name): at \(server.connections.limit) connections; shutting the longest idle down to make room (\(server.connections.evicted) so far)")
+            }
+        case 1:
+            server.connections.closed(key)
+        default:
+            break
+        }
     }
 
     static let readStream: MHD_ContentReaderCallback = { cls, _, buf, max in
@@ -179,6 +230,27 @@ public final class HTTPServer: @unchecked Sendable {  // a C daemon handle; stat
         defer { MHD_destroy_response(response) }
         for (name, value) in answer.headers { _ = MHD_add_response_header(response, name, value) }
         return MHD_queue_response(connection, UInt32(answer.status), response)
+    }
+
+    static func tooLarge(_ limit: Int) -> HTTPResponse {
+        error(413, "payload_too_large", "the body is over \(limit) bytes, the most taken here", extra: [("Connection", "close")])
+    }
+
+    /// Writes a small answer straight to the connection's socket, for the one case libmicrohttpd
+    /// 0.9.75 has no way to answer: a body still coming in (it queues answers only before the body
+    /// or after all of it). Nothing else is being written on the socket then (a `100 Continue` is
+    /// sent whole before the body is read), and the caller closes the connection afterwards, so
+    /// libmicrohttpd never writes after it. False if the socket took none of it (then it is queued
+    /// the usual way once the body has ended); a few hundred bytes into an idle socket go whole.
+    static func answerEarly(_ connection: OpaquePointer, _ answer: HTTPResponse) -> Bool {
+        let fd = shoal_mhd_connection_fd(connection)
+        guard fd >= 0, case .bytes(let body) = answer.body else { return false }
+        var head = "HTTP/1.1 \(answer.status) \(answer.status == 413 ? "Content Too Large" : "Error")\r\n"
+        for (name, value) in answer.headers { head += "\(name): \(value)\r\n" }
+        head += "Content-Length: \(body.count)\r\n\r\n"
+        let bytes = Array(head.utf8) + body
+        let n = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
+        return n > 0
     }
 
     public static func error(_ status: Int, _ code: String, _ reason: String, extra: [(String, String)] = []) -> HTTPResponse {

@@ -168,8 +168,14 @@ extension HTTPAPI {
         let failed = results.filter { $0["error"] != nil }.count
         let last = results.compactMap { $0["sequence"]?.int64Value }.max() ?? 0
         gateway.logger.verbose(.http, "bulk into \(name): \(results.count - failed) written, \(failed) refused")
-        return json(["written": .int(Int64(results.count - failed)), "failed": .int(Int64(failed)), "lastSequence": .int(last), "results": .array(results)],
-                    status: failed == results.count ? 400 : 200)
+        var answer: [String: JSONValue] = ["written": .int(Int64(results.count - failed)), "failed": .int(Int64(failed)), "lastSequence": .int(last),
+                                           "results": .array(results)]
+        if failed == results.count {
+            // Nothing written: an error like any other 400, with the lines' reasons beside it.
+            answer["error"] = "bad_request"
+            answer["reason"] = .string("no line was valid (\(failed) refused; see results)")
+        }
+        return json(.object(answer), status: failed == results.count ? 400 : 200)
     }
 
     func changes(_ r: HTTPRequest) throws -> HTTPResponse {

@@ -15,7 +15,11 @@ import ShoalThreads
 struct HTTPService: Service {
     let gateway: Gateway
     let opened: OpenedStore
-    static let retryBindEvery: Duration = .seconds(30)
+    /// 30 s. Tests shorten it with SHOAL_HTTP_RETRY_BIND_MILLIS (100…60000); not a site-file option.
+    static let retryBindEvery: Duration = {
+        guard let text = ProcessEnvironment.get("SHOAL_HTTP_RETRY_BIND_MILLIS"), let ms = Int(text), (100...60_000).contains(ms) else { return .seconds(30) }
+        return .milliseconds(ms)
+    }()
     /// A document body (1 MiB, the store's limit) with room for nothing else; a bulk write 16 MiB.
     static let bodyLimit = 1 << 20
     static let bulkBodyLimit = 16 << 20
