@@ -57,6 +57,9 @@ struct HTTPService: Service {
             logger.info(.http, "HTTP API on unix:\(path) (curl --unix-socket \(path) http://localhost/v1/status)")
         }
         var pending = settings.listen
+        // Warned once per address; the retries after that are verbose (a port held for a day
+        // must not write two lines a minute).
+        var warned = Set<String>()
         var bound: [String] = settings.unixSocket ? ["unix:" + HTTPService.socketPath(dataDirectory: directory)] : []
         func bindPending() {
             var still: [HostPort] = []
@@ -71,7 +74,11 @@ struct HTTPService: Service {
                     logger.info(.http, "HTTP API on http://\(shown)/\(needsToken ? " (bearer token required: `shoal http token`)" : "")")
                     bound.append(shown.description)
                 } catch {
-                    logger.warning(.http, "HTTP API cannot listen on \(address) now: \(error); trying again every \(HTTPService.retryBindEvery)")
+                    if warned.insert(address.description).inserted {
+                        logger.warning(.http, "HTTP API cannot listen on \(address) now: \(error); serving the other addresses and trying again every \(HTTPService.retryBindEvery)")
+                    } else {
+                        logger.verbose(.http, "HTTP API still cannot listen on \(address): \(error)")
+                    }
                     still.append(address)
                 }
             }

@@ -42,9 +42,13 @@ extension ProcessSuites {
             #expect(BadInputGateway.get(port: other, path: "/v1/status")?.status == 200)
             let unix = try Shoal.run(["--unix-socket", gateway.dir.path + "/data/http.sock", "-s", "http://localhost/v1/health"], executable: "/usr/bin/curl")
             #expect(unix.status == 0 && unix.stdout.contains("\"healthy\""), "curl exited \(unix.status): \(unix.stdout) \(unix.stderr)")
+            // Retried (quietly: one warning, then verbose lines) while the port stays taken.
+            #expect(eventuallyBlocking(within: 10) { gateway.log().contains("still cannot listen on 127.0.0.1:\(taken.port)") }, "\(gateway.log())")
+            #expect(gateway.log().components(separatedBy: "WARNING http: HTTP API cannot listen").count == 2, "\(gateway.log())")
             taken.close()
             let freed = Date()
             #expect(eventuallyBlocking(within: 10) { BadInputGateway.get(port: taken.port, path: "/v1/status")?.status == 200 }, "\(gateway.log())")
+            #expect(gateway.log().contains("HTTP API on http://127.0.0.1:\(taken.port)/"))
             print("port \(taken.port) served \(String(format: "%.2f", Date().timeIntervalSince(freed))) s after it was freed (retry every 0.5 s)")
         }
 
