@@ -2,13 +2,14 @@ import Foundation
 import ShoalTesting
 import Testing
 
+/// curl and promtool (Debian's curl and prometheus packages) are installed.
+private let hasScrapeTools = ["/usr/bin/curl", "/usr/bin/promtool"].allSatisfy { FileManager.default.isExecutableFile(atPath: $0) }
+
 extension ProcessSuites {
     /// `GET /metrics` of real gateways, scraped with curl over TCP and checked by Prometheus's own
     /// `promtool check metrics`: two `shoal run` processes that replicate over loopback.
-    @Suite("Metrics over HTTP", .serialized, .enabled(if: MetricsProcessTests.hasTools, "needs curl and promtool (Debian's curl and prometheus packages)"))
+    @Suite("Metrics over HTTP", .serialized, .enabled(if: hasScrapeTools, "needs curl and promtool (Debian's curl and prometheus packages)"))
     struct MetricsProcessTests {
-        static let hasTools = ["/usr/bin/curl", "/usr/bin/promtool"].allSatisfy { FileManager.default.isExecutableFile(atPath: $0) }
-
         struct Scrape {
             var status: Int
             var contentType: String
