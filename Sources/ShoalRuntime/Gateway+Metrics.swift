@@ -18,7 +18,7 @@ extension Gateway {
             counters: counters.withLock { $0 }, mesh: meshView.withLock { $0 }, children: report.snapshot,
             ledPattern: ledPattern.withLock { $0 }, peerID: identity?.peerID.description, identityLabel: site.identityLabel,
             identityNotAfterSeconds: identity?.certificate.notAfter, collections: Gateway.collectionCounts(store),
-            lastSequence: store.flatMap { try? $0.stats().lastSequence },
+            lastSequence: store?.lastSequence,
             storeBytes: Files.size(storePath).map { $0 + (Files.size(storePath + "-wal") ?? 0) },
             uptimeSeconds: uptime, startTimeSeconds: (wallSeconds - uptime).rounded(), residentBytes: Gateway.residentBytes(),
             nowMillis: monotonicMillis())
