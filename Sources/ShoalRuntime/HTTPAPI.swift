@@ -117,10 +117,6 @@ struct HTTPAPI: Sendable {
         return HTTPAPI.eventStream(stream)
     }
 
-    func metrics() throws -> HTTPResponse {
-        throw HTTPFailure.notFound("/metrics")
-    }
-
     // MARK: helpers
 
     func only(_ method: String, _ allowed: String, _ body: () throws -> HTTPResponse) throws -> HTTPResponse {

@@ -98,10 +98,13 @@ extension ProcessSuites {
             #expect((scrape.value("shoal_store_size_bytes") ?? 0) > 0)
             #expect((scrape.value("process_resident_memory_bytes") ?? 0) > 1_000_000)
 
-            // b's side: the same link seen incoming, and documents sent.
-            let bScrape = try Self.scrape(port: bHTTP)
+            // b's side: the same link seen incoming, and the document sent (counted once a acknowledged it).
+            var bScrape = Scrape(status: 0, contentType: "", body: "")
+            #expect(eventuallyBlocking(within: 30) {
+                bScrape = (try? Self.scrape(port: bHTTP)) ?? bScrape
+                return (bScrape.value("shoal_documents_sent_total") ?? 0) >= 1
+            }, "b's documents sent: \(bScrape.series("shoal_documents_sent_total"))")
             #expect(bScrape.value("shoal_peer_link_info{peer=\"\(aID)\",transport=\"wifi\",direction=\"incoming\"}") == 1, "\(bScrape.series("shoal_peer_link_info"))")
-            #expect((bScrape.value("shoal_documents_sent_total") ?? 0) >= 1)
             let bCheck = try Self.promtool(bScrape.body)
             #expect(bCheck.status == 0 && bCheck.stdout.isEmpty && bCheck.stderr.isEmpty, "promtool on b: \(bCheck.stdout) \(bCheck.stderr)")
         }
