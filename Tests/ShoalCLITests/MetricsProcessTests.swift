@@ -29,14 +29,24 @@ extension ProcessSuites {
             }
         }
 
-        /// `curl http://127.0.0.1:<port>/metrics`: status, Content-Type and body.
-        static func scrape(port: Int) throws -> Scrape {
-            let r = try Shoal.run(["-sS", "-o", "-", "-w", "\n%{http_code} %{content_type}", "http://127.0.0.1:\(port)/metrics"],
+        /// `curl http://<address>/metrics`: status, Content-Type and body.
+        static func scrape(_ address: String) throws -> Scrape {
+            let r = try Shoal.run(["-sS", "-o", "-", "-w", "\n%{http_code} %{content_type}", "http://\(address)/metrics"],
                                   timeout: 20, executable: "/usr/bin/curl")
             guard r.status == 0, let cut = r.stdout.lastIndex(of: "\n") else { return Scrape(status: 0, contentType: "", body: r.stderr) }
             let tail = r.stdout[r.stdout.index(after: cut)...]
             let code = Int(tail.prefix { $0 != " " }) ?? 0
             return Scrape(status: code, contentType: String(tail.drop { $0 != " " }.dropFirst()), body: String(r.stdout[..<cut]))
+        }
+
+        /// The gateway's TCP address for HTTP, as `shoal status --json` lists it once bound.
+        static func address(_ g: RunningGateway) throws -> String {
+            var shown: [String] = []
+            _ = eventuallyBlocking(within: 20) {
+                shown = (try? HTTPProcessTests.addresses(g)) ?? []
+                return shown.contains { $0.hasPrefix("127.0.0.1:") && !$0.hasSuffix(":0") }
+            }
+            return try #require(shown.first { $0.hasPrefix("127.0.0.1:") && !$0.hasSuffix(":0") }, "status http: \(shown)")
         }
 
         /// `promtool check metrics` on a scrape: its exit status and what it reported.
@@ -51,23 +61,24 @@ extension ProcessSuites {
             let aDir = base.path + "/a", bDir = base.path + "/b"
             let aID = try ReplicationProcessTests.peerID(aDir), bID = try ReplicationProcessTests.peerID(bDir)
             let port = 20_000 + Int((getpid() + 31) % 19_000)
-            let aHTTP = port + 1, bHTTP = port + 2
-            func site(_ name: String, allow: String, replication: String, http: Int) throws -> String {
+            // The API on a port the kernel picks; status says which.
+            func site(_ name: String, allow: String, replication: String) throws -> String {
                 let path = try ReplicationProcessTests.writeSite(in: base.path, name, group: "test.metrics", allow: [allow], replication: [replication])
-                let text = try String(contentsOfFile: path, encoding: .utf8) + "http:\n  listen: [\"127.0.0.1:\(http)\"]\n"
+                let text = try String(contentsOfFile: path, encoding: .utf8) + "http:\n  listen: [\"127.0.0.1:0\"]\n"
                 try text.write(toFile: path, atomically: true, encoding: .utf8)
                 return path
             }
-            let b = try RunningGateway(dataDir: bDir, extraArgs: ["--config", try site("b", allow: aID, replication: "listen: 127.0.0.1:\(port)", http: bHTTP)])
-            let a = try RunningGateway(dataDir: aDir, extraArgs: ["--config", try site("a", allow: bID, replication: "peers: [127.0.0.1:\(port)]", http: aHTTP)])
+            let b = try RunningGateway(dataDir: bDir, extraArgs: ["--config", try site("b", allow: aID, replication: "listen: 127.0.0.1:\(port)")])
+            let a = try RunningGateway(dataDir: aDir, extraArgs: ["--config", try site("a", allow: bID, replication: "peers: [127.0.0.1:\(port)]")])
             defer {
                 _ = a.stop()
                 _ = b.stop()
             }
+            let aHTTP = try Self.address(a), bHTTP = try Self.address(b)
             let link = "shoal_peer_link_info{peer=\"\(bID)\",transport=\"wifi\",direction=\"outgoing\"}"
             var scrape = Scrape(status: 0, contentType: "", body: "")
             #expect(eventuallyBlocking(within: 30) {
-                scrape = (try? Self.scrape(port: aHTTP)) ?? scrape
+                scrape = (try? Self.scrape(aHTTP)) ?? scrape
                 return scrape.value(link) == 1
             }, "a never showed its link to b: \(scrape.status) \(scrape.body.prefix(3000))")
             #expect(scrape.status == 200)
@@ -81,7 +92,7 @@ extension ProcessSuites {
             #expect(applied >= 0 && docs >= 0, "\(scrape.body.prefix(3000))")
             #expect(try b.cli(["doc", "put", "sensors.readings", "m1", #"{"celsius":21.5}"#]).status == 0)
             #expect(eventuallyBlocking(within: 30) {
-                scrape = (try? Self.scrape(port: aHTTP)) ?? scrape
+                scrape = (try? Self.scrape(aHTTP)) ?? scrape
                 return (scrape.value("shoal_documents_applied_total") ?? 0) >= applied + 1
                     && (scrape.value("shoal_collection_documents{collection=\"sensors.readings\"}") ?? 0) == docs + 1
             }, "a's metrics did not move: \(scrape.series("shoal_documents_applied_total")) \(scrape.series("shoal_collection_documents"))")
@@ -101,7 +112,7 @@ extension ProcessSuites {
             // b's side: the same link seen incoming, and the document sent (counted once a acknowledged it).
             var bScrape = Scrape(status: 0, contentType: "", body: "")
             #expect(eventuallyBlocking(within: 30) {
-                bScrape = (try? Self.scrape(port: bHTTP)) ?? bScrape
+                bScrape = (try? Self.scrape(bHTTP)) ?? bScrape
                 return (bScrape.value("shoal_documents_sent_total") ?? 0) >= 1
             }, "b's documents sent: \(bScrape.series("shoal_documents_sent_total"))")
             #expect(bScrape.value("shoal_peer_link_info{peer=\"\(aID)\",transport=\"wifi\",direction=\"incoming\"}") == 1, "\(bScrape.series("shoal_peer_link_info"))")
