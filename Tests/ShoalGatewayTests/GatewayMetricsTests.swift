@@ -104,6 +104,15 @@ struct GatewayMetricsTests {
         }
     }
 
+    @Test("every metric the gateway exposes is named in docs/http-api.md")
+    func documented() throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let doc = try String(contentsOf: root.appendingPathComponent("docs/http-api.md"), encoding: .utf8)
+        for family in metrics().families {
+            #expect(doc.contains("`\(family.name)"), "docs/http-api.md does not name \(family.name)")
+        }
+    }
+
     /// `promtool check metrics` on `text`: its exit status and what it printed.
     static func promtool(_ text: String) throws -> (Int32, String) {
         let p = Process()
