@@ -291,6 +291,7 @@ async function loadStatus() {
     ["transports", transports || "none"],
     ["documents", s.store ? s.store.documents + " live, " + s.store.tombstones + " deleted, sequence " + s.store.lastSequence : "?"],
     ["store", s.store ? s.store.durability + " — " + s.store.path : "?"],
+    ["http", (s.http || []).join(", ") || "—"],
     ["supervision", (tree.length - bad.length) + "/" + tree.length + " healthy" + (bad.length ? ": " + bad.map(c => c.path + " " + c.state).join(", ") : "")],
   ];
   if (s.identity && s.identity.problem) facts.push(["identity", "PROBLEM: " + s.identity.problem]);
@@ -339,8 +340,13 @@ const docPath = (c, id) => "/v1/collections/" + enc(c) + "/docs" + (id === undef
 async function loadCollections() {
   const {collections} = await json("/v1/collections");
   const sel = $("#collection"), want = S.collection || new URLSearchParams(location.hash.slice(1)).get("collection");
-  sel.textContent = "";
-  for (const c of collections) sel.append(el("option", {value: c.name}, c.name + " (" + c.documents + ")"));
+  // Same collections: only the counts change (rebuilding would close a picker open on a phone).
+  const same = sel.options.length === collections.length && collections.every((c, i) => sel.options[i].value === c.name);
+  if (!same) sel.textContent = "";
+  collections.forEach((c, i) => {
+    const text = c.name + " (" + c.documents + ")";
+    if (same) sel.options[i].textContent = text; else sel.append(el("option", {value: c.name}, text));
+  });
   const pick = collections.find(c => c.name === want) || collections.find(c => c.documents > 0 && !c.name.startsWith("_default.")) || collections[0];
   if (pick) sel.value = pick.name;
   if (pick && pick.name !== S.collection) { S.collection = pick.name; await loadDocs(); }
@@ -460,8 +466,7 @@ function onChange(type, c) {
   if (c.collection === S.collection) placeDoc(c, true);
   if (c.collection === S.collection && c.id === S.open && !S.editing && !c.deleted && ("\"" + c.revision + "\"") !== S.openETag) openDoc(c.id).catch(say);
   if (c.collection === S.collection && c.id === S.open && c.deleted && !S.editing) closeDoc();
-  if (![...$("#collection").options].some(o => o.value === c.collection)) soon.collections();
-  soon.status(); soon.conflicts();
+  soon.collections(); soon.status(); soon.conflicts();
 }
 
 // ---- Conflicts and events ----

@@ -234,6 +234,7 @@ def main():
         dt.call("Page.enable")
         dt.call("Runtime.enable")
         dt.call("Emulation.setDeviceMetricsOverride", {"width": 1280, "height": 900, "deviceScaleFactor": 1, "mobile": False})
+        dt.call("Emulation.setScrollbarsHidden", {"hidden": True})
         dt.call("Page.navigate", {"url": a.url.rstrip("/") + "/#collection=" + urllib.parse.quote(a.collection)})
         dt.until("document.readyState === 'complete' && !!document.querySelector('#live')", 20, "the console page loads")
         dt.until("document.querySelector('#live').dataset.state === 'live'", a.timeout, "both live streams open")
