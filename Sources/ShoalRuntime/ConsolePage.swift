@@ -7,7 +7,7 @@
 /// What a reader would get wrong: the page holds no data and no secret; everything it shows
 /// comes from the API calls it makes, so the API's rules (token, limits) are the console's.
 /// Stable hooks for tests: `#state`, `#led` (`data-pattern`, `data-lit`), `#sync`,
-/// `#mesh svg`, `#peers tbody tr[data-peer]`, `#docs [data-id]`, `#doc-view`, `#conflicts li`,
+/// `#mesh svg`, `#peers tbody tr[data-peer]`, `#docs [data-id]` (the list's rows), `#doc-view` (`data-open`), `#conflicts li`,
 /// `#events li`, `#live` (`data-state` = live | connecting | offline).
 public enum ConsolePage {
     public static let contentType = "text/html; charset=utf-8"
@@ -121,7 +121,7 @@ input{min-height:44px;padding:6px 10px;border:1px solid var(--line);border-radiu
       <ul id="doc-list" class="list"></ul>
       <div class="row" style="margin-top:8px"><button id="doc-more" hidden>More</button><span id="doc-count" class="mut"></span></div>
     </div>
-    <div id="doc-view" data-id="" hidden>
+    <div id="doc-view" data-open="" hidden>
       <div class="row"><strong id="doc-title" class="mono" style="overflow-wrap:anywhere"></strong><span id="doc-meta" class="mut"></span></div>
       <input id="doc-id" placeholder="document id" hidden>
       <pre id="doc-json" class="json"></pre>
@@ -414,7 +414,7 @@ async function openDoc(id) {
   if (!r.ok) { say(new Error(id + ": " + r.status + " " + await reason(r))); return; }
   const body = await r.json(), etag = r.headers.get("ETag") || "";
   S.open = id; S.openETag = etag; S.openBody = body;
-  v.dataset.id = id; v.dataset.etag = etag;
+  v.dataset.open = id; v.dataset.etag = etag;
   for (const li of document.querySelectorAll("#doc-list li")) li.classList.toggle("sel", li.dataset.id === id);
   $("#doc-title").textContent = id;
   $("#doc-meta").textContent = "rev " + etag.replace(/"/g, "") + (r.headers.get("X-Shoal-Sequence") ? ", seq " + r.headers.get("X-Shoal-Sequence") : "");
@@ -423,11 +423,11 @@ async function openDoc(id) {
   editMode(false); say(null);
   disarm();
 }
-function closeDoc() { S.open = null; $("#doc-view").hidden = true; $("#doc-view").dataset.id = ""; }
+function closeDoc() { S.open = null; $("#doc-view").hidden = true; $("#doc-view").dataset.open = ""; }
 $("#doc-edit").addEventListener("click", () => editMode(true));
 $("#doc-cancel").addEventListener("click", () => { if (S.creating) closeDoc(); else editMode(false); S.creating = false; });
 $("#doc-new").addEventListener("click", () => {
-  S.creating = true; S.open = null; const v = $("#doc-view"); v.hidden = false; v.dataset.id = "";
+  S.creating = true; S.open = null; const v = $("#doc-view"); v.hidden = false; v.dataset.open = "";
   $("#doc-title").textContent = "new document in " + S.collection; $("#doc-meta").textContent = "";
   $("#doc-id").value = ""; $("#doc-editor").value = "{\n  \n}"; editMode(true); say(null);
 });

@@ -225,6 +225,19 @@ def main():
         if not ok:
             failures.append(name)
 
+    # The two resources this part serves, as plain HTTP first.
+    base = a.url.rstrip("/")
+    try:
+        with urllib.request.urlopen(base + "/", timeout=10) as r:
+            check("GET / is the console page", r.headers.get("Content-Type", "").startswith("text/html") and b"<!doctype html>" in r.read(),
+                  r.headers.get("Content-Type"))
+        with urllib.request.urlopen(base + "/v1/mesh?format=svg", timeout=10) as r:
+            body = r.read()
+            check("GET /v1/mesh?format=svg is an SVG picture", r.headers.get("Content-Type", "").startswith("image/svg+xml") and body.startswith(b"<svg"),
+                  f"{r.headers.get('Content-Type')}, {len(body)} bytes")
+    except OSError as e:
+        check("the API answers", False, e)
+
     profile = tempfile.mkdtemp(prefix="shoal-chromium-")
     log = open(os.path.join(a.artifacts, "console-chromium.log"), "wb")
     proc = None
@@ -267,7 +280,7 @@ def main():
         # appears (its clock is this machine's), measured from the write's start and its return.
         for n in range(a.writes):
             doc_id = f"console-live-{int(time.time() * 1000)}-{n}"
-            dt.eval("window.__seen = new Promise(res => { const sel = '#docs [data-id=\"%s\"]';" % doc_id + """
+            dt.eval("window.__seen = new Promise(res => { const sel = '#doc-list [data-id=\"%s\"]';" % doc_id + """
                 if (document.querySelector(sel)) return res(Date.now());
                 const mo = new MutationObserver(() => { if (document.querySelector(sel)) { mo.disconnect(); res(Date.now()); } });
                 mo.observe(document.getElementById('docs'), {childList: true, subtree: true});
@@ -307,8 +320,8 @@ def main():
 
             # The last one in the JSON viewer, edited through the page: PUT with If-Match.
             last = result["latencyMs"][-1]["id"]
-            dt.eval("document.querySelector('#docs [data-id=\"%s\"]').click(); true" % last)
-            dt.until("document.querySelector('#doc-view').dataset.id === %s && document.querySelector('#doc-json').textContent.includes('42')" % q(last),
+            dt.eval("document.querySelector('#doc-list [data-id=\"%s\"]').click(); true" % last)
+            dt.until("document.querySelector('#doc-view').dataset.open === %s && document.querySelector('#doc-json').textContent.includes('42')" % q(last),
                      10, "the JSON viewer shows the document")
             check("JSON viewer shows the document", True)
             dt.eval("""document.querySelector('#doc-edit').click();
