@@ -1,4 +1,5 @@
 import ShoalCore
+import ShoalLinux
 import ShoalReplication
 import ShoalStore
 import ShoalWire
@@ -42,6 +43,10 @@ struct ControlHandler {
             o["meshOptions"] = ControlHandler.meshOptions(gateway.board.mesh)
             return .object(o)
         case "identity": return gateway.identityJSON
+        case "http":
+            // Where the local API listens, and the data directory its token file is in (the
+            // client reads the file itself, with its own permissions).
+            return ["addresses": .array(gateway.httpAddresses.map(JSONValue.string)), "dataDirectory": .string(Files.directory(of: gateway.storePath))]
         case "changes":
             let store = try openStore()
             let since = r["since"]?.int64Value ?? 0
