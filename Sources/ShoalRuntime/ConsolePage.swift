@@ -425,7 +425,10 @@ async function openDoc(id) {
 }
 function closeDoc() { S.open = null; $("#doc-view").hidden = true; $("#doc-view").dataset.open = ""; }
 $("#doc-edit").addEventListener("click", () => editMode(true));
-$("#doc-cancel").addEventListener("click", () => { if (S.creating) closeDoc(); else editMode(false); S.creating = false; });
+$("#doc-cancel").addEventListener("click", () => {
+  // Back to the gateway's version (it may have changed while the editor was open).
+  if (S.creating) { S.creating = false; closeDoc(); } else openDoc(S.open).catch(say);
+});
 $("#doc-new").addEventListener("click", () => {
   S.creating = true; S.open = null; const v = $("#doc-view"); v.hidden = false; v.dataset.open = "";
   $("#doc-title").textContent = "new document in " + S.collection; $("#doc-meta").textContent = "";

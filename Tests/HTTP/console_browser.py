@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 
@@ -238,6 +239,26 @@ def main():
     except OSError as e:
         check("the API answers", False, e)
 
+    def put(doc_id, body):
+        """Writes a document the way a user beside the gateway would: `shoal doc put`."""
+        if a.put_url:
+            urllib.request.urlopen(urllib.request.Request(a.put_url + doc_id, method="POST"), timeout=10).read()
+            return True
+        r = subprocess.run([a.shoal, "doc", "put", a.collection, doc_id, json.dumps(body), "--socket", a.socket],
+                           capture_output=True, text=True, timeout=30)
+        if r.returncode != 0:
+            check(f"shoal doc put {doc_id}", False, r.stderr.strip())
+        return r.returncode == 0
+
+    def api_get(doc_id):
+        """The document's body over the API, or the HTTP status when there is none."""
+        url = base + f"/v1/collections/{urllib.parse.quote(a.collection, safe='')}/docs/{urllib.parse.quote(doc_id, safe='')}"
+        try:
+            with urllib.request.urlopen(url, timeout=10) as r:
+                return json.load(r)
+        except urllib.error.HTTPError as e:
+            return e.code
+
     profile = tempfile.mkdtemp(prefix="shoal-chromium-")
     log = open(os.path.join(a.artifacts, "console-chromium.log"), "wb")
     proc = None
@@ -286,14 +307,8 @@ def main():
                 mo.observe(document.getElementById('docs'), {childList: true, subtree: true});
                 setTimeout(() => { mo.disconnect(); res(-1); }, 15000); }); true""")
             started = time.time()
-            if a.put_url:
-                urllib.request.urlopen(urllib.request.Request(a.put_url + doc_id, method="POST"), timeout=10).read()
-            else:
-                r = subprocess.run([a.shoal, "doc", "put", a.collection, doc_id, json.dumps({"v": 42, "n": n}), "--socket", a.socket],
-                                   capture_output=True, text=True, timeout=30)
-                if r.returncode != 0:
-                    check(f"shoal doc put {doc_id}", False, r.stderr.strip())
-                    continue
+            if not put(doc_id, {"v": 42, "n": n}):
+                continue
             returned = time.time()
             seen = dt.eval("window.__seen", 20)
             if seen is None or seen < 0:
@@ -328,10 +343,29 @@ def main():
                 document.querySelector('#doc-editor').value = JSON.stringify({v: 43, edited: "in the console"});
                 document.querySelector('#doc-save').click(); true""")
             saved = dt.until("(t => t.includes('saved') && t)(document.querySelector('#msg').textContent)", 10, "the edit is saved")
-            url = a.url.rstrip("/") + f"/v1/collections/{urllib.parse.quote(a.collection)}/docs/{urllib.parse.quote(last)}"
-            with urllib.request.urlopen(url, timeout=10) as r:
-                body, etag = json.load(r), r.headers.get("ETag")
-            check("edit saved through PUT + If-Match", body.get("v") == 43 and body.get("edited") == "in the console", f"{saved}; {body} ETag {etag}")
+            body = api_get(last)
+            check("edit saved through PUT + If-Match", body == {"v": 43, "edited": "in the console"}, f"{saved}; {body}")
+
+            # An edit over a document the CLI changed meanwhile is refused (412), not saved over it.
+            dt.eval("document.querySelector('#doc-edit').click(); document.querySelector('#doc-editor').value = '{\"v\": 44}'; true")
+            put(last, {"v": 50, "from": "cli"})
+            dt.until("document.querySelector('#doc-list [data-id=\"%s\"]').dataset.revision === '3'" % last, 10, "the CLI's change reaches the list")
+            dt.eval("document.querySelector('#doc-save').click(); true")
+            refused = dt.until("(t => t.includes('meanwhile') && t)(document.querySelector('#msg').textContent)", 10, "the stale edit is refused")
+            check("a stale edit is refused (If-Match, 412)", api_get(last) == {"v": 50, "from": "cli"}, f"{refused}; {api_get(last)}")
+            dt.eval("document.querySelector('#doc-cancel').click(); true")
+            dt.until("document.querySelector('#doc-json').textContent.includes('cli')", 10, "cancel shows the gateway's version")
+
+            # Delete takes two taps; the row goes, the API has it no more.
+            dt.eval("document.querySelector('#doc-delete').click(); document.querySelector('#doc-delete').click(); true")
+            dt.until("!document.querySelector('#doc-list [data-id=\"%s\"]')" % last, 10, "the deleted document leaves the list")
+            check("delete through the page", api_get(last) == 404, api_get(last))
+
+            # A new document made in the page.
+            dt.eval("""document.querySelector('#doc-new').click(); document.querySelector('#doc-id').value = 'made in the console';
+                document.querySelector('#doc-editor').value = '{"made": "console"}'; document.querySelector('#doc-save').click(); true""")
+            dt.until("!!document.querySelector('#doc-list [data-id=\"made in the console\"]')", 10, "the new document shows in the list")
+            check("create through the page (If-None-Match: *)", api_get("made in the console") == {"made": "console"}, api_get("made in the console"))
 
         dt.drain()
         errors = [e["params"]["exceptionDetails"].get("exception", {}).get("description", "?") for e in dt.events

@@ -15,7 +15,7 @@ extension ProcessSuites {
         /// The package's root (the script and the artifacts are under it), from this file's path.
         static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
 
-        @Test("the console shows the lab's linked peers in its mesh picture, and a document written with the CLI reaches the browser's DOM live (figure printed)")
+        @Test("the console shows the lab's linked peers in its mesh picture, a document written with the CLI reaches the browser's DOM live (figure printed), and edit, a stale edit, delete and create work from the page")
         func consoleInChromium() throws {
             let base = TemporaryDirectory()
             defer { base.remove() }
