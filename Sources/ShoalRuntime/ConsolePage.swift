@@ -9,10 +9,10 @@
 /// Stable hooks for tests: `#state`, `#led` (`data-pattern`, `data-lit`), `#sync`,
 /// `#mesh svg`, `#peers tbody tr[data-peer]`, `#docs [data-id]` (the list's rows), `#doc-view` (`data-open`), `#conflicts li`,
 /// `#events li`, `#live` (`data-state` = live | connecting | offline).
-public enum ConsolePage {
-    public static let contentType = "text/html; charset=utf-8"
+enum ConsolePage {
+    static let contentType = "text/html; charset=utf-8"
 
-    public static let html: String = #"""
+    static let html: String = #"""
 <!doctype html>
 <html lang="en">
 <head>
