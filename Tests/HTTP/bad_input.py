@@ -397,7 +397,7 @@ def bearer(args):
         for name, hdrs in [("missing", {}), ("wrong", {"Authorization": "Bearer " + "0" * 64}), ("short", {"Authorization": "Bearer x"}),
                            ("basic", {"Authorization": "Basic YWRtaW46YWRtaW4="}), ("lowercase-scheme", {"Authorization": "bearer " + token}),
                            ("token-plus", {"Authorization": "Bearer " + token + "0"})]:
-            for m, p, b in [("GET", "/v1/status", b""), ("PUT", DOCS + "/secret", b'{"echo":"SECRET-BODY-123"}'), ("GET", "/", b""),
+            for m, p, b in [("GET", "/v1/status", b""), ("PUT", DOCS + "/secret", b'{"echo":"SECRET-BODY-123"}'), ("GET", "/v1/openapi.json", b""),
                             ("GET", "/metrics", b""), ("POST", DOCS, b'{"id":"s","body":{}}\n'), ("DELETE", DOCS + "/x", b""),
                             ("GET", "/v1/nosuch", b""), ("GET", "/v1/changes?feed=sse", b"")]:
                 r = request(tport, m, p, b, hdrs, timeout=5)
