@@ -97,6 +97,12 @@ public final class HTTPServer: @unchecked Sendable {  // a C daemon handle; stat
 
     /// Streams now open (server-sent events, long polls).
     public var openStreams: Int { streams.withLock { $0.count } }
+    /// Bytes each open stream holds for its client.
+    public var streamBuffers: [Int] { streams.withLock { Array($0.values) }.map(\.buffered) }
+    /// Connections held now.
+    public var openConnections: Int { connections.live }
+    /// Idle connections shut down to make room, since the start.
+    public var idleConnectionsClosed: Int { connections.evicted }
 
     // MARK: the C side
 

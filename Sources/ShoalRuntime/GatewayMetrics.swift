@@ -39,13 +39,47 @@ public struct GatewayMetrics: Sendable {
     public var residentBytes: Int?
     /// `monotonicMillis()` when gathered: a peer's idle time is measured from its last activity to this.
     public var nowMillis: Int
+    /// The local API's connections and streams (set by the API itself when it answers /metrics).
+    public var http: HTTP? = nil
+
+    /// What the local API holds now, over all its listeners.
+    public struct HTTP: Sendable {
+        public var connections: Int
+        /// Idle connections closed to make room for new ones past `http.maxConnections`.
+        public var idleConnectionsClosed: Int
+        public var streams: Int
+        public var bufferedBytes: Int
+        public var largestBufferBytes: Int
+
+        public init(connections: Int, idleConnectionsClosed: Int, streams: Int, bufferedBytes: Int, largestBufferBytes: Int) {
+            self.connections = connections
+            self.idleConnectionsClosed = idleConnectionsClosed
+            self.streams = streams
+            self.bufferedBytes = bufferedBytes
+            self.largestBufferBytes = largestBufferBytes
+        }
+    }
 
     public typealias Family = MetricsExposition.Family
     public typealias Sample = MetricsExposition.Sample
 
     /// Every family, in no particular order (the renderer sorts).
     public var families: [Family] {
-        gatewayFamilies + counterFamilies + meshFamilies + peerFamilies + storeFamilies + supervisionFamilies
+        gatewayFamilies + counterFamilies + meshFamilies + peerFamilies + storeFamilies + supervisionFamilies + httpFamilies
+    }
+
+    var httpFamilies: [Family] {
+        guard let http else { return [] }
+        return [
+            Family("shoal_http_connections", .gauge, help: "Connections the local API holds now (all listeners).", value: http.connections),
+            Family("shoal_http_idle_connections_closed_total", .counter,
+                   help: "Idle connections the local API closed to make room for new ones (past http.maxConnections).", value: http.idleConnectionsClosed),
+            Family("shoal_http_streams", .gauge, help: "Server-sent event streams and long polls open now.", value: http.streams),
+            Family("shoal_http_stream_buffered_bytes", .gauge, help: "Bytes written to the open streams and not yet taken by their clients, all together.",
+                   value: http.bufferedBytes),
+            Family("shoal_http_stream_largest_buffer_bytes", .gauge, help: "The most bytes one open stream holds for its client (each stream is bounded).",
+                   value: http.largestBufferBytes),
+        ]
     }
 
     /// The exposition text (`MetricsExposition.contentType`).

@@ -1,6 +1,7 @@
 import ShoalCore
 import ShoalHTTP
 import ShoalStore
+import ShoalThreads
 import ShoalWire
 
 /// The local API's routes (docs/http-api.md, docs/openapi.json): each answers from the same
@@ -11,6 +12,9 @@ struct HTTPAPI: Sendable {
     let gateway: Gateway
     let opened: OpenedStore
     let feed: HTTPFeed
+    /// The servers answering with this router (for /metrics' connection and stream figures);
+    /// `HTTPService` adds each one it starts.
+    let servers = Locked<[HTTPServer]>([])
 
     var control: ControlHandler { ControlHandler(gateway: gateway, opened: opened) }
 

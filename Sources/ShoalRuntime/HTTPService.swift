@@ -54,6 +54,7 @@ struct HTTPService: Service {
             let server = try HTTPServer(name: path, listenFD: listener.takeDescriptor(), limits: limits, bearerToken: nil,
                                         bodyLimit: HTTPService.limit, log: log, handler: api.handle)
             servers.append(server)
+            api.servers.withLock { $0.append(server) }
             logger.info(.http, "HTTP API on unix:\(path) (curl --unix-socket \(path) http://localhost/v1/status)")
         }
         var pending = settings.listen
@@ -70,6 +71,7 @@ struct HTTPService: Service {
                     let server = try HTTPServer(name: address.description, listenFD: listener.takeDescriptor(), limits: limits,
                                                 bearerToken: needsToken ? token : nil, openPaths: ["/"], bodyLimit: HTTPService.limit, log: log, handler: api.handle)
                     servers.append(server)
+                    api.servers.withLock { $0.append(server) }
                     let shown = HostPort(host: address.host, port: listener.port)
                     logger.info(.http, "HTTP API on http://\(shown)/\(needsToken ? " (bearer token required: `shoal http token`)" : "")")
                     bound.append(shown.description)
@@ -94,6 +96,7 @@ struct HTTPService: Service {
         gateway.setHTTPAddresses([])
         for s in servers { s.stop() }
         servers = []
+        api.servers.withLock { $0 = [] }
         feed.stop()
         _ = await feedEnded.wait()
         let abandoned = (try? await gateway.workThread.run { workers.join(timeoutMillis: 3000) }) ?? []

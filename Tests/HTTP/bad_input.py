@@ -584,10 +584,57 @@ def slow_sse(args):
         case.state = store_state(port)
 
 
+def metric(port, name):
+    """One sample's value from /metrics (the first line that starts with the name), or None."""
+    r = request(port, "GET", "/metrics")
+    if r is None or r.status != 200:
+        return None
+    for line in r.body.decode().splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def slow_sse_big_docs(args):
+    """The same slow reader while documents near the 1 MiB limit flood in (include_docs): the
+    stream's buffer stays within its bound plus one event, not a batch of them."""
+    port = args.port
+    with Case(args, "slow-sse-big-docs", rss_growth_kb_max=40_000) as case:
+        seq0 = store_state(port)[0]
+        slow = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        slow.connect(("127.0.0.1", port))
+        slow.sendall(f"GET /v1/changes?feed=sse&include_docs=true&since={seq0} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        time.sleep(0.3)
+        rss0, peak, largest = rss_kb(args.pid), rss_kb(args.pid), 0.0
+        body = json.dumps({"pad": "b" * 600_000}).encode()
+        for i in range(40):
+            # One PUT each (a bulk write's own parsing costs more memory than the stream here).
+            r = request(port, "PUT", f"{DOCS}/big-{i}", body, timeout=30)
+            if r is None or r.status not in (200, 201):
+                fail("slow-sse-big-docs", f"a write answered {r!r}")
+            if i % 4 == 3:
+                peak = max(peak, rss_kb(args.pid))
+                largest = max(largest, metric(port, "shoal_http_stream_largest_buffer_bytes") or 0)
+        cpu0, t0 = cpu_seconds(args.pid), time.monotonic()
+        time.sleep(1.5)
+        cpu_share = (cpu_seconds(args.pid) - cpu0) / (time.monotonic() - t0)
+        print(f"  40 writes of 600 KB with a stuck SSE reader (include_docs): largest stream buffer {largest / 1024:.0f} KiB, "
+              f"RSS {rss0} -> peak {peak} kB, CPU afterwards {cpu_share:.0%} of a core", flush=True)
+        if largest > 256 * 1024 + 700_000:
+            fail("slow-sse-big-docs", f"a stream buffered {largest:.0f} bytes (bound 256 KiB plus one event)")
+        if peak - rss0 > 40_000:
+            fail("slow-sse-big-docs", f"RSS grew {peak - rss0} kB")
+        if cpu_share > 0.25:
+            fail("slow-sse-big-docs", f"the gateway used {cpu_share:.0%} of a core with only the stuck reader left")
+        slow.close()
+        case.state = store_state(port)
+
+
 CASES = {
     "malformed-json": malformed_json, "too-large": too_large, "long-id": long_id, "unknown-collection": unknown_collection,
     "broken-chunked": broken_chunked, "traversal": traversal, "header-floods": header_floods, "bearer": bearer,
-    "idle-connections": idle_connections, "slowloris": slowloris, "slow-sse": slow_sse,
+    "idle-connections": idle_connections, "slowloris": slowloris, "slow-sse": slow_sse, "slow-sse-big-docs": slow_sse_big_docs,
 }
 
 
