@@ -459,8 +459,13 @@ def idle_connections(args, total=10_000):
             st = tcp_state(s)
             states[st] = states.get(st, 0) + 1
         held = states.get("established", 0)
+        conns, idle_closed = metric(port, "shoal_http_connections"), metric(port, "shoal_http_idle_connections_closed_total")
+        if conns is None or conns > 257:
+            fail("10000-idle-connections", f"the gateway holds {conns} connections (maxConnections 256)")
+        if args.idle_sources * 64 > 256 and not idle_closed:
+            fail("10000-idle-connections", "no idle connection was closed to make room")
         print(f"  {len(sockets)} connects started in {opened:.1f} s from {len(sources)} address(es) ({refused} refused at connect); "
-              f"client-side states {states}; {held} established; fresh GET during {ms_during or -1:.1f} ms; peak RSS {peak_rss} kB",
+              f"client-side states {states}; gateway: {conns:.0f} connections, {idle_closed:.0f} idle ones closed to make room; fresh GET during {ms_during or -1:.1f} ms; peak RSS {peak_rss} kB",
               flush=True)
         for s in sockets:
             s.close()
