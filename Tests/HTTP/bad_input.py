@@ -419,7 +419,14 @@ def bearer(args):
     print("case bearer-right-token: GET 200, PUT 201", flush=True)
 
 
-def idle_connections(args, total=10_000):
+def idle_connections(args):
+    """From one address (the per-address limit closes the excess at once), then from several
+    (past maxConnections the longest idle connection makes room)."""
+    for sources in sorted({1, args.idle_sources}):
+        idle_connections_from(args, sources)
+
+
+def idle_connections_from(args, n_sources, total=10_000):
     port = args.port
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     want = min(hard, total + 1000)
@@ -428,10 +435,10 @@ def idle_connections(args, total=10_000):
     if want < total + 100:
         fail("idle-connections", f"RLIMIT_NOFILE hard limit {hard} is too low for {total} connections")
         return
-    with Case(args, "10000-idle-connections", rss_growth_kb_max=40_000):
+    with Case(args, f"10000-idle-connections-from-{n_sources}-address{'es' if n_sources > 1 else ''}", rss_growth_kb_max=40_000):
         sockets = []
         refused = 0
-        sources = [f"127.0.0.{i}" for i in range(2, 2 + args.idle_sources)]
+        sources = [f"127.0.0.{i}" for i in range(2, 2 + n_sources)]
         peak_rss = rss_kb(args.pid)
         t0 = time.monotonic()
         for i in range(total):
@@ -462,7 +469,7 @@ def idle_connections(args, total=10_000):
         conns, idle_closed = metric(port, "shoal_http_connections"), metric(port, "shoal_http_idle_connections_closed_total")
         if conns is None or conns > 257:
             fail("10000-idle-connections", f"the gateway holds {conns} connections (maxConnections 256)")
-        if args.idle_sources * 64 > 256 and not idle_closed:
+        if n_sources * 64 > 256 and not idle_closed:
             fail("10000-idle-connections", "no idle connection was closed to make room")
         print(f"  {len(sockets)} connects started in {opened:.1f} s from {len(sources)} address(es) ({refused} refused at connect); "
               f"client-side states {states}; gateway: {conns:.0f} connections, {idle_closed:.0f} idle ones closed to make room; fresh GET during {ms_during or -1:.1f} ms; peak RSS {peak_rss} kB",
