@@ -88,6 +88,9 @@ public final class HTTPServer: @unchecked Sendable {  // a C daemon handle; stat
     public func stop() {
         guard stopped.withLock({ s -> Bool in defer { s = true }; return !s }), let daemon else { return }
         let listen = shoal_mhd_quiesce(daemon)
+        // libmicrohttpd aborts the process if it is stopped with a connection suspended and not
+        // resumed: every stream open now is ended (resumed) here, and one queued from here on is
+        // ended at once (`queue` sees `stopped`). libmicrohttpd takes up pending resumes itself.
         for stream in streams.withLock({ Array($0.values) }) { stream.wakeForStop() }
         MHD_stop_daemon(daemon)
         if listen >= 0 { Glibc.close(listen) }
@@ -234,6 +237,8 @@ public final class HTTPServer: @unchecked Sendable {  // a C daemon handle; stat
             stream.server.withLock { $0 = self }
             streams.withLock { $0[ObjectIdentifier(stream)] = stream }
             stream.attach(connection) { MHD_resume_connection($0) }
+            // Registered before `stopped` is read, so either stop() sees this stream or this sees stop().
+            if stopped.withLock({ $0 }) { stream.finish() }
             response = MHD_create_response_from_callback(UInt64.max, 4096, HTTPServer.readStream,
                                                          Unmanaged.passRetained(stream).toOpaque(), HTTPServer.freeStream)
         }
