@@ -143,6 +143,12 @@ public final class HTTPServer: @unchecked Sendable {  // a C daemon handle; stat
                 return server.queue(connection, HTTPServer.error(401, "unauthorized", "this address needs Authorization: Bearer <token> (`shoal http token` prints it)",
                                                               extra: [("WWW-Authenticate", "Bearer realm=\"shoal\"")]))
             }
+            if HTTPServer.lengthIsAmbiguous(connection) {
+                // libmicrohttpd would take one of them; a proxy in front might take the other.
+                pending.answered = true
+                return server.queue(connection, HTTPServer.error(400, "bad_request",
+                                                              "the body's length is ambiguous (Content-Length twice with different values, or with Transfer-Encoding); send one"))
+            }
             pending.limit = server.bodyLimit(methodText, path)
             if let lengthText = HTTPServer.value(connection, .HEADER_KIND, "Content-Length"), let length = Int(lengthText), length > pending.limit {
                 pending.answered = true
@@ -310,6 +316,28 @@ public final class HTTPServer: @unchecked Sendable {  // a C daemon handle; stat
 
     static func value(_ connection: OpaquePointer, _ kind: MHD_ValueKind, _ name: String) -> String? {
         MHD_lookup_connection_value(connection, kind, name).map { String(cString: $0) }
+    }
+
+    final class Framing {
+        var lengths: Set<String> = []
+        var transferEncoding = false
+    }
+
+    /// Two different Content-Length values, or Content-Length beside Transfer-Encoding (RFC 9112
+    /// 6.3: the way request smuggling starts).
+    static func lengthIsAmbiguous(_ connection: OpaquePointer) -> Bool {
+        let framing = Framing()
+        _ = MHD_get_connection_values(connection, .HEADER_KIND, { cls, _, key, value in
+            guard let cls, let key else { return .YES }
+            let f = Unmanaged<Framing>.fromOpaque(cls).takeUnretainedValue()
+            switch String(cString: key).lowercased() {
+            case "content-length": f.lengths.insert(value.map { String(cString: $0) } ?? "")
+            case "transfer-encoding": f.transferEncoding = true
+            default: break
+            }
+            return .YES
+        }, Unmanaged.passUnretained(framing).toOpaque())
+        return withExtendedLifetime(framing) { framing.lengths.count > 1 || (!framing.lengths.isEmpty && framing.transferEncoding) }
     }
 
     final class Collected {
