@@ -39,9 +39,11 @@ install-missing:
 	else echo "deps: all Debian packages present"; fi
 	@command -v $(SWIFT) >/dev/null || { echo "no Swift toolchain on PATH: install Swift 6 (see README.md)"; exit 1; }
 
-## Regenerates the board files built into the binary from board-configs/.
+## Regenerates the board files built into the binary from board-configs/, and the OpenAPI
+## document it serves from docs/openapi.json.
 boards:
 	@./scripts/embed-boards.sh
+	@./scripts/embed-openapi.sh
 
 build: build-deps boards
 	$(SWIFT) build
