@@ -7,6 +7,7 @@ exits 1 with what failed.
 """
 import json
 import queue
+import socket
 import sys
 import threading
 import time
@@ -45,7 +46,7 @@ class Feed:
         try:
             for event in sseclient.SSEClient(self.response).events():
                 self.events.put((time.monotonic(), event))
-        except Exception as error:  # the connection closed under us (close()) or broke
+        except Exception as error:  # the connection broke (or close() shut it)
             self.events.put((time.monotonic(), error))
 
     def next(self, within=5.0):
@@ -58,6 +59,11 @@ class Feed:
         return at, event
 
     def close(self):
+        # response.close() would wait for the reader thread's blocked read (a buffered reader's
+        # lock) until the next event; shutting the socket down ends that read at once.
+        connection = getattr(self.response.raw, "connection", None)
+        if connection is not None and connection.sock is not None:
+            connection.sock.shutdown(socket.SHUT_RDWR)
         self.response.close()
 
 
