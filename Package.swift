@@ -19,6 +19,7 @@ let package = Package(
         .systemLibrary(name: "CBlueZ", path: "Sources/CBlueZ"),
         .systemLibrary(name: "CGPIOD", path: "Sources/CGPIOD"),
         .systemLibrary(name: "CYAML", path: "Sources/CYAML"),
+        .systemLibrary(name: "CMicroHTTPD", path: "Sources/CMicroHTTPD"),
 
         // Pure modules: no C module, fast to test, reused by the simulator.
         // Threads and locks over pthreads (ThreadSanitizer sees them): the one place they are made.
@@ -34,6 +35,8 @@ let package = Package(
         .target(name: "ShoalStore", dependencies: ["ShoalThreads", "ShoalCore", "CSQLite"]),
         .target(name: "ShoalTLS", dependencies: ["ShoalThreads", "ShoalCore", "CMbedTLS"]),
         .target(name: "ShoalLinux", dependencies: ["ShoalThreads", "ShoalCore", "CAvahi", "CBlueZ", "CGPIOD"]),
+        // The local API's HTTP server (libmicrohttpd): bytes in, bytes out; the routes are the runtime's.
+        .target(name: "ShoalHTTP", dependencies: ["ShoalThreads", "CMicroHTTPD"]),
 
         // Replication: the sans-IO protocol state machine over the store and the wire codec.
         .target(name: "ShoalReplication", dependencies: ["ShoalThreads", "ShoalCore", "ShoalWire", "ShoalStore"]),
@@ -49,7 +52,7 @@ let package = Package(
         // Composition root.
         .target(name: "ShoalRuntime", dependencies: ["ShoalThreads", 
             "ShoalCore", "ShoalWire", "ShoalSupervision", "ShoalConfig", "ShoalYAML", "ShoalStatus",
-            "ShoalStore", "ShoalTLS", "ShoalLinux", "ShoalReplication", "ShoalMesh", "ShoalGateway",
+            "ShoalStore", "ShoalTLS", "ShoalLinux", "ShoalReplication", "ShoalMesh", "ShoalGateway", "ShoalHTTP",
         ]),
         .target(name: "ShoalTesting", dependencies: ["ShoalThreads", "ShoalCore", "ShoalSupervision"]),
         // The in-process medium in real time, as a transport: `import Shoal`'s simulated medium,

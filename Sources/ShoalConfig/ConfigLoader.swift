@@ -296,6 +296,10 @@ public struct ConfigLoader: Sendable {
             }
             site.transports = transports
         }
+        errors.attempt { () throws(ConfigError) in
+            guard var r = try top.mapping("http") else { return }
+            try site.http.apply(&r)
+        }
         site.meshNode = top.raw("mesh")
         site.logNode = top.raw("log")
         errors.attempt { () throws(ConfigError) in try top.finish() }

@@ -24,6 +24,8 @@ public struct SiteConfig: Sendable, Equatable {
     /// Wi-Fi means TCP to static peers and, where the board names a Wi-Fi interface, DNS-SD
     /// discovery through avahi-daemon.
     public var transports: [SiteTransport] = [.wifi]
+    /// The local HTTP API (`http:`).
+    public var http = HTTPSettings()
     /// Days of validity for an identity the gateway creates for itself.
     public var identityValidDays: Int64 = 365
     /// The site's `mesh:` and `log:` mappings, applied over the board's.

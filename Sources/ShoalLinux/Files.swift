@@ -29,9 +29,9 @@ public enum Files {
         return stat(path, &st) == 0 ? Int(st.st_size) : nil
     }
 
-    /// Writes `text` to `path` (created or truncated, mode 0644).
-    public static func write(_ path: String, _ text: String) throws(SystemError) {
-        let fd = try SystemCall.run("open(\(path))") { open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644) }
+    /// Writes `text` to `path` (created or truncated, mode 0644 unless told).
+    public static func write(_ path: String, _ text: String, mode: mode_t = 0o644) throws(SystemError) {
+        let fd = try SystemCall.run("open(\(path))") { open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode) }
         defer { close(fd) }
         let bytes = Array(text.utf8)
         var offset = 0
@@ -81,5 +81,19 @@ public enum Files {
         var s = statvfs()
         guard statvfs(path, &s) == 0 else { return nil }
         return UInt64(s.f_bavail) * UInt64(s.f_frsize)
+    }
+
+    /// `count` bytes from the kernel's random source (/dev/urandom).
+    public static func randomBytes(_ count: Int) throws(SystemError) -> [UInt8] {
+        let fd = try SystemCall.run("open(/dev/urandom)") { open("/dev/urandom", O_RDONLY | O_CLOEXEC) }
+        defer { close(fd) }
+        var out = [UInt8](repeating: 0, count: count)
+        var filled = 0
+        while filled < count {
+            let n = try SystemCall.run("read(/dev/urandom)") { out[filled...].withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) } }
+            guard n > 0 else { throw SystemError(call: "read(/dev/urandom): end of file", code: EIO) }
+            filled += n
+        }
+        return out
     }
 }

@@ -234,6 +234,14 @@ public final class TCPListener: @unchecked Sendable {  // one listening socket
         fd = -1
     }
 
+    /// Hands the listening descriptor to another owner (the HTTP server): this object will not
+    /// close it.
+    public func takeDescriptor() -> Int32 {
+        let out = fd
+        fd = -1
+        return out
+    }
+
     /// Accepts one connection, or nil if none came within the timeout.
     public func accept(timeoutMillis: Int32) throws(SystemError) -> TCPStream? {
         guard try SystemCall.poll(fd, Int16(POLLIN), timeoutMillis: Int(timeoutMillis), "poll(listener)") != 0 else { return nil }

@@ -85,7 +85,7 @@ public final class UnixSocketListener: @unchecked Sendable {  // one listening s
         if access(path, F_OK) == 0 {
             if let other = try? UnixSocket.connect(path: path) {
                 other.close()
-                throw SystemError(call: "bind(\(path)): another shoal is already serving this control socket", code: EADDRINUSE)
+                throw SystemError(call: "bind(\(path)): another shoal is already serving this socket", code: EADDRINUSE)
             }
             unlink(path)
         }
@@ -116,6 +116,14 @@ public final class UnixSocketListener: @unchecked Sendable {  // one listening s
             unlink(path)
         }
         fd = -1
+    }
+
+    /// Hands the listening descriptor to another owner (the HTTP server): this object will neither
+    /// close it nor unlink the path.
+    public func takeDescriptor() -> Int32 {
+        let out = fd
+        fd = -1
+        return out
     }
 
     /// Accepts one connection, or nil if none came within the timeout.

@@ -113,7 +113,10 @@ public struct LocalWriter: Sendable {
         }
     }
 
-    func write(_ tx: StoreTransaction, _ collection: CollectionName, _ id: DocumentID, _ body: String?) throws(StoreError) -> Change {
+    /// One versioned put (a body) or delete (nil) inside a transaction the caller holds (a
+    /// conditional write reads the document first in the same transaction). The body is not
+    /// checked here: call `store.validateBody` before the transaction.
+    public func write(_ tx: StoreTransaction, _ collection: CollectionName, _ id: DocumentID, _ body: String?) throws(StoreError) -> Change {
         let existing = try tx.get(collection, id: id.rawValue)
         var vector = VersionVector()
         if let existing {

@@ -40,6 +40,7 @@ struct ControlHandler {
             // The effective mesh options (board, then site) ride along: what this gateway runs with.
             guard case .object(var o) = gateway.statusSnapshot(store: opened.store).json else { return gateway.statusSnapshot(store: opened.store).json }
             o["meshOptions"] = ControlHandler.meshOptions(gateway.board.mesh)
+            o["http"] = .array(gateway.httpAddresses.map(JSONValue.string))
             return .object(o)
         case "identity": return gateway.identityJSON
         case "changes":

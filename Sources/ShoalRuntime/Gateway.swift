@@ -77,6 +77,12 @@ public final class Gateway: Sendable {
     public var identityProblem: String? { identitySlot.withLock { $0.1 } }
     func setIdentity(_ identity: Identity?, problem: String?) { identitySlot.withLock { $0 = (identity, problem) } }
 
+    /// Where the local HTTP API listens now (`127.0.0.1:8470`, `unix:/var/lib/shoal/http.sock`),
+    /// for status: a port 0 in the site file shows here as the port the kernel gave.
+    public var httpAddresses: [String] { httpAddressSlot.withLock { $0 } }
+    func setHTTPAddresses(_ addresses: [String]) { httpAddressSlot.withLock { $0 = addresses } }
+    private let httpAddressSlot = Locked<[String]>([])
+
     /// The control socket's answer to `identity` (what `shoal identity show` prints of a running
     /// gateway): where its identity lives, the one in use, and any problem with it. The directory
     /// is absolute: a client in another working directory than `shoal run --data-dir rel` was

@@ -53,7 +53,12 @@ public enum GatewayRuntime {
                 // Last, so its restart (rest_for_one) restarts nothing else; replication takes the
                 // radios' current state when it starts, and their changes as messages.
                 ChildSpec(name: "radios", heartbeatTimeout: .seconds(30)) { RadioService(gateway: gateway) },
-            ],
+            ] + (config.site.http.enabled ? [
+                // The local API, after everything it shows; its restart restarts nothing else.
+                ChildSpec(name: "http", heartbeatTimeout: .seconds(30), readyTimeout: .seconds(30)) {
+                    HTTPService(gateway: gateway, opened: try provided.store.value())
+                },
+            ] : []),
             report: gateway.report)
     }
 

@@ -388,8 +388,12 @@ extension DocumentStore {
         }
     }
 
-    /// Blocks until the last sequence passes `after`, the store closes, or the timeout passes.
-    /// Returns the last sequence. For the control socket's `changes --follow` threads.
+    /// Wakes every `waitForChange` now (a feed with a new subscriber, or stopping).
+    public func wake() { lock.withLock { lock.broadcast() } }
+
+    /// Blocks until the last sequence passes `after`, the store closes, `wake()` is called, or
+    /// the timeout passes. Returns the last sequence. For the control socket's `changes --follow`
+    /// threads and the HTTP feed.
     public func waitForChange(after: Int64, timeoutMillis: Int) -> Int64 {
         lock.withLock {
             if lastSequenceValue <= after && db != nil { lock.wait(timeoutMillis: timeoutMillis) }

@@ -13,6 +13,8 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
     case unknownCollection(String)
     case schemaTooNew(found: Int, supported: Int, path: String)
     case closed
+    /// A conditional write (HTTP If-Match / If-None-Match) found another revision; nothing written.
+    case preconditionFailed(String)
 
     public var description: String {
         switch self {
@@ -24,6 +26,7 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
         case .schemaTooNew(let found, let supported, let path):
             "store \(path) has schema version \(found), newer than this shoal supports (\(supported)); upgrade shoal or point storage.path elsewhere"
         case .closed: "the store is closed"
+        case .preconditionFailed(let why): why
         }
     }
 

@@ -48,7 +48,7 @@ enum CLI {
         }
         let rest = Array(args.dropFirst())
         // Errors name the command as typed: `shoal doc put: …`.
-        let label = ["doc", "log", "board", "bench", "identity", "radios"].contains(command) && rest.first.map({ !$0.hasPrefix("-") }) == true
+        let label = ["doc", "log", "board", "bench", "identity", "radios", "http"].contains(command) && rest.first.map({ !$0.hasPrefix("-") }) == true
             ? "\(command) \(rest[0])" : command
         do {
             switch command {
@@ -78,6 +78,7 @@ enum CLI {
             case "events": return try events(rest)
             case "radios": return try radios(rest)
             case "identity": return try identity(rest)
+            case "http": return try http(rest)
             case "doctor": return try doctor(rest)
             case "conflicts": return try conflicts(rest)
             default:

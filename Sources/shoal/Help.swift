@@ -17,6 +17,7 @@ enum Help {
                     "radios retry: retry advertising and discovery now (retryNetworks)"]),
         ("log", ["Log levels of a running gateway: level DOMAIN LEVEL | levels"]),
         ("identity", ["The gateway's TLS identity: create | show | delete"]),
+        ("http", ["The local HTTP API: token (the bearer token other addresses than loopback need)"]),
         ("doctor", ["Check this gateway before trusting it in the field (board, LED, radios, avahi,",
                     "identity, store, clock, free space)"]),
         ("board", ["Board files: list | show NAME | check FILE"]),
@@ -121,6 +122,16 @@ enum Help {
             order (at most --limit, default 1000, up to 10,000). --follow keeps the connection open
             and prints changes as they commit (Ctrl-C ends it). With --json: one object
             {changes, lastSequence}; with --follow --json, one JSON object per change, a line each.
+            """,
+        "http": """
+            Usage: shoal http token [--config FILE] [--board NAME] [--data-dir DIR]
+
+            The gateway serves its local API (REST under /v1, the change feed and mesh events over
+            server-sent events, Prometheus /metrics, the web console at /) on the site file's
+            http.listen addresses (default 127.0.0.1:8470) and on the Unix socket
+            <data dir>/http.sock. An address other than loopback needs the header
+            `Authorization: Bearer TOKEN`; `shoal http token` prints TOKEN, which the gateway
+            makes on its first start (<data dir>/http.token, mode 0600). See docs/http-api.md.
             """,
         "conflicts": """
             Usage: shoal conflicts [--limit N] [--json] [--socket PATH]

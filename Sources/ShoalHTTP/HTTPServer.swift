@@ -1,0 +1,283 @@
+import CMicroHTTPD
+import Glibc
+import ShoalThreads
+
+/// One HTTP listener served by GNU libmicrohttpd: its own epoll thread pool, so no request ever
+/// runs on Swift's cooperative pool, and every limit set: connections (in all and per client
+/// address), an idle timeout, header memory (431), body size (413, answered from the
+/// Content-Length before the body is read), and an optional bearer token (401 before the handler
+/// runs). The handler gets the whole request and answers synchronously; a streamed answer
+/// (`HTTPStream`) holds no thread while it waits.
+public final class HTTPServer: @unchecked Sendable {  // a C daemon handle; state under locks
+    public struct Limits: Sendable {
+        public var threads: UInt32 = 2
+        public var maxConnections: UInt32 = 256
+        public var maxConnectionsPerAddress: UInt32 = 64
+        public var connectionTimeoutSeconds: UInt32 = 30
+        /// Per connection, for the request line and headers (past it: 431).
+        public var headerMemoryBytes = 32 * 1024
+        public init() {}
+    }
+
+    public typealias Handler = @Sendable (HTTPRequest) -> HTTPResponse
+
+    /// What the server says to log (libmicrohttpd's own messages and handler failures).
+    public typealias Log = @Sendable (String) -> Void
+
+    public let name: String
+    let handler: Handler
+    let bodyLimit: @Sendable (_ method: String, _ path: String) -> Int
+    let bearerToken: String?
+    let log: Log
+    /// Set once, right after the daemon starts; read only by `stop()`.
+    private var daemon: OpaquePointer?
+    private let loggerBox: UnsafeMutablePointer<shoal_mhd_logger>
+    private let streams = Locked<[ObjectIdentifier: HTTPStream]>([:])
+    private let stopped = Locked(false)
+
+    /// Serves on `listenFD` (a listening socket; the server owns it from here on). `bearerToken`:
+    /// every request must carry `Authorization: Bearer <token>`.
+    public init(name: String, listenFD: Int32, limits: Limits, bearerToken: String?,
+                bodyLimit: @escaping @Sendable (String, String) -> Int, log: @escaping Log, handler: @escaping Handler) throws(HTTPServerError) {
+        self.name = name
+        self.handler = handler
+        self.bodyLimit = bodyLimit
+        self.bearerToken = bearerToken
+        self.log = log
+        loggerBox = UnsafeMutablePointer<shoal_mhd_logger>.allocate(capacity: 1)
+        let logBox = LogBox(log)
+        loggerBox.initialize(to: shoal_mhd_logger(fn: { cls, message in
+            guard let cls, let message else { return }
+            Unmanaged<LogBox>.fromOpaque(cls).takeUnretainedValue().log("libmicrohttpd: " + String(cString: message).trimmingTrailingNewlines())
+        }, cls: Unmanaged.passRetained(logBox).toOpaque()))
+        // The callbacks get this object unretained: the owner calls stop() (which ends the
+        // daemon and its threads) before letting it go.
+        let me = Unmanaged.passUnretained(self).toOpaque()
+        guard let d = shoal_mhd_start(listenFD, limits.threads, limits.maxConnections, limits.maxConnectionsPerAddress,
+                                      limits.connectionTimeoutSeconds, limits.headerMemoryBytes,
+                                      HTTPServer.access, me, HTTPServer.completed, nil, loggerBox) else {
+            Unmanaged<LogBox>.fromOpaque(loggerBox.pointee.cls).release()
+            loggerBox.deallocate()
+            Glibc.close(listenFD)
+            throw HTTPServerError(message: "libmicrohttpd would not start on \(name)")
+        }
+        daemon = d
+    }
+
+    deinit {
+        if !stopped.withLock({ $0 }) { log("HTTP server \(name) released without stop()") }
+    }
+
+    /// Stops accepting, ends every stream (their clients see the end of the body), then stops the
+    /// daemon and its threads. Idempotent.
+    public func stop() {
+        guard stopped.withLock({ s -> Bool in defer { s = true }; return !s }), let daemon else { return }
+        let listen = shoal_mhd_quiesce(daemon)
+        for stream in streams.withLock({ Array($0.values) }) { stream.wakeForStop() }
+        MHD_stop_daemon(daemon)
+        if listen >= 0 { Glibc.close(listen) }
+        Unmanaged<LogBox>.fromOpaque(loggerBox.pointee.cls).release()
+        loggerBox.deallocate()
+    }
+
+    /// Streams now open (server-sent events, long polls).
+    public var openStreams: Int { streams.withLock { $0.count } }
+
+    // MARK: the C side
+
+    final class LogBox: Sendable {
+        let log: Log
+        init(_ log: @escaping Log) { self.log = log }
+    }
+
+    /// One request's state across libmicrohttpd's calls (headers, then body chunks, then the end).
+    final class Pending {
+        var body: [UInt8] = []
+        var limit = 0
+        var answered = false
+    }
+
+    static let access: MHD_AccessHandlerCallback = { cls, connection, url, method, _, uploadData, uploadSize, conCls in
+        guard let cls, let connection, let conCls, let uploadSize else { return .NO }
+        let server = Unmanaged<HTTPServer>.fromOpaque(cls).takeUnretainedValue()
+        let methodText = method.map { String(cString: $0) } ?? "GET"
+        let path = url.map { String(cString: $0) } ?? "/"
+        // First call: the headers are in. Refuse what cannot be served before reading any body.
+        guard let existing = conCls.pointee else {
+            let pending = Pending()
+            conCls.pointee = Unmanaged.passRetained(pending).toOpaque()
+            if let token = server.bearerToken, !HTTPServer.authorized(connection, token: token) {
+                pending.answered = true
+                return server.queue(connection, HTTPServer.error(401, "unauthorized", "this address needs Authorization: Bearer <token> (`shoal http token` prints it)",
+                                                              extra: [("WWW-Authenticate", "Bearer realm=\"shoal\"")]))
+            }
+            pending.limit = server.bodyLimit(methodText, path)
+            if let lengthText = HTTPServer.value(connection, .HEADER_KIND, "Content-Length"), let length = Int(lengthText), length > pending.limit {
+                pending.answered = true
+                return server.queue(connection, HTTPServer.error(413, "payload_too_large", "the body is \(length) bytes; at most \(pending.limit) are taken here"))
+            }
+            return .YES
+        }
+        let pending = Unmanaged<Pending>.fromOpaque(existing).takeUnretainedValue()
+        if uploadSize.pointee > 0 {
+            let n = uploadSize.pointee
+            uploadSize.pointee = 0
+            guard !pending.answered else { return .YES }
+            if pending.body.count + n > pending.limit {
+                pending.answered = true
+                pending.body = []
+                return server.queue(connection, HTTPServer.error(413, "payload_too_large", "the body is over \(pending.limit) bytes, the most taken here"))
+            }
+            if let uploadData { pending.body.append(contentsOf: UnsafeRawBufferPointer(start: uploadData, count: n)) }
+            return .YES
+        }
+        guard !pending.answered else { return .YES }
+        pending.answered = true
+        let request = HTTPRequest(method: methodText, rawPath: path, query: HTTPServer.values(connection, .GET_ARGUMENT_KIND, decode: true),
+                                  headers: HTTPServer.values(connection, .HEADER_KIND, decode: false), body: pending.body,
+                                  clientAddress: HTTPServer.clientAddress(connection))
+        pending.body = []
+        return server.queue(connection, server.handler(request))
+    }
+
+    static let completed: MHD_RequestCompletedCallback = { _, _, conCls, _ in
+        guard let conCls, let p = conCls.pointee else { return }
+        Unmanaged<Pending>.fromOpaque(p).release()
+        conCls.pointee = nil
+    }
+
+    static let readStream: MHD_ContentReaderCallback = { cls, _, buf, max in
+        guard let cls, let buf else { return -2 }
+        let stream = Unmanaged<HTTPStream>.fromOpaque(cls).takeUnretainedValue()
+        let n = stream.read(into: UnsafeMutableRawBufferPointer(start: buf, count: max)) { MHD_suspend_connection($0) }
+        return n
+    }
+
+    static let freeStream: MHD_ContentReaderFreeCallback = { cls in
+        guard let cls else { return }
+        let stream = Unmanaged<HTTPStream>.fromOpaque(cls).takeRetainedValue()
+        stream.markClosed()
+        if let server = stream.server.withLock({ $0 }) { server.streams.withLock { $0[ObjectIdentifier(stream)] = nil } }
+        stream.server.withLock { $0 = nil }
+    }
+
+    func queue(_ connection: OpaquePointer, _ answer: HTTPResponse) -> MHD_Result {
+        let response: OpaquePointer?
+        switch answer.body {
+        case .bytes(let bytes):
+            response = bytes.withUnsafeBytes { b in
+                MHD_create_response_from_buffer(b.count, UnsafeMutableRawPointer(mutating: b.baseAddress), .RESPMEM_MUST_COPY)
+            }
+        case .stream(let stream):
+            stream.server.withLock { $0 = self }
+            streams.withLock { $0[ObjectIdentifier(stream)] = stream }
+            stream.attach(connection) { MHD_resume_connection($0) }
+            response = MHD_create_response_from_callback(UInt64.max, 4096, HTTPServer.readStream,
+                                                         Unmanaged.passRetained(stream).toOpaque(), HTTPServer.freeStream)
+        }
+        guard let response else { return .NO }
+        defer { MHD_destroy_response(response) }
+        for (name, value) in answer.headers { _ = MHD_add_response_header(response, name, value) }
+        return MHD_queue_response(connection, UInt32(answer.status), response)
+    }
+
+    public static func error(_ status: Int, _ code: String, _ reason: String, extra: [(String, String)] = []) -> HTTPResponse {
+        HTTPResponse(status: status, contentType: "application/json; charset=utf-8",
+                     text: "{\"error\":\(jsonString(code)),\"reason\":\(jsonString(reason))}\n", headers: extra)
+    }
+
+    /// A JSON string literal (the server has no JSON library of its own).
+    public static func jsonString(_ s: String) -> String {
+        var out = "\""
+        for u in s.unicodeScalars {
+            switch u {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            case "\n": out += "\\n"
+            case "\r": out += "\\r"
+            case "\t": out += "\\t"
+            default:
+                if u.value < 0x20 {
+                    let hex = String(u.value, radix: 16)
+                    out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
+                } else {
+                    out.unicodeScalars.append(u)
+                }
+            }
+        }
+        return out + "\""
+    }
+
+    static func authorized(_ connection: OpaquePointer, token: String) -> Bool {
+        guard let header = value(connection, .HEADER_KIND, "Authorization") else { return false }
+        let prefix = "Bearer "
+        guard header.hasPrefix(prefix) else { return false }
+        // Constant time over the token's length: a wrong guess takes as long as a near one.
+        let given = Array(header.utf8.dropFirst(prefix.utf8.count)), wanted = Array(token.utf8)
+        guard given.count == wanted.count else { return false }
+        var diff: UInt8 = 0
+        for i in 0..<wanted.count { diff |= given[i] ^ wanted[i] }
+        return diff == 0
+    }
+
+    static func value(_ connection: OpaquePointer, _ kind: MHD_ValueKind, _ name: String) -> String? {
+        MHD_lookup_connection_value(connection, kind, name).map { String(cString: $0) }
+    }
+
+    final class Collected {
+        var values: [String: String] = [:]
+        let decode: Bool
+        init(decode: Bool) { self.decode = decode }
+    }
+
+    static func values(_ connection: OpaquePointer, _ kind: MHD_ValueKind, decode: Bool) -> [String: String] {
+        let collected = Collected(decode: decode)
+        let cls = Unmanaged.passUnretained(collected).toOpaque()
+        _ = MHD_get_connection_values(connection, kind, { cls, _, key, value in
+            guard let cls, let key else { return .YES }
+            let c = Unmanaged<Collected>.fromOpaque(cls).takeUnretainedValue()
+            let k = String(cString: key), v = value.map { String(cString: $0) } ?? ""
+            if c.decode {
+                guard let dk = HTTPRequest.percentDecode(k, plusIsSpace: true), let dv = HTTPRequest.percentDecode(v, plusIsSpace: true) else { return .YES }
+                if c.values[dk] == nil { c.values[dk] = dv }
+            } else {
+                let lk = k.lowercased()
+                if c.values[lk] == nil { c.values[lk] = v }
+            }
+            return .YES
+        }, cls)
+        return withExtendedLifetime(collected) { collected.values }
+    }
+
+    static func clientAddress(_ connection: OpaquePointer) -> String? {
+        guard let sa = shoal_mhd_client_address(connection) else { return nil }
+        var text = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN) + 1)
+        switch Int32(sa.pointee.sa_family) {
+        case AF_INET:
+            return sa.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { p in
+                var a = p.pointee.sin_addr
+                return inet_ntop(AF_INET, &a, &text, socklen_t(text.count)).map { String(cString: $0) }
+            }
+        case AF_INET6:
+            return sa.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { p in
+                var a = p.pointee.sin6_addr
+                return inet_ntop(AF_INET6, &a, &text, socklen_t(text.count)).map { String(cString: $0) }
+            }
+        default:
+            return nil
+        }
+    }
+}
+
+public struct HTTPServerError: Error, CustomStringConvertible {
+    public let message: String
+    public var description: String { message }
+}
+
+extension String {
+    func trimmingTrailingNewlines() -> String {
+        var s = self
+        while s.hasSuffix("\n") { s.removeLast() }
+        return s
+    }
+}

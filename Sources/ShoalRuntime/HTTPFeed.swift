@@ -1,0 +1,158 @@
+import ShoalCore
+import ShoalHTTP
+import ShoalStore
+import ShoalThreads
+import ShoalWire
+
+/// Fills the local API's open streams from one thread: the change feed (server-sent events and
+/// long polls) as changes commit, the mesh events as they happen, and a keepalive comment every
+/// 15 s (which also finds clients that went away). No thread per client: 100 SSE clients cost 100
+/// small buffers. A client that reads slowly keeps its cursor and lags; its buffer never grows
+/// past the stream's bound.
+final class HTTPFeed: Sendable {
+    struct ChangeSubscriber: Sendable {
+        let stream: HTTPStream
+        var cursor: Int64
+        let collection: CollectionName?
+        let includeDocs: Bool
+        /// A long poll: answer once (at most `limit` changes), or with none at the deadline.
+        let longPoll: (deadline: ContinuousClock.Instant, limit: Int)?
+    }
+
+    struct EventSubscriber: Sendable {
+        let stream: HTTPStream
+        var cursor: Int64
+    }
+
+    let store: DocumentStore
+    let events: MeshEventLog
+    private let changeSubscribers = Locked<[ObjectIdentifier: ChangeSubscriber]>([:])
+    private let eventSubscribers = Locked<[ObjectIdentifier: EventSubscriber]>([:])
+    private let stopping = Locked(false)
+    static let keepaliveEvery: Duration = .seconds(15)
+    /// Changes read per subscriber per round (the rest next round, which comes at once).
+    static let batch = 200
+
+    init(store: DocumentStore, events: MeshEventLog) {
+        self.store = store
+        self.events = events
+    }
+
+    var subscriberCount: Int { changeSubscribers.withLock { $0.count } + eventSubscribers.withLock { $0.count } }
+
+    func addChanges(_ s: ChangeSubscriber) {
+        let key = ObjectIdentifier(s.stream)
+        changeSubscribers.withLock { $0[key] = s }
+        s.stream.whenClosed { [weak self] in _ = self?.changeSubscribers.withLock { $0.removeValue(forKey: key) } }
+        store.wake()
+    }
+
+    func addEvents(_ s: EventSubscriber) {
+        let key = ObjectIdentifier(s.stream)
+        eventSubscribers.withLock { $0[key] = s }
+        s.stream.whenClosed { [weak self] in _ = self?.eventSubscribers.withLock { $0.removeValue(forKey: key) } }
+    }
+
+    func stop() {
+        stopping.withLock { $0 = true }
+        store.wake()
+    }
+
+    /// The feed's loop (its own thread); returns when `stop()` is called.
+    func run(heartbeat: () -> Void) {
+        var lastKeepalive = ContinuousClock.now
+        var seen = store.lastSequence
+        while !stopping.withLock({ $0 }) {
+            heartbeat()
+            let behind = changeSubscribers.withLock { subs in subs.values.contains { $0.cursor < seen && $0.stream.buffered < $0.stream.maxBuffered / 2 } }
+            let hasLongPolls = changeSubscribers.withLock { subs in subs.values.contains { $0.longPoll != nil } }
+            if !behind { seen = store.waitForChange(after: seen, timeoutMillis: hasLongPolls ? 100 : 250) }
+            seen = store.lastSequence
+            pushChanges(upTo: seen)
+            pushEvents()
+            if ContinuousClock.now - lastKeepalive >= HTTPFeed.keepaliveEvery {
+                lastKeepalive = .now
+                for s in changeSubscribers.withLock({ $0.values.map(\.stream) }) + eventSubscribers.withLock({ $0.values.map(\.stream) }) {
+                    s.send(": keepalive\n\n")
+                }
+            }
+        }
+        for s in changeSubscribers.withLock({ $0.values.map(\.stream) }) + eventSubscribers.withLock({ $0.values.map(\.stream) }) { s.finish() }
+    }
+
+    private func pushChanges(upTo last: Int64) {
+        let now = ContinuousClock.now
+        for var sub in changeSubscribers.withLock({ Array($0.values) }) {
+            let key = ObjectIdentifier(sub.stream)
+            if let poll = sub.longPoll {
+                var changes: [Change] = []
+                if sub.cursor < last { changes = (try? read(sub, limit: poll.limit)) ?? [] }
+                if !changes.isEmpty || now >= poll.deadline {
+                    let body = HTTPFeed.page(changes, includeDocs: sub.includeDocs, store: store, lastSequence: last, more: changes.count == poll.limit)
+                    sub.stream.send(body.compactText + "\n")
+                    sub.stream.finish()
+                    changeSubscribers.withLock { $0[key] = nil }
+                }
+                continue
+            }
+            guard sub.cursor < last, sub.stream.buffered < sub.stream.maxBuffered / 2 else { continue }
+            guard let changes = try? read(sub, limit: HTTPFeed.batch) else { continue }
+            if changes.isEmpty {
+                // Only other collections' changes: nothing to send, but the cursor moves on.
+                sub.cursor = last
+            }
+            var text = ""
+            for c in changes {
+                text += "id: \(c.sequence)\nevent: change\ndata: \(HTTPFeed.change(c, includeDocs: sub.includeDocs, store: store).compactText)\n\n"
+            }
+            if !text.isEmpty {
+                guard sub.stream.send(text) else { continue }  // full or gone: try again next round
+                sub.cursor = changes.last?.sequence ?? sub.cursor
+            }
+            let cursor = sub.cursor
+            changeSubscribers.withLock { subs in subs[key]?.cursor = cursor }
+        }
+    }
+
+    private func read(_ sub: ChangeSubscriber, limit: Int) throws(StoreError) -> [Change] {
+        if let c = sub.collection { return try store.changes(in: c, since: sub.cursor, limit: limit) }
+        return try store.changes(since: sub.cursor, limit: limit)
+    }
+
+    private func pushEvents() {
+        for sub in eventSubscribers.withLock({ Array($0.values) }) {
+            let (entries, _) = events.after(sub.cursor, limit: 200)
+            guard !entries.isEmpty, sub.stream.buffered < sub.stream.maxBuffered / 2 else { continue }
+            var text = ""
+            for e in entries {
+                text += "id: \(e.sequence)\nevent: \(e.event["type"]?.stringValue ?? "event")\ndata: \(HTTPFeed.event(e).compactText)\n\n"
+            }
+            guard sub.stream.send(text), let last = entries.last?.sequence else { continue }
+            let key = ObjectIdentifier(sub.stream)
+            eventSubscribers.withLock { subs in subs[key]?.cursor = last }
+        }
+    }
+
+    /// One change as the API shows it, with its document's body when asked (null once deleted).
+    static func change(_ c: Change, includeDocs: Bool, store: DocumentStore) -> JSONValue {
+        var o = ControlHandler.json(c).objectValue ?? [:]
+        if includeDocs {
+            var doc: JSONValue = .null
+            if !c.deleted, let id = try? DocumentID(c.id), let d = try? store.get(c.collection, id: id), let text = d.body,
+               let body = try? JSONValue.parse(text) { doc = body }
+            o["doc"] = doc
+        }
+        return .object(o)
+    }
+
+    static func page(_ changes: [Change], includeDocs: Bool, store: DocumentStore, lastSequence: Int64, more: Bool) -> JSONValue {
+        ["changes": .array(changes.map { change($0, includeDocs: includeDocs, store: store) }), "lastSequence": .int(lastSequence), "more": .bool(more)]
+    }
+
+    static func event(_ e: MeshEventLog.Entry) -> JSONValue {
+        var o = e.event.objectValue ?? [:]
+        o["sequence"] = .int(e.sequence)
+        o["atMillis"] = .int(e.atMillis)
+        return .object(o)
+    }
+}

@@ -1,0 +1,98 @@
+import Glibc
+import ShoalConfig
+import ShoalCore
+import ShoalHTTP
+import ShoalLinux
+import ShoalStore
+import ShoalSupervision
+import ShoalThreads
+
+/// The local API (`root/http`): REST, the change feed and events over SSE, /metrics and the web
+/// console, served by libmicrohttpd on the site's `http.listen` addresses and the Unix socket
+/// `<data dir>/http.sock`. An address that cannot be bound now (a port in use) is a warning, not
+/// a failure: the others serve, and it is tried again every 30 s. Addresses other than loopback
+/// require the bearer token.
+struct HTTPService: Service {
+    let gateway: Gateway
+    let opened: OpenedStore
+    static let retryBindEvery: Duration = .seconds(30)
+    /// A document body (1 MiB, the store's limit) with room for nothing else; a bulk write 16 MiB.
+    static let bodyLimit = 1 << 20
+    static let bulkBodyLimit = 16 << 20
+
+    func run(context: ServiceContext) async throws {
+        let settings = gateway.site.http
+        let directory = Files.directory(of: gateway.storePath)
+        let token = try HTTPToken.loadOrCreate(dataDirectory: directory)
+        let feed = HTTPFeed(store: opened.store, events: gateway.meshEvents)
+        let api = HTTPAPI(gateway: gateway, opened: opened, feed: feed)
+        var limits = HTTPServer.Limits()
+        limits.maxConnections = UInt32(settings.maxConnections)
+        limits.maxConnectionsPerAddress = UInt32(settings.maxConnectionsPerAddress)
+        limits.connectionTimeoutSeconds = UInt32(settings.connectionTimeoutSeconds)
+        let logger = gateway.logger
+        // libmicrohttpd speaks mostly of clients (gone, malformed): verbose, so no client can flood the log.
+        let log: HTTPServer.Log = { logger.verbose(.http, $0) }
+
+        let workers = WorkerGroup()
+        let feedEnded = Latch()
+        guard workers.spawn("http-feed", { feed.run(heartbeat: context.heartbeat); feedEnded.open() }) else {
+            throw SystemError(call: "pthread_create(http feed)", code: 11)
+        }
+        var servers: [HTTPServer] = []
+        defer {
+            for s in servers { s.stop() }
+            feed.stop()
+        }
+        if settings.unixSocket {
+            let path = HTTPService.socketPath(dataDirectory: directory)
+            let listener = try UnixSocketListener(path: path, backlog: 256)
+            let server = try HTTPServer(name: path, listenFD: listener.takeDescriptor(), limits: limits, bearerToken: nil,
+                                        bodyLimit: HTTPService.limit, log: log, handler: api.handle)
+            servers.append(server)
+            logger.info(.http, "HTTP API on unix:\(path) (curl --unix-socket \(path) http://localhost/v1/status)")
+        }
+        var pending = settings.listen
+        var bound: [String] = settings.unixSocket ? ["unix:" + HTTPService.socketPath(dataDirectory: directory)] : []
+        func bindPending() {
+            var still: [HostPort] = []
+            for address in pending {
+                let needsToken = !HTTPSettings.isLoopback(address)
+                do {
+                    let listener = try TCPListener(host: address.host, port: address.port, backlog: 512)
+                    let server = try HTTPServer(name: address.description, listenFD: listener.takeDescriptor(), limits: limits,
+                                                bearerToken: needsToken ? token : nil, bodyLimit: HTTPService.limit, log: log, handler: api.handle)
+                    servers.append(server)
+                    let shown = HostPort(host: address.host, port: listener.port)
+                    logger.info(.http, "HTTP API on http://\(shown)/\(needsToken ? " (bearer token required: `shoal http token`)" : "")")
+                    bound.append(shown.description)
+                } catch {
+                    logger.warning(.http, "HTTP API cannot listen on \(address) now: \(error); trying again every \(HTTPService.retryBindEvery)")
+                    still.append(address)
+                }
+            }
+            pending = still
+            gateway.setHTTPAddresses(bound)
+        }
+        bindPending()
+        context.markReady()
+        while !pending.isEmpty, await context.pause(for: HTTPService.retryBindEvery) { bindPending() }
+        while await context.pause(for: .seconds(1)) {
+            context.heartbeat()
+        }
+        gateway.setHTTPAddresses([])
+        for s in servers { s.stop() }
+        servers = []
+        feed.stop()
+        _ = await feedEnded.wait()
+        let abandoned = (try? await gateway.workThread.run { workers.join(timeoutMillis: 3000) }) ?? []
+        if !abandoned.isEmpty { logger.warning(.http, "stopping: abandoned \(abandoned.joined(separator: ", ")) still blocked after 3 s") }
+        if settings.unixSocket { unlink(HTTPService.socketPath(dataDirectory: directory)) }
+    }
+
+    static func socketPath(dataDirectory: String) -> String { dataDirectory + "/http.sock" }
+
+    @Sendable static func limit(_ method: String, _ path: String) -> Int {
+        method == "POST" ? bulkBodyLimit : bodyLimit
+    }
+}
