@@ -319,6 +319,16 @@ public enum OpenAPIDocument {
             }
           },
           {
+            "name": "deleted",
+            "in": "query",
+            "required": false,
+            "description": "with meta=true, answer a tombstone's envelope too (else a deleted document is 404)",
+            "schema": {
+              "type": "boolean",
+              "default": false
+            }
+          },
+          {
             "name": "If-None-Match",
             "in": "header",
             "required": false,
@@ -679,7 +689,8 @@ public enum OpenAPIDocument {
             "required": false,
             "description": "continue before this entry's number",
             "schema": {
-              "type": "integer"
+              "type": "integer",
+              "minimum": 0
             }
           }
         ],
@@ -745,8 +756,7 @@ public enum OpenAPIDocument {
             "description": "a peer id, or at least 4 of its leading hex digits (400 if several match)",
             "schema": {
               "type": "string",
-              "minLength": 4,
-              "maxLength": 64
+              "pattern": "^[0-9a-fA-F]{4,64}$"
             }
           }
         ],
@@ -1208,7 +1218,10 @@ public enum OpenAPIDocument {
                 "minimum": 1
               },
               "id": {
-                "type": "string"
+                "type": [
+                  "string",
+                  "null"
+                ]
               },
               "error": {
                 "type": "string"
@@ -1219,6 +1232,7 @@ public enum OpenAPIDocument {
             },
             "required": [
               "line",
+              "id",
               "error",
               "reason"
             ]
@@ -2115,7 +2129,8 @@ public enum OpenAPIDocument {
         "schema": {
           "type": "string",
           "minLength": 1,
-          "maxLength": 503
+          "maxLength": 503,
+          "pattern": "^(_default|[A-Za-z0-9-][A-Za-z0-9_%-]{0,250})([.](_default|[A-Za-z0-9-][A-Za-z0-9_%-]{0,250}))?$"
         },
         "examples": {
           "readings": {
@@ -2127,11 +2142,12 @@ public enum OpenAPIDocument {
         "name": "id",
         "in": "path",
         "required": true,
-        "description": "1 to 250 bytes of UTF-8, percent-encoded (`/` and `..` are plain characters of an id)",
+        "description": "1 to 250 bytes of UTF-8 without control characters, percent-encoded (`/` and `..` are plain characters of an id)",
         "schema": {
           "type": "string",
           "minLength": 1,
-          "maxLength": 250
+          "maxLength": 250,
+          "pattern": "^[^\\u0000-\\u001f\\u007f]+$"
         },
         "examples": {
           "meter": {
