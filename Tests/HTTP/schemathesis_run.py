@@ -20,7 +20,7 @@ import time
 import requests
 
 BASE = sys.argv[1].rstrip("/")
-MAX_EXAMPLES = sys.argv[2] if len(sys.argv) > 2 else "25"
+MAX_EXAMPLES = sys.argv[2] if len(sys.argv) > 2 else "40"
 DEADLINE_SECONDS = 240
 CHECKS = "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance"
 STREAMING = {"/v1/changes": {"feed", "timeout", "Last-Event-ID"}, "/v1/events": {"feed", "Last-Event-ID"}}
@@ -60,7 +60,8 @@ with tempfile.TemporaryDirectory(prefix="shoal-schemathesis") as work:
     started = time.monotonic()
     try:
         hooks = os.path.join(os.path.dirname(os.path.abspath(__file__)), "schemathesis_hooks.py")
-        run = subprocess.run(command, capture_output=True, text=True, timeout=DEADLINE_SECONDS,
+        # In the temporary directory: schemathesis keeps its replay data (.schemathesis/) in its cwd.
+        run = subprocess.run(command, capture_output=True, text=True, timeout=DEADLINE_SECONDS, cwd=work,
                              env=dict(os.environ, SCHEMATHESIS_HOOKS=hooks))
     except subprocess.TimeoutExpired as expired:
         output = expired.stdout.decode(errors="replace") if isinstance(expired.stdout, bytes) else (expired.stdout or "")

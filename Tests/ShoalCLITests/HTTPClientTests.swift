@@ -97,7 +97,7 @@ extension ProcessSuites {
             let served = try site.curl(["-sS", "\(site.base)/v1/openapi.json"])
             let file = try String(contentsOfFile: Self.repo + "/docs/openapi.json", encoding: .utf8)
             #expect(served.stdout == file, "GET /v1/openapi.json is not docs/openapi.json")
-            let r = try Self.client(["python3", "Tests/HTTP/schemathesis_run.py", site.base, "25"], timeout: 300)
+            let r = try Self.client(["python3", "Tests/HTTP/schemathesis_run.py", site.base, "40"], timeout: 300)
             #expect(r.status == 0, "Tests/HTTP/schemathesis_run.py failed (its output is above)")
             #expect(r.stdout.contains("schemathesis passed"))
             let health = try site.curl(["-s", "-o", "/dev/null", "-w", "%{http_code}", "\(site.base)/v1/health"])
