@@ -2,6 +2,8 @@
 
 A write shows up on /v1/changes?feed=sse as an event whose id is its sequence; a client that
 reconnects with Last-Event-ID gets exactly the events after that id (none missed, none twice).
+The mesh's events stream the same way (/v1/events with Accept: text/event-stream or feed=sse).
+Every event's data must match the served OpenAPI document's schema (Change, MeshEvent).
 Usage: sse_resume.py BASE_URL COLLECTION. Prints each check and the write→event latencies;
 exits 1 with what failed.
 """
@@ -12,6 +14,9 @@ import sys
 import threading
 import time
 
+import jsonschema
+import referencing
+import referencing.jsonschema
 import requests
 import sseclient
 
@@ -28,15 +33,29 @@ def ok(message):
     print(f"ok   {message}")
 
 
+# An event's data is checked against the served OpenAPI document's schema (Change, MeshEvent):
+# schemathesis checks the JSON answers, but leaves the streams to this script.
+DOCUMENT = requests.get(f"{BASE}/v1/openapi.json", timeout=10).json()
+REGISTRY = referencing.Registry().with_resource(
+    "urn:shoal-openapi", referencing.Resource.from_contents(DOCUMENT, default_specification=referencing.jsonschema.DRAFT202012))
+
+
+def conforms(data, schema_name, what):
+    validator = jsonschema.Draft202012Validator({"$ref": f"urn:shoal-openapi#/components/schemas/{schema_name}"}, registry=REGISTRY)
+    errors = [e.message for e in validator.iter_errors(data)]
+    if errors:
+        fail(f"{what}: data {data} breaks the document's {schema_name} schema: {errors[:3]}")
+
+
 class Feed:
     """One SSE connection read on its own thread; events arrive in `events` (a queue)."""
 
-    def __init__(self, params, headers=None):
+    def __init__(self, params, headers=None, path="/v1/changes"):
         self.events = queue.Queue()
-        self.response = requests.get(f"{BASE}/v1/changes", params=params, headers=headers or {},
+        self.response = requests.get(f"{BASE}{path}", params=params, headers=headers or {},
                                      stream=True, timeout=(5, 30))
         if self.response.status_code != 200:
-            fail(f"GET /v1/changes {params}: status {self.response.status_code}: {self.response.text[:300]}")
+            fail(f"GET {path} {params}: status {self.response.status_code}: {self.response.text[:300]}")
         kind = self.response.headers.get("Content-Type", "")
         if not kind.startswith("text/event-stream"):
             fail(f"the SSE feed's Content-Type is {kind!r}, not text/event-stream")
@@ -81,6 +100,7 @@ def check_event(event, written, what):
     if event.id != str(written["sequence"]):
         fail(f"{what}: event id {event.id!r}, expected the write's sequence {written['sequence']}")
     data = json.loads(event.data)
+    conforms(data, "Change", what)
     expected = {"sequence": written["sequence"], "collection": written["collection"], "id": written["id"],
                 "revision": written["revision"], "deleted": False}
     if {k: data.get(k) for k in expected} != expected:
@@ -119,4 +139,25 @@ _, event = latest.next()
 check_event(event, again, "after resuming at the newest event")
 ok("Last-Event-ID of the newest event: no backlog, the next write comes next")
 latest.close()
+
+# The mesh's events: a sim gateway has logged its state and transports since it started.
+mesh = Feed({}, headers={"Accept": "text/event-stream"}, path="/v1/events")
+_, first = mesh.next()
+data = json.loads(first.data)
+conforms(data, "MeshEvent", "the first mesh event")
+if first.event != data["type"] or first.id != str(data["sequence"]):
+    fail(f"mesh event: id {first.id!r} event {first.event!r}, but data says sequence {data['sequence']} type {data['type']!r}")
+mesh.close()
+ok(f"/v1/events streams the mesh events with Accept: text/event-stream (first: {first.id} {first.event})")
+deadline = time.monotonic() + 10  # a sim gateway logs its transports ~2 s after its state
+while len(listed := requests.get(f"{BASE}/v1/events", timeout=10).json()["events"]) < 2:
+    if time.monotonic() > deadline:
+        fail(f"/v1/events lists {len(listed)} events after 10 s; a sim gateway has a state and a transport event")
+    time.sleep(0.1)
+after = Feed({"feed": "sse"}, headers={"Last-Event-ID": first.id}, path="/v1/events")
+_, second = after.next()
+if second.id != str(listed[1]["sequence"]) or json.loads(second.data) != listed[1]:
+    fail(f"mesh events resumed after {first.id} with {second.id} {second.data}, expected {listed[1]}")
+ok(f"/v1/events?feed=sse resumed after Last-Event-ID {first.id} with {second.id}, as /v1/events lists it")
+after.close()
 print("all SSE checks passed")
