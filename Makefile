@@ -8,11 +8,10 @@ DEB_PACKAGES := libsqlite3-dev libmbedtls-dev libavahi-client-dev libbluetooth-d
 # deploy check's (lintian; dpkg-dev for dpkg-shlibdeps; systemd for systemd-analyze).
 # And the hardware lab's (QEMU with Debian's kernel; scripts/qemu-lab.sh adds the kernel headers; bluez and
 # bluez-test-tools for btvirt, hciconfig, btmgmt and hcitool in the guest). debootstrap for the fresh-machine check.
-LAB_PACKAGES := openssl avahi-daemon avahi-utils dbus iproute2 lintian dpkg-dev systemd qemu-system-x86 busybox-static cpio kmod gpiod bluez bluez-test-tools debootstrap
-# The HTTP API's tests (Tests/HTTP): curl, and Python's requests, sseclient-py and schemathesis from
-# PyPI, pinned to versions that work together on Python 3.11 (Debian 12's).
-HTTP_TEST_PACKAGES := curl python3 python3-pip
-PY_PACKAGES := requests==2.34.2 sseclient-py==1.9.0 schemathesis==4.32.5
+# The local API's real clients: curl, python3-pip (PyPI packages in Tests/HTTP/requirements.txt), promtool
+# (prometheus), headless chromium for the web console, wrk for `shoal bench http`.
+LAB_PACKAGES := openssl avahi-daemon avahi-utils dbus iproute2 lintian dpkg-dev systemd qemu-system-x86 busybox-static cpio kmod gpiod bluez bluez-test-tools debootstrap \
+	curl python3-pip prometheus chromium wrk
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: all deps build-deps install-missing boards build release deb demo demo-gateways example test fresh-check sim-check soak lab-soak crash sanitizers fuzz bench bench-sim size clean
@@ -26,8 +25,8 @@ build-deps:
 	@$(MAKE) --no-print-directory install-missing PACKAGES="$(DEB_PACKAGES)" APT_FLAGS=--no-install-recommends
 
 deps:
-	@$(MAKE) --no-print-directory install-missing PACKAGES="$(DEB_PACKAGES) $(LAB_PACKAGES) $(HTTP_TEST_PACKAGES)"
-	@python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --break-system-packages $(PY_PACKAGES)
+	@$(MAKE) --no-print-directory install-missing PACKAGES="$(DEB_PACKAGES) $(LAB_PACKAGES)"
+	@python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --break-system-packages -r Tests/HTTP/requirements.txt
 
 install-missing:
 	@missing=""; for p in $(PACKAGES); do \

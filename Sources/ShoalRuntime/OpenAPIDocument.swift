@@ -1614,6 +1614,13 @@ public enum OpenAPIDocument {
             "additionalProperties": {
               "type": "integer"
             }
+          },
+          "http": {
+            "type": "array",
+            "items": {
+              "type": "string"
+            },
+            "description": "where the local API listens: `127.0.0.1:8470`, `unix:<path>`"
           }
         },
         "required": [
