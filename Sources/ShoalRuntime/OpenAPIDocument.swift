@@ -589,7 +589,7 @@ public enum OpenAPIDocument {
             "name": "feed",
             "in": "query",
             "required": false,
-            "description": "longpoll waits until a change after `since` exists (at most `timeout`); sse streams",
+            "description": "longpoll waits until a change after `since` exists (at most `timeout`); sse streams (also chosen by `Accept: text/event-stream` when feed is absent)",
             "schema": {
               "type": "string",
               "enum": [
@@ -795,7 +795,7 @@ public enum OpenAPIDocument {
             "name": "format",
             "in": "query",
             "required": false,
-            "description": "the answer's format",
+            "description": "the answer's format (when absent, the first of application/json, text/vnd.graphviz, image/svg+xml the Accept header names)",
             "schema": {
               "type": "string",
               "enum": [
