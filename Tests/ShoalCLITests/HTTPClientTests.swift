@@ -1,5 +1,4 @@
 import Foundation
-import ShoalLinux
 import ShoalTesting
 import Testing
 
@@ -13,7 +12,8 @@ extension ProcessSuites {
         static let repo: String = URL(fileURLWithPath: #filePath)
             .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
 
-        /// A sim gateway whose HTTP server listens on a free loopback port.
+        /// A sim gateway whose HTTP server listens on a loopback port the kernel picks (`:0`),
+        /// read back from `shoal status --json` (no window in which another process takes it).
         struct Site {
             let dir: TemporaryDirectory
             let gateway: RunningGateway
@@ -22,10 +22,6 @@ extension ProcessSuites {
 
             init() throws {
                 dir = TemporaryDirectory(prefix: "shoal-http")
-                let listener = try TCPListener(port: 0)
-                let port = listener.port
-                listener.close()
-                base = "http://127.0.0.1:\(port)"
                 let site = dir.path + "/site.yaml"
                 try """
                     group: shoal.http-test
@@ -37,22 +33,25 @@ extension ProcessSuites {
                       - name: test.curl
                       - name: test.sse
                     http:
-                      listen: ["127.0.0.1:\(port)"]
+                      listen: ["127.0.0.1:0"]
 
                     """.write(toFile: site, atomically: true, encoding: .utf8)
                 gateway = try RunningGateway(extraArgs: ["--config", site])
-                try waitForHTTP()
+                base = "http://" + (try Site.listening(gateway) ?? "127.0.0.1:1")
             }
 
-            /// The control socket is up when RunningGateway returns; the HTTP part may follow it.
-            func waitForHTTP() throws {
-                let deadline = Date().addingTimeInterval(15)
+            /// The TCP address status lists once the HTTP part is up (nil after 20 s, recorded).
+            static func listening(_ gateway: RunningGateway) throws -> String? {
+                let deadline = Date().addingTimeInterval(20)
                 while Date() < deadline {
-                    let r = try curl(["-s", "-o", "/dev/null", "-w", "%{http_code}", "\(base)/v1/health"])
-                    if r.stdout == "200" { return }
+                    let status = try? Shoal.json(gateway.cli(["status", "--json"])) as? [String: Any]
+                    if let tcp = (status?["http"] as? [String])?.first(where: { $0.hasPrefix("127.0.0.1:") && !$0.hasSuffix(":0") }) {
+                        return tcp
+                    }
                     Thread.sleep(forTimeInterval: 0.05)
                 }
-                Issue.record("the gateway's HTTP server did not answer at \(base) within 15 s")
+                Issue.record("the gateway's status listed no HTTP address within 20 s")
+                return nil
             }
 
             func curl(_ args: [String]) throws -> Shoal.Result {
