@@ -283,9 +283,6 @@ public enum OpenAPIDocument {
           "413": {
             "$ref": "#/components/responses/PayloadTooLarge"
           },
-          "415": {
-            "$ref": "#/components/responses/UnsupportedMediaType"
-          },
           "503": {
             "$ref": "#/components/responses/Unavailable"
           }
@@ -495,9 +492,6 @@ public enum OpenAPIDocument {
           },
           "413": {
             "$ref": "#/components/responses/PayloadTooLarge"
-          },
-          "415": {
-            "$ref": "#/components/responses/UnsupportedMediaType"
           },
           "503": {
             "$ref": "#/components/responses/Unavailable"
@@ -2098,16 +2092,6 @@ public enum OpenAPIDocument {
       },
       "PayloadTooLarge": {
         "description": "payload_too_large: the body is over its bound; nothing was written",
-        "content": {
-          "application/json": {
-            "schema": {
-              "$ref": "#/components/schemas/Error"
-            }
-          }
-        }
-      },
-      "UnsupportedMediaType": {
-        "description": "unsupported_media_type: the Content-Type is not the one this route takes",
         "content": {
           "application/json": {
             "schema": {
