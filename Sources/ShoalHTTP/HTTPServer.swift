@@ -28,6 +28,9 @@ public final class HTTPServer: @unchecked Sendable {  // a C daemon handle; stat
     let handler: Handler
     let bodyLimit: @Sendable (_ method: String, _ path: String) -> Int
     let bearerToken: String?
+    /// Paths a GET may have without the token (the web console's page, which holds no data: it
+    /// asks for the token itself and sends it with every API call).
+    let openPaths: Set<String>
     let log: Log
     /// Set once, right after the daemon starts; read only by `stop()`.
     private var daemon: OpaquePointer?
@@ -37,9 +40,10 @@ public final class HTTPServer: @unchecked Sendable {  // a C daemon handle; stat
 
     /// Serves on `listenFD` (a listening socket; the server owns it from here on). `bearerToken`:
     /// every request must carry `Authorization: Bearer <token>`.
-    public init(name: String, listenFD: Int32, limits: Limits, bearerToken: String?,
+    public init(name: String, listenFD: Int32, limits: Limits, bearerToken: String?, openPaths: Set<String> = [],
                 bodyLimit: @escaping @Sendable (String, String) -> Int, log: @escaping Log, handler: @escaping Handler) throws(HTTPServerError) {
         self.name = name
+        self.openPaths = openPaths
         self.handler = handler
         self.bodyLimit = bodyLimit
         self.bearerToken = bearerToken
@@ -106,7 +110,8 @@ public final class HTTPServer: @unchecked Sendable {  // a C daemon handle; stat
         guard let existing = conCls.pointee else {
             let pending = Pending()
             conCls.pointee = Unmanaged.passRetained(pending).toOpaque()
-            if let token = server.bearerToken, !HTTPServer.authorized(connection, token: token) {
+            let open = (methodText == "GET" || methodText == "HEAD") && server.openPaths.contains(path)
+            if let token = server.bearerToken, !open, !HTTPServer.authorized(connection, token: token) {
                 pending.answered = true
                 return server.queue(connection, HTTPServer.error(401, "unauthorized", "this address needs Authorization: Bearer <token> (`shoal http token` prints it)",
                                                               extra: [("WWW-Authenticate", "Bearer realm=\"shoal\"")]))

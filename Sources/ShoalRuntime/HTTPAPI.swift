@@ -36,7 +36,7 @@ struct HTTPAPI: Sendable {
     func route(_ method: String, _ path: [String], _ r: HTTPRequest) throws -> HTTPResponse {
         switch path.count {
         case 0:
-            return try only(method, "GET") { HTTPResponse(status: 200, contentType: "text/html; charset=utf-8", text: ConsolePage.html,
+            return try only(method, "GET") { HTTPResponse(status: 200, contentType: ConsolePage.contentType, text: ConsolePage.html,
                                                          headers: [("Cache-Control", "no-cache")]) }
         case 1 where path[0] == "metrics":
             return try only(method, "GET") { try metrics() }
@@ -108,6 +108,7 @@ struct HTTPAPI: Sendable {
         switch format {
         case "json": return json(try control.dispatch(["op": "mesh"]))
         case "dot": return HTTPResponse(status: 200, contentType: "text/vnd.graphviz; charset=utf-8", text: gateway.meshView.withLock { $0 }.dot())
+        case "svg": return HTTPResponse(status: 200, contentType: "image/svg+xml; charset=utf-8", text: gateway.meshView.withLock { $0 }.svg())
         default: throw HTTPFailure.badRequest("\"format\" is json, dot or svg")
         }
     }
@@ -122,10 +123,6 @@ struct HTTPAPI: Sendable {
         stream.send(": shoal mesh events\n\n")
         feed.addEvents(HTTPFeed.EventSubscriber(stream: stream, cursor: cursor))
         return HTTPAPI.eventStream(stream)
-    }
-
-    func metrics() throws -> HTTPResponse {
-        throw HTTPFailure.notFound("/metrics")
     }
 
     // MARK: helpers

@@ -61,7 +61,7 @@ struct HTTPService: Service {
                 do {
                     let listener = try TCPListener(host: address.host, port: address.port, backlog: 512)
                     let server = try HTTPServer(name: address.description, listenFD: listener.takeDescriptor(), limits: limits,
-                                                bearerToken: needsToken ? token : nil, bodyLimit: HTTPService.limit, log: log, handler: api.handle)
+                                                bearerToken: needsToken ? token : nil, openPaths: ["/"], bodyLimit: HTTPService.limit, log: log, handler: api.handle)
                     servers.append(server)
                     let shown = HostPort(host: address.host, port: listener.port)
                     logger.info(.http, "HTTP API on http://\(shown)/\(needsToken ? " (bearer token required: `shoal http token`)" : "")")
