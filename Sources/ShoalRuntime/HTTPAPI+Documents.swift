@@ -16,12 +16,16 @@ extension HTTPAPI {
         do { return try DocumentID(text) } catch { throw HTTPFailure.badRequest("document id \(error)") }
     }
 
+    /// A page of a collection. `more` says whether documents follow the page (the control
+    /// socket's `more` only says the answer was cut to its byte budget): one more than `limit` is
+    /// read to know.
     func list(_ c: String, _ r: HTTPRequest) throws -> HTTPResponse {
-        var q: [String: JSONValue] = ["op": "doc.list", "collection": .string(c)]
-        if let l = r.query["limit"] { q["limit"] = .int(try int(l, "limit", 1...10_000)) }
-        if let a = r.query["after"] { q["after"] = .string(a) }
-        q["includeDeleted"] = .bool(try bool(r.query["deleted"], "deleted"))
-        return json(try control.dispatch(q))
+        let name = try collection(c)
+        let limit = Int(try r.query["limit"].map { try int($0, "limit", 1...10_000) } ?? 100)
+        let docs = try opened.store.list(name, after: r.query["after"], limit: limit + 1, includeDeleted: try bool(r.query["deleted"], "deleted"))
+        if docs.isEmpty { _ = try opened.store.count(name) }  // an unknown collection says so
+        let page = try ControlHandler.page(Array(docs.prefix(limit)), ControlHandler.json)
+        return json(["collection": .string(name.description), "documents": .array(page.items), "more": .bool(page.more || docs.count > limit)])
     }
 
     static func etag(_ revision: Int64) -> String { "\"\(revision)\"" }

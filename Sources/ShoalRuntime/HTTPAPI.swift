@@ -68,16 +68,13 @@ struct HTTPAPI: Sendable {
             }
         case ("changes", 2): return try only(method, "GET") { try changes(r) }
         case ("conflicts", 2):
-            return try only(method, "GET") {
-                var q: [String: JSONValue] = ["op": "conflicts"]
-                if let l = r.query["limit"] { q["limit"] = .int(try int(l, "limit", 1...10_000)) }
-                if let b = r.query["before"] { q["before"] = .int(try int(b, "before", 0...Int64.max)) }
-                return json(try control.dispatch(q))
-            }
+            return try only(method, "GET") { try conflicts(r) }
         case ("peers", 2): return try only(method, "GET") { json(["peers": try control.dispatch(["op": "peers"])]) }
         case ("peers", 3): return try only(method, "GET") { json(try control.dispatch(["op": "peer", "peer": .string(path[2])])) }
         case ("mesh", 2): return try only(method, "GET") { try mesh(r) }
         case ("events", 2): return try only(method, "GET") { try events(r) }
+        case ("openapi.json", 2):
+            return try only(method, "GET") { HTTPResponse(status: 200, contentType: "application/json; charset=utf-8", text: OpenAPIDocument.text) }
         default:
             throw HTTPFailure.notFound(r.rawPath)
         }
@@ -98,6 +95,16 @@ struct HTTPAPI: Sendable {
             out.append(["name": .string(c.description), "documents": .int(try store.count(c)), "deleted": .int(try store.count(c, deleted: true))])
         }
         return json(["collections": .array(out)])
+    }
+
+    /// Newest first, `before` an entry's number; `more` says whether older entries follow (one
+    /// more than `limit` is read to know).
+    func conflicts(_ r: HTTPRequest) throws -> HTTPResponse {
+        let limit = Int(try r.query["limit"].map { try int($0, "limit", 1...10_000) } ?? 100)
+        let before = try r.query["before"].map { try int($0, "before", 0...Int64.max) }
+        let records = try opened.store.conflicts(limit: limit + 1, before: before)
+        let page = try ControlHandler.page(Array(records.prefix(limit)), ControlHandler.json)
+        return json(["conflicts": .array(page.items), "more": .bool(page.more || records.count > limit)])
     }
 
     func mesh(_ r: HTTPRequest) throws -> HTTPResponse {
