@@ -231,7 +231,7 @@ public enum OpenAPIDocument {
         ],
         "requestBody": {
           "required": true,
-          "description": "one JSON object a line: `{\"id\":…,\"body\":{…}}` or `{\"id\":…,\"deleted\":true}`; at most 16 MiB, each line at most 1 MiB",
+          "description": "one JSON object a line: `{\"id\":…,\"body\":{…}}` or `{\"id\":…,\"deleted\":true}`; at most 4 MiB, each line at most 1 MiB",
           "content": {
             "application/x-ndjson": {
               "schema": {
