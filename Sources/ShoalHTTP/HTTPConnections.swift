@@ -1,4 +1,5 @@
 import Glibc
+import ShoalLinux
 import ShoalThreads
 
 /// The connections one server holds, and which of them are idle: accepted but with no request in
@@ -57,7 +58,7 @@ final class HTTPConnections: Sendable {
                 }
                 let key = victim ?? connection
                 guard let e = s.entries[key], e.fd >= 0 else { break }
-                _ = Glibc.shutdown(e.fd, Int32(SHUT_RDWR))
+                _ = try? SystemCall.run("shutdown(idle HTTP connection)") { Glibc.shutdown(e.fd, Int32(SHUT_RDWR)) }
                 s.entries[key] = Entry(fd: -1, idleSince: 0, busy: true)
                 s.live -= 1
                 s.evicted += 1

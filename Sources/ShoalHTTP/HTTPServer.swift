@@ -1,5 +1,7 @@
 import CMicroHTTPD
 import Glibc
+import ShoalCore
+import ShoalLinux
 import ShoalThreads
 
 /// One HTTP listener served by GNU libmicrohttpd: its own epoll thread pool, so no request ever
@@ -271,35 +273,13 @@ public final class HTTPServer: @unchecked Sendable {  // a C daemon handle; stat
         for (name, value) in answer.headers { head += "\(name): \(value)\r\n" }
         head += "Content-Length: \(body.count)\r\n\r\n"
         let bytes = Array(head.utf8) + body
-        let n = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
-        return n > 0
+        let n = try? SystemCall.run("send(413)") { bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) } }
+        return (n ?? 0) > 0
     }
 
     public static func error(_ status: Int, _ code: String, _ reason: String, extra: [(String, String)] = []) -> HTTPResponse {
         HTTPResponse(status: status, contentType: "application/json; charset=utf-8",
-                     text: "{\"error\":\(jsonString(code)),\"reason\":\(jsonString(reason))}\n", headers: extra)
-    }
-
-    /// A JSON string literal (the server has no JSON library of its own).
-    public static func jsonString(_ s: String) -> String {
-        var out = "\""
-        for u in s.unicodeScalars {
-            switch u {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            default:
-                if u.value < 0x20 {
-                    let hex = String(u.value, radix: 16)
-                    out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-                } else {
-                    out.unicodeScalars.append(u)
-                }
-            }
-        }
-        return out + "\""
+                     text: JSONValue.object(["error": .string(code), "reason": .string(reason)]).compactText + "\n", headers: extra)
     }
 
     static func authorized(_ connection: OpaquePointer, token: String) -> Bool {
