@@ -47,8 +47,8 @@ struct HTTPService: Service {
         }
         var servers: [HTTPServer] = []
         defer {
-            for s in servers { s.stop() }
             feed.stop()
+            for s in servers { s.stop() }
         }
         if settings.unixSocket {
             let path = HTTPService.socketPath(dataDirectory: directory)
@@ -71,7 +71,7 @@ struct HTTPService: Service {
                 do {
                     let listener = try TCPListener(host: address.host, port: address.port, backlog: 512)
                     let server = try HTTPServer(name: address.description, listenFD: listener.takeDescriptor(), limits: limits,
-                                                bearerToken: needsToken ? token : nil, openPaths: ["/"], bodyLimit: HTTPService.limit, log: log, handler: api.handle)
+                                                bearerToken: needsToken ? token : nil, loopbackHostsOnly: !needsToken, openPaths: ["/"], bodyLimit: HTTPService.limit, log: log, handler: api.handle)
                     servers.append(server)
                     api.servers.withLock { $0.append(server) }
                     let shown = HostPort(host: address.host, port: listener.port)
@@ -95,14 +95,17 @@ struct HTTPService: Service {
         while await context.pause(for: .seconds(1)) {
             context.heartbeat()
         }
+        // The feed first (it ends every stream), then the servers: stopping a daemon joins its
+        // threads, which may be in a store transaction, so it runs on the work thread, not here.
         gateway.setHTTPAddresses([])
-        for s in servers { s.stop() }
-        servers = []
-        api.servers.withLock { $0 = [] }
         feed.stop()
         _ = await feedEnded.wait()
         let abandoned = (try? await gateway.workThread.run { workers.join(timeoutMillis: 3000) }) ?? []
         if !abandoned.isEmpty { logger.warning(.http, "stopping: abandoned \(abandoned.joined(separator: ", ")) still blocked after 3 s") }
+        let stopping = servers
+        servers = []
+        api.servers.withLock { $0 = [] }
+        do { try await gateway.workThread.run { for s in stopping { s.stop() } } } catch { for s in stopping { s.stop() } }
         if settings.unixSocket { unlink(HTTPService.socketPath(dataDirectory: directory)) }
     }
 
