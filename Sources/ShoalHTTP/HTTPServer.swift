@@ -353,8 +353,8 @@ public final class HTTPServer: @unchecked Sendable {  // a C daemon handle; stat
 
     static func authorized(_ connection: OpaquePointer, token: String) -> Bool {
         guard let header = value(connection, .HEADER_KIND, "Authorization") else { return false }
-        let prefix = "Bearer "
-        guard header.hasPrefix(prefix) else { return false }
+        let prefix = "bearer "  // the scheme's name is case-insensitive (RFC 9110 11.1)
+        guard header.lowercased().hasPrefix(prefix) else { return false }
         // Constant time over the token's length: a wrong guess takes as long as a near one.
         let given = Array(header.utf8.dropFirst(prefix.utf8.count)), wanted = Array(token.utf8)
         guard given.count == wanted.count else { return false }

@@ -160,6 +160,9 @@ extension HTTPAPI {
                 "a bulk write is NDJSON: send it with Content-Type: application/x-ndjson (got \(type.isEmpty ? "none" : String(type.prefix(60))))"))
         }
         guard let text = String(validating: r.body, as: UTF8.self) else { throw HTTPFailure.badRequest("the body is not UTF-8") }
+        if text.first(where: { !$0.isWhitespace }) == "[" {
+            throw HTTPFailure.badRequest("a bulk write is NDJSON, one {\"id\", \"body\"} object per line, not a JSON array")
+        }
         enum Line { case put(Int, DocumentID, String), delete(Int, DocumentID), bad(Int, String?, String) }
         var lines: [Line] = []
         var number = 0
@@ -176,7 +179,10 @@ extension HTTPAPI {
             guard lines.count < HTTPAPI.maxBulkLines else { throw HTTPFailure.badRequest("at most \(HTTPAPI.maxBulkLines) lines per request (line \(number) is one more); split the file") }
             guard line.utf8.count <= HTTPService.bodyLimit + 1024 else { lines.append(.bad(number, nil, "the line is over 1 MiB")); continue }
             let value: JSONValue
-            do { value = try JSONValue.parse(String(line)) } catch { lines.append(.bad(number, nil, "not JSON: \(error)")); continue }
+            do { value = try JSONValue.parse(String(line)) } catch {
+                lines.append(.bad(number, nil, "not JSON: \(error) (NDJSON is one object per line; curl -d drops newlines: use --data-binary @file)"))
+                continue
+            }
             guard let idText = value["id"]?.stringValue else { lines.append(.bad(number, nil, "each line needs \"id\" (a string)")); continue }
             let id: DocumentID
             do { id = try DocumentID(idText) } catch { lines.append(.bad(number, idText, "document id \(error)")); continue }
@@ -231,6 +237,7 @@ extension HTTPAPI {
         let filter = try r.query["collection"].map { try collection($0) }
         if let filter { _ = try store.count(filter) }
         let feedKind = r.query["feed"] ?? (HTTPAPI.wantsEventStream(r) ? "sse" : "normal")
+        let timeout = try r.query["timeout"].map { try int($0, "timeout", 0...300_000) } ?? 60_000
         switch feedKind {
         case "normal", "longpoll":
             if since > store.lastSequence { since = 0 }  // a cursor from before the store was replaced
@@ -239,7 +246,6 @@ extension HTTPAPI {
             if !page.isEmpty || feedKind == "normal" {
                 return json(HTTPFeed.page(page, includeDocs: includeDocs, store: store, head: head, requested: limit))
             }
-            let timeout = try r.query["timeout"].map { try int($0, "timeout", 0...300_000) } ?? 60_000
             let stream = HTTPStream()
             feed.addChanges(HTTPFeed.ChangeSubscriber(stream: stream, cursor: since, collection: filter, includeDocs: includeDocs,
                                                       longPoll: (ContinuousClock.now + .milliseconds(timeout), limit)))

@@ -151,11 +151,12 @@ struct HTTPAPI: Sendable {
     }
 
     func bool(_ text: String?, _ name: String) throws -> Bool {
-        switch text {
+        // Python's requests sends True and False as they print.
+        switch text?.lowercased() {
         case nil: return false
         case "true", "1", "yes", "": return true
         case "false", "0", "no": return false
-        default: throw HTTPFailure.badRequest("\"\(name)\" is true or false")
+        default: throw HTTPFailure.badRequest("\"\(name)\" is true or false, not \(text?.prefix(40) ?? "")")
         }
     }
 

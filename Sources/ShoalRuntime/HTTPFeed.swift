@@ -83,6 +83,12 @@ final class HTTPFeed: Sendable {
                 }
             }
         }
+        // Stopping: a long poll answers with no changes (a JSON page, as at its deadline); every
+        // stream ends, so clients see a clean end rather than a cut.
+        let head = store.lastSequence
+        for sub in changeSubscribers.withLock({ Array($0.values) }) where sub.longPoll != nil {
+            sub.stream.send(HTTPFeed.page([], includeDocs: false, store: store, head: head, requested: 1).compactText + "\n")
+        }
         for s in changeSubscribers.withLock({ $0.values.map(\.stream) }) + eventSubscribers.withLock({ $0.values.map(\.stream) }) { s.finish() }
     }
 

@@ -75,11 +75,11 @@ struct HTTPService: Service {
                     servers.append(server)
                     api.servers.withLock { $0.append(server) }
                     let shown = HostPort(host: address.host, port: listener.port)
-                    logger.info(.http, "HTTP API on http://\(shown)/\(needsToken ? " (bearer token required: `shoal http token`)" : "")")
+                    logger.info(.http, "HTTP API on http://\(shown)/\(needsToken ? " (bearer token required: `shoal http token --socket \(gateway.socketPath)`)" : "")")
                     bound.append(shown.description)
                 } catch {
                     if warned.insert(address.description).inserted {
-                        logger.warning(.http, "HTTP API cannot listen on \(address) now: \(error); serving the other addresses and trying again every \(HTTPService.retryBindEvery)")
+                        logger.warning(.http, "HTTP API cannot listen on \(address) now: \(error); serving the other addresses and trying again every \(HTTPService.retryBindEvery) (another gateway on this machine? give each its own port in the site file's http.listen)")
                     } else {
                         logger.verbose(.http, "HTTP API still cannot listen on \(address): \(error)")
                     }
@@ -105,7 +105,13 @@ struct HTTPService: Service {
         let stopping = servers
         servers = []
         api.servers.withLock { $0 = [] }
-        do { try await gateway.workThread.run { for s in stopping { s.stop() } } } catch { for s in stopping { s.stop() } }
+        // The feed has ended every stream: give their clients up to a second to receive the end
+        // (the last chunk), so a long poll answers and an SSE client sees a clean close.
+        let drain = { @Sendable in
+            for _ in 0..<50 where stopping.contains(where: { $0.openStreams > 0 }) { SystemCall.pause(millis: 20) }
+            for s in stopping { s.stop() }
+        }
+        do { try await gateway.workThread.run(drain) } catch { drain() }
         if settings.unixSocket { unlink(HTTPService.socketPath(dataDirectory: directory)) }
     }
 
