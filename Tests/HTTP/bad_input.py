@@ -400,7 +400,7 @@ def bearer(args):
     port, tport, token = args.port, args.token_port, args.token
     with Case(args, "bearer-token"):
         for name, hdrs in [("missing", {}), ("wrong", {"Authorization": "Bearer " + "0" * 64}), ("short", {"Authorization": "Bearer x"}),
-                           ("basic", {"Authorization": "Basic YWRtaW46YWRtaW4="}), ("lowercase-scheme", {"Authorization": "bearer " + token}),
+                           ("basic", {"Authorization": "Basic YWRtaW46YWRtaW4="}), ("scheme-only", {"Authorization": "Bearer"}),
                            ("token-plus", {"Authorization": "Bearer " + token + "0"})]:
             for m, p, b in [("GET", "/v1/status", b""), ("PUT", DOCS + "/secret", b'{"echo":"SECRET-BODY-123"}'), ("GET", "/v1/openapi.json", b""),
                             ("GET", "/metrics", b""), ("POST", DOCS, b'{"id":"s","body":{}}\n'), ("DELETE", DOCS + "/x", b""),
@@ -411,9 +411,10 @@ def bearer(args):
                     fail(f"bearer {name}", f"the 401 carried more: {r.body[:200]!r}")
                 if r is not None and set(r.json() or {}) - {"error", "reason"}:
                     fail(f"bearer {name}", f"the 401 body has more than error, reason: {r.body!r}")
-    r = request(tport, "GET", "/v1/status", headers={"Authorization": "Bearer " + token})
-    if r is None or r.status != 200 or not isinstance(r.json(), dict) or "state" not in r.json():
-        fail("bearer right token", f"{r!r}")
+    for scheme in ("Bearer ", "bearer "):  # the scheme's name is case-insensitive (RFC 9110 11.1)
+        r = request(tport, "GET", "/v1/status", headers={"Authorization": scheme + token})
+        if r is None or r.status != 200 or not isinstance(r.json(), dict) or "state" not in r.json():
+            fail(f"bearer right token ({scheme.strip()})", f"{r!r}")
     before = store_state(port)
     r = request(tport, "PUT", DOCS + "/with-token", b'{"ok":true}', {"Authorization": "Bearer " + token})
     if r is None or r.status != 201:
