@@ -8,7 +8,10 @@ DEB_PACKAGES := libsqlite3-dev libmbedtls-dev libavahi-client-dev libbluetooth-d
 # deploy check's (lintian; dpkg-dev for dpkg-shlibdeps; systemd for systemd-analyze).
 # And the hardware lab's (QEMU with Debian's kernel; scripts/qemu-lab.sh adds the kernel headers; bluez and
 # bluez-test-tools for btvirt, hciconfig, btmgmt and hcitool in the guest). debootstrap for the fresh-machine check.
-LAB_PACKAGES := openssl avahi-daemon avahi-utils dbus iproute2 lintian dpkg-dev systemd qemu-system-x86 busybox-static cpio kmod gpiod bluez bluez-test-tools debootstrap
+# The local API's real clients: curl, python3-pip (PyPI packages in Tests/HTTP/requirements.txt), promtool
+# (prometheus), headless chromium for the web console, wrk for `shoal bench http`.
+LAB_PACKAGES := openssl avahi-daemon avahi-utils dbus iproute2 lintian dpkg-dev systemd qemu-system-x86 busybox-static cpio kmod gpiod bluez bluez-test-tools debootstrap \
+	curl python3-pip prometheus chromium wrk
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: all deps build-deps install-missing boards build release deb demo demo-gateways example test fresh-check sim-check soak lab-soak crash sanitizers fuzz bench bench-sim size clean

@@ -1,4 +1,5 @@
 import ShoalCore
+import ShoalLinux
 import ShoalReplication
 import ShoalStore
 import ShoalWire
@@ -40,9 +41,12 @@ struct ControlHandler {
             // The effective mesh options (board, then site) ride along: what this gateway runs with.
             guard case .object(var o) = gateway.statusSnapshot(store: opened.store).json else { return gateway.statusSnapshot(store: opened.store).json }
             o["meshOptions"] = ControlHandler.meshOptions(gateway.board.mesh)
-            o["http"] = .array(gateway.httpAddresses.map(JSONValue.string))
             return .object(o)
         case "identity": return gateway.identityJSON
+        case "http":
+            // Where the local API listens, and the data directory its token file is in (the
+            // client reads the file itself, with its own permissions).
+            return ["addresses": .array(gateway.httpAddresses.map(JSONValue.string)), "dataDirectory": .string(Files.directory(of: gateway.storePath))]
         case "changes":
             let store = try openStore()
             let since = r["since"]?.int64Value ?? 0

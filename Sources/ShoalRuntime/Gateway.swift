@@ -141,6 +141,7 @@ public final class Gateway: Sendable {
         status.clockSkewPeers = c.skewedPeers.sorted()
         status.storeRunning = report.snapshot.first { $0.path == GatewayRuntime.storeChildPath }.map { $0.state == .running } ?? true
         status.ledPattern = ledPattern.withLock { $0 }
+        status.httpAddresses = httpAddresses
         status.sync = mesh.sync
         status.transports = mesh.transports.keys.sorted().compactMap { transportStatus($0, in: mesh) }
         return status

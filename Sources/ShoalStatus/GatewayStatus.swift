@@ -47,6 +47,8 @@ public struct GatewayStatus: Sendable {
     /// The ObjectBox seed's counters (failed connection attempts, messages, documents, bytes,
     /// conflicts), by name.
     public var counters: [String: Int64] = [:]
+    /// Where the local HTTP API listens (`127.0.0.1:8470`, `unix:<path>`); empty when it does not.
+    public var httpAddresses: [String] = []
     /// Per transport (the Couchbase seed's status per transport): active or not, its last error, and
     /// how discovery runs on it (for Wi-Fi: the DNS-SD service and whether avahi-daemon answers).
     public struct Transport: Sendable {
@@ -137,6 +139,7 @@ public struct GatewayStatus: Sendable {
         lines.append("group       \(group) (DNS-SD \(serviceType))")
         lines.append("mesh        \(meshState), \(connectedPeers.counted("peer")) connected")
         for t in transports { lines.append("\(t.name.padding(to: 11)) \(t.summary)") }
+        if !httpAddresses.isEmpty { lines.append("http        \(httpAddresses.joined(separator: ", "))") }
         lines.append("store       \(storePath) (durability \(durability))")
         lines.append("documents   \(documents) live, \(tombstones.counted("tombstone")), last sequence \(lastSequence)")
         if let sync { lines.append("syncing     \(sync.text) (received/announced so far)") }
@@ -171,6 +174,7 @@ public struct GatewayStatus: Sendable {
             "clockSkewPeers": .array(clockSkewPeers.map { .string($0) }),
             "led": ledPattern.map(JSONValue.string) ?? .null,
             "sync": sync?.json ?? .null,
+            "http": .array(httpAddresses.map(JSONValue.string)),
             "identity": [
                 "label": .string(identityLabel), "notAfter": identityNotAfter.map { .string($0) } ?? .null,
                 "problem": identityProblem.map { .string($0) } ?? .null,
@@ -207,6 +211,7 @@ public struct GatewayStatus: Sendable {
         clockSkewPeers = (s["clockSkewPeers"]?.arrayValue ?? []).compactMap(\.stringValue)
         ledPattern = s["led"]?.stringValue
         sync = SyncProgress(json: s["sync"])
+        httpAddresses = (s["http"]?.arrayValue ?? []).compactMap(\.stringValue)
         transports = (s["transports"]?.objectValue ?? [:]).sorted { $0.key < $1.key }.map { name, t in Transport(name: name, json: t) }
     }
 

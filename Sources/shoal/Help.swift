@@ -124,14 +124,16 @@ enum Help {
             {changes, lastSequence}; with --follow --json, one JSON object per change, a line each.
             """,
         "http": """
-            Usage: shoal http token [--config FILE] [--board NAME] [--data-dir DIR]
+            Usage: shoal http token [--socket PATH | --config FILE --board NAME --data-dir DIR]
 
             The gateway serves its local API (REST under /v1, the change feed and mesh events over
             server-sent events, Prometheus /metrics, the web console at /) on the site file's
             http.listen addresses (default 127.0.0.1:8470) and on the Unix socket
             <data dir>/http.sock. An address other than loopback needs the header
             `Authorization: Bearer TOKEN`; `shoal http token` prints TOKEN, which the gateway
-            makes on its first start (<data dir>/http.token, mode 0600). See docs/http-api.md.
+            makes on its first start (<data dir>/http.token, mode 0600: run it as the gateway's
+            user or root). It asks the running gateway where its data directory is; with
+            --config/--board/--data-dir it looks where those say. See docs/http-api.md.
             """,
         "conflicts": """
             Usage: shoal conflicts [--limit N] [--json] [--socket PATH]
