@@ -10,7 +10,7 @@ import ShoalThreads
 /// (`HTTPStream`) holds no thread while it waits.
 public final class HTTPServer: @unchecked Sendable {  // a C daemon handle; state under locks
     public struct Limits: Sendable {
-        public var threads: UInt32 = 2
+        public var threads: UInt32 = 16
         public var maxConnections: UInt32 = 256
         public var maxConnectionsPerAddress: UInt32 = 64
         public var connectionTimeoutSeconds: UInt32 = 30

@@ -11,6 +11,8 @@ struct HTTPAPI: Sendable {
     let gateway: Gateway
     let opened: OpenedStore
     let feed: HTTPFeed
+    /// PUT and DELETE of one document commit in groups (one fsync for the writes that wait).
+    let commits = HTTPCommitQueue()
 
     var control: ControlHandler { ControlHandler(gateway: gateway, opened: opened) }
 
