@@ -41,6 +41,12 @@ final class HTTPCommitQueue: @unchecked Sendable {  // queue state only under `l
     /// Under `lock`: the writes waiting, and whether a leader is committing now.
     private nonisolated(unsafe) var queued: [Ticket] = []
     private nonisolated(unsafe) var committing = false
+    private nonisolated(unsafe) var groups = 0
+
+    /// Writes queued and not yet taken by a leader (tests wait on it).
+    var waiting: Int { lock.withLock { queued.count } }
+    /// Transactions the queue has committed (a group that fell back counts once).
+    var groupsCommitted: Int { lock.withLock { groups } }
 
     init() {}
 
@@ -67,6 +73,7 @@ final class HTTPCommitQueue: @unchecked Sendable {  // queue state only under `l
             let results = HTTPCommitQueue.run(group.map(\.write), writer: writer)
             lock.withLock {
                 for (t, r) in zip(group, results) { t.result = r }
+                groups += 1
                 committing = false
                 lock.broadcast()
             }
