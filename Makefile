@@ -26,6 +26,7 @@ build-deps:
 
 deps:
 	@$(MAKE) --no-print-directory install-missing PACKAGES="$(DEB_PACKAGES) $(LAB_PACKAGES)"
+	@python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --break-system-packages -r Tests/HTTP/requirements.txt
 
 install-missing:
 	@missing=""; for p in $(PACKAGES); do \
@@ -42,9 +43,11 @@ install-missing:
 	else echo "deps: all Debian packages present"; fi
 	@command -v $(SWIFT) >/dev/null || { echo "no Swift toolchain on PATH: install Swift 6 (see README.md)"; exit 1; }
 
-## Regenerates the board files built into the binary from board-configs/.
+## Regenerates the board files built into the binary from board-configs/, and the OpenAPI
+## document it serves from docs/openapi.json.
 boards:
 	@./scripts/embed-boards.sh
+	@./scripts/embed-openapi.sh
 
 build: build-deps boards
 	$(SWIFT) build

@@ -36,7 +36,7 @@ let package = Package(
         .target(name: "ShoalTLS", dependencies: ["ShoalThreads", "ShoalCore", "CMbedTLS"]),
         .target(name: "ShoalLinux", dependencies: ["ShoalThreads", "ShoalCore", "CAvahi", "CBlueZ", "CGPIOD"]),
         // The local API's HTTP server (libmicrohttpd): bytes in, bytes out; the routes are the runtime's.
-        .target(name: "ShoalHTTP", dependencies: ["ShoalThreads", "CMicroHTTPD"]),
+        .target(name: "ShoalHTTP", dependencies: ["ShoalThreads", "ShoalCore", "ShoalLinux", "CMicroHTTPD"]),
 
         // Replication: the sans-IO protocol state machine over the store and the wire codec.
         .target(name: "ShoalReplication", dependencies: ["ShoalThreads", "ShoalCore", "ShoalWire", "ShoalStore"]),

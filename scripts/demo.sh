@@ -33,6 +33,10 @@ step shoal doc put sensors.readings boiler-1 '{"temperature": 72.1, "unit": "C",
 step shoal doc delete sensors.readings boiler-2
 step shoal doc list sensors.readings --deleted
 step shoal changes
+if command -v curl >/dev/null; then
+  echo; echo "The same data over the local HTTP API (here on its Unix socket; http://127.0.0.1:8470/ serves it too, with the web console at /):"
+  step curl -s --unix-socket "$DATA/http.sock" http://localhost/v1/collections/sensors.readings/docs/boiler-1
+fi
 echo; echo "A bad document is refused with a clear error and nothing is written:"
 step shoal doc put sensors.readings boiler-3 '{"temperature": }' || echo "(exit $?)"
 step shoal log level store verbose

@@ -39,6 +39,7 @@ static inline struct MHD_Daemon *shoal_mhd_start(
     unsigned int timeout_seconds, size_t memory_limit,
     MHD_AccessHandlerCallback handler, void *handler_cls,
     MHD_RequestCompletedCallback completed, void *completed_cls,
+    MHD_NotifyConnectionCallback notify, void *notify_cls,
     struct shoal_mhd_logger *logger)
 {
     unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME
@@ -53,6 +54,7 @@ static inline struct MHD_Daemon *shoal_mhd_start(
         MHD_OPTION_CONNECTION_TIMEOUT, timeout_seconds,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, memory_limit,
         MHD_OPTION_NOTIFY_COMPLETED, completed, completed_cls,
+        MHD_OPTION_NOTIFY_CONNECTION, notify, notify_cls,
         MHD_OPTION_UNESCAPE_CALLBACK, shoal_mhd_keep_escaped, NULL,
         MHD_OPTION_END);
 }
@@ -67,4 +69,10 @@ static inline int shoal_mhd_quiesce(struct MHD_Daemon *daemon) {
 static inline const struct sockaddr *shoal_mhd_client_address(struct MHD_Connection *connection) {
     const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
     return info ? info->client_addr : NULL;
+}
+
+/// The connection's socket (MHD_get_connection_info is variadic), or -1.
+static inline int shoal_mhd_connection_fd(struct MHD_Connection *connection) {
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return info ? (int)info->connect_fd : -1;
 }

@@ -1,5 +1,7 @@
 import CMicroHTTPD
 import Glibc
+import ShoalCore
+import ShoalLinux
 import ShoalThreads
 
 /// One HTTP listener served by GNU libmicrohttpd: its own epoll thread pool, so no request ever
@@ -33,22 +35,33 @@ public final class HTTPServer: @unchecked Sendable {  // a C daemon handle; stat
     let handler: Handler
     let bodyLimit: @Sendable (_ method: String, _ path: String) -> Int
     let bearerToken: String?
+    /// Paths a GET may have without the token (the web console's page, which holds no data: it
+    /// asks for the token itself and sends it with every API call).
+    let openPaths: Set<String>
     let log: Log
     /// Set once, right after the daemon starts; read only by `stop()`.
     private var daemon: OpaquePointer?
     private let loggerBox: UnsafeMutablePointer<shoal_mhd_logger>
     private let streams = Locked<[ObjectIdentifier: HTTPStream]>([:])
+    /// Who is connected and who is idle: past `maxConnections`, the longest idle makes room.
+    let connections: HTTPConnections
+    /// A chunked body found over its limit is answered 413 at once (`answerEarly`), then the rest
+    /// of it is read and dropped, so that closing does not reset the connection under the answer;
+    /// past this much more, the connection is closed at once.
+    static let discardMaxBytes = 64 << 20
     private let stopped = Locked(false)
 
     /// Serves on `listenFD` (a listening socket; the server owns it from here on). `bearerToken`:
     /// every request must carry `Authorization: Bearer <token>`.
-    public init(name: String, listenFD: Int32, limits: Limits, bearerToken: String?,
+    public init(name: String, listenFD: Int32, limits: Limits, bearerToken: String?, openPaths: Set<String> = [],
                 bodyLimit: @escaping @Sendable (String, String) -> Int, log: @escaping Log, handler: @escaping Handler) throws(HTTPServerError) {
         self.name = name
+        self.openPaths = openPaths
         self.handler = handler
         self.bodyLimit = bodyLimit
         self.bearerToken = bearerToken
         self.log = log
+        connections = HTTPConnections(limit: Int(limits.maxConnections))
         loggerBox = UnsafeMutablePointer<shoal_mhd_logger>.allocate(capacity: 1)
         let logBox = LogBox(log)
         loggerBox.initialize(to: shoal_mhd_logger(fn: { cls, message in
@@ -58,9 +71,13 @@ public final class HTTPServer: @unchecked Sendable {  // a C daemon handle; stat
         // The callbacks get this object unretained: the owner calls stop() (which ends the
         // daemon and its threads) before letting it go.
         let me = Unmanaged.passUnretained(self).toOpaque()
-        guard let d = shoal_mhd_start(listenFD, limits.threads, limits.maxConnections, limits.maxConnectionsPerAddress,
+        // libmicrohttpd's own limit sits above Shoal's: at its limit it stops accepting (newcomers
+        // wait in the backlog), while at Shoal's an idle connection is shut down to make room.
+        // Only when every connection is busy does libmicrohttpd's limit refuse.
+        let headroom = max(16, limits.maxConnections / 4)
+        guard let d = shoal_mhd_start(listenFD, limits.threads, limits.maxConnections + headroom, limits.maxConnectionsPerAddress,
                                       limits.connectionTimeoutSeconds, limits.headerMemoryBytes,
-                                      HTTPServer.access, me, HTTPServer.completed, nil, loggerBox) else {
+                                      HTTPServer.access, me, HTTPServer.completed, me, HTTPServer.notify, me, loggerBox) else {
             Unmanaged<LogBox>.fromOpaque(loggerBox.pointee.cls).release()
             loggerBox.deallocate()
             Glibc.close(listenFD)
@@ -78,6 +95,9 @@ public final class HTTPServer: @unchecked Sendable {  // a C daemon handle; stat
     public func stop() {
         guard stopped.withLock({ s -> Bool in defer { s = true }; return !s }), let daemon else { return }
         let listen = shoal_mhd_quiesce(daemon)
+        // libmicrohttpd aborts the process if it is stopped with a connection suspended and not
+        // resumed: every stream open now is ended (resumed) here, and one queued from here on is
+        // ended at once (`queue` sees `stopped`). libmicrohttpd takes up pending resumes itself.
         for stream in streams.withLock({ Array($0.values) }) { stream.wakeForStop() }
         MHD_stop_daemon(daemon)
         if listen >= 0 { Glibc.close(listen) }
@@ -87,6 +107,12 @@ public final class HTTPServer: @unchecked Sendable {  // a C daemon handle; stat
 
     /// Streams now open (server-sent events, long polls).
     public var openStreams: Int { streams.withLock { $0.count } }
+    /// Bytes each open stream holds for its client.
+    public var streamBuffers: [Int] { streams.withLock { Array($0.values) }.map(\.buffered) }
+    /// Connections held now.
+    public var openConnections: Int { connections.live }
+    /// Idle connections shut down to make room, since the start.
+    public var idleConnectionsClosed: Int { connections.evicted }
 
     // MARK: the C side
 
@@ -100,6 +126,12 @@ public final class HTTPServer: @unchecked Sendable {  // a C daemon handle; stat
         var body: [UInt8] = []
         var limit = 0
         var answered = false
+        /// The body went over `limit` (a chunked one: no Content-Length said so first); the rest
+        /// is dropped and counted.
+        var tooLarge = false
+        var dropped = 0
+        /// The 413 went out on the socket when the body went over (else it is queued at the end).
+        var answeredEarly = false
     }
 
     static let access: MHD_AccessHandlerCallback = { cls, connection, url, method, _, uploadData, uploadSize, conCls in
@@ -111,10 +143,18 @@ public final class HTTPServer: @unchecked Sendable {  // a C daemon handle; stat
         guard let existing = conCls.pointee else {
             let pending = Pending()
             conCls.pointee = Unmanaged.passRetained(pending).toOpaque()
-            if let token = server.bearerToken, !HTTPServer.authorized(connection, token: token) {
+            server.connections.requestStarted(UnsafeMutableRawPointer(connection))
+            let open = (methodText == "GET" || methodText == "HEAD") && server.openPaths.contains(path)
+            if let token = server.bearerToken, !open, !HTTPServer.authorized(connection, token: token) {
                 pending.answered = true
                 return server.queue(connection, HTTPServer.error(401, "unauthorized", "this address needs Authorization: Bearer <token> (`shoal http token` prints it)",
                                                               extra: [("WWW-Authenticate", "Bearer realm=\"shoal\"")]))
+            }
+            if HTTPServer.lengthIsAmbiguous(connection) {
+                // libmicrohttpd would take one of them; a proxy in front might take the other.
+                pending.answered = true
+                return server.queue(connection, HTTPServer.error(400, "bad_request",
+                                                              "the body's length is ambiguous (Content-Length twice with different values, or with Transfer-Encoding); send one"))
             }
             pending.limit = server.bodyLimit(methodText, path)
             if let lengthText = HTTPServer.value(connection, .HEADER_KIND, "Content-Length"), let length = Int(lengthText), length > pending.limit {
@@ -127,14 +167,26 @@ public final class HTTPServer: @unchecked Sendable {  // a C daemon handle; stat
         if uploadSize.pointee > 0 {
             let n = uploadSize.pointee
             uploadSize.pointee = 0
+            if pending.tooLarge {
+                pending.dropped += n
+                return pending.dropped > HTTPServer.discardMaxBytes ? .NO : .YES
+            }
             guard !pending.answered else { return .YES }
             if pending.body.count + n > pending.limit {
-                pending.answered = true
+                pending.tooLarge = true
+                pending.dropped = pending.body.count + n
                 pending.body = []
-                return server.queue(connection, HTTPServer.error(413, "payload_too_large", "the body is over \(pending.limit) bytes, the most taken here"))
+                pending.answeredEarly = HTTPServer.answerEarly(connection, HTTPServer.tooLarge(pending.limit))
+                return .YES
             }
             if let uploadData { pending.body.append(contentsOf: UnsafeRawBufferPointer(start: uploadData, count: n)) }
             return .YES
+        }
+        if pending.tooLarge {
+            pending.tooLarge = false
+            pending.answered = true
+            // Answered already: close (libmicrohttpd logs it as an application error).
+            return pending.answeredEarly ? .NO : server.queue(connection, HTTPServer.tooLarge(pending.limit))
         }
         guard !pending.answered else { return .YES }
         pending.answered = true
@@ -145,10 +197,31 @@ public final class HTTPServer: @unchecked Sendable {  // a C daemon handle; stat
         return server.queue(connection, server.handler(request))
     }
 
-    static let completed: MHD_RequestCompletedCallback = { _, _, conCls, _ in
+    static let completed: MHD_RequestCompletedCallback = { cls, connection, conCls, _ in
+        if let cls, let connection {
+            Unmanaged<HTTPServer>.fromOpaque(cls).takeUnretainedValue().connections.requestCompleted(UnsafeMutableRawPointer(connection))
+        }
         guard let conCls, let p = conCls.pointee else { return }
         Unmanaged<Pending>.fromOpaque(p).release()
         conCls.pointee = nil
+    }
+
+    static let notify: MHD_NotifyConnectionCallback = { cls, connection, _, code in
+        guard let cls, let connection else { return }
+        let server = Unmanaged<HTTPServer>.fromOpaque(cls).takeUnretainedValue()
+        let key = UnsafeMutableRawPointer(connection)
+        // MHD_CONNECTION_NOTIFY_STARTED = 0, MHD_CONNECTION_NOTIFY_CLOSED = 1 (microhttpd.h).
+        switch code.rawValue {
+        case 0:
+            // Logged on the first and every 1000th: a flood of connections must not flood the log.
+            if server.connections.started(key, fd: shoal_mhd_connection_fd(connection)) > 0, server.connections.evicted % 1000 == 1 {
+                server.log("\(server.name): at \(server.connections.limit) connections; shutting the longest idle down to make room (\(server.connections.evicted) so far)")
+            }
+        case 1:
+            server.connections.closed(key)
+        default:
+            break
+        }
     }
 
     static let readStream: MHD_ContentReaderCallback = { cls, _, buf, max in
@@ -177,6 +250,8 @@ public final class HTTPServer: @unchecked Sendable {  // a C daemon handle; stat
             stream.server.withLock { $0 = self }
             streams.withLock { $0[ObjectIdentifier(stream)] = stream }
             stream.attach(connection) { MHD_resume_connection($0) }
+            // Registered before `stopped` is read, so either stop() sees this stream or this sees stop().
+            if stopped.withLock({ $0 }) { stream.finish() }
             response = MHD_create_response_from_callback(UInt64.max, 4096, HTTPServer.readStream,
                                                          Unmanaged.passRetained(stream).toOpaque(), HTTPServer.freeStream)
         }
@@ -186,31 +261,30 @@ public final class HTTPServer: @unchecked Sendable {  // a C daemon handle; stat
         return MHD_queue_response(connection, UInt32(answer.status), response)
     }
 
-    public static func error(_ status: Int, _ code: String, _ reason: String, extra: [(String, String)] = []) -> HTTPResponse {
-        HTTPResponse(status: status, contentType: "application/json; charset=utf-8",
-                     text: "{\"error\":\(jsonString(code)),\"reason\":\(jsonString(reason))}\n", headers: extra)
+    static func tooLarge(_ limit: Int) -> HTTPResponse {
+        error(413, "payload_too_large", "the body is over \(limit) bytes, the most taken here", extra: [("Connection", "close")])
     }
 
-    /// A JSON string literal (the server has no JSON library of its own).
-    public static func jsonString(_ s: String) -> String {
-        var out = "\""
-        for u in s.unicodeScalars {
-            switch u {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            default:
-                if u.value < 0x20 {
-                    let hex = String(u.value, radix: 16)
-                    out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-                } else {
-                    out.unicodeScalars.append(u)
-                }
-            }
-        }
-        return out + "\""
+    /// Writes a small answer straight to the connection's socket, for the one case libmicrohttpd
+    /// 0.9.75 has no way to answer: a body still coming in (it queues answers only before the body
+    /// or after all of it). Nothing else is being written on the socket then (a `100 Continue` is
+    /// sent whole before the body is read), and the caller closes the connection afterwards, so
+    /// libmicrohttpd never writes after it. False if the socket took none of it (then it is queued
+    /// the usual way once the body has ended); a few hundred bytes into an idle socket go whole.
+    static func answerEarly(_ connection: OpaquePointer, _ answer: HTTPResponse) -> Bool {
+        let fd = shoal_mhd_connection_fd(connection)
+        guard fd >= 0, case .bytes(let body) = answer.body else { return false }
+        var head = "HTTP/1.1 \(answer.status) \(answer.status == 413 ? "Content Too Large" : "Error")\r\n"
+        for (name, value) in answer.headers { head += "\(name): \(value)\r\n" }
+        head += "Content-Length: \(body.count)\r\n\r\n"
+        let bytes = Array(head.utf8) + body
+        let n = try? SystemCall.run("send(413)") { bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) } }
+        return (n ?? 0) > 0
+    }
+
+    public static func error(_ status: Int, _ code: String, _ reason: String, extra: [(String, String)] = []) -> HTTPResponse {
+        HTTPResponse(status: status, contentType: "application/json; charset=utf-8",
+                     text: JSONValue.object(["error": .string(code), "reason": .string(reason)]).compactText + "\n", headers: extra)
     }
 
     static func authorized(_ connection: OpaquePointer, token: String) -> Bool {
@@ -227,6 +301,28 @@ public final class HTTPServer: @unchecked Sendable {  // a C daemon handle; stat
 
     static func value(_ connection: OpaquePointer, _ kind: MHD_ValueKind, _ name: String) -> String? {
         MHD_lookup_connection_value(connection, kind, name).map { String(cString: $0) }
+    }
+
+    final class Framing {
+        var lengths: Set<String> = []
+        var transferEncoding = false
+    }
+
+    /// Two different Content-Length values, or Content-Length beside Transfer-Encoding (RFC 9112
+    /// 6.3: the way request smuggling starts).
+    static func lengthIsAmbiguous(_ connection: OpaquePointer) -> Bool {
+        let framing = Framing()
+        _ = MHD_get_connection_values(connection, .HEADER_KIND, { cls, _, key, value in
+            guard let cls, let key else { return .YES }
+            let f = Unmanaged<Framing>.fromOpaque(cls).takeUnretainedValue()
+            switch String(cString: key).lowercased() {
+            case "content-length": f.lengths.insert(value.map { String(cString: $0) } ?? "")
+            case "transfer-encoding": f.transferEncoding = true
+            default: break
+            }
+            return .YES
+        }, Unmanaged.passUnretained(framing).toOpaque())
+        return withExtendedLifetime(framing) { framing.lengths.count > 1 || (!framing.lengths.isEmpty && framing.transferEncoding) }
     }
 
     final class Collected {

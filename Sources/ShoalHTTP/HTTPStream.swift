@@ -1,10 +1,12 @@
 import ShoalThreads
 
 /// A response body written by another thread while the client reads it (server-sent events, a
-/// long poll). Bounded: past `maxBuffered` bytes not yet taken by the client, `send` refuses and
-/// the producer holds back (a slow reader lags, it never grows the gateway's memory). When the
-/// buffer is empty the connection is suspended (no thread waits, no busy loop) and the next
-/// `send` or `finish` resumes it.
+/// long poll). Bounded: `send` refuses what would take the bytes not yet taken by the client past
+/// `maxBuffered`, and the producer holds back (a slow reader lags, it never grows the gateway's
+/// memory) — except that while less than half of it is pending, one send always goes in, so an
+/// event bigger than the room left (a document near 1 MiB) is sent, not retried forever. So at
+/// most maxBuffered/2 plus one send are ever pending. When the buffer is empty the connection is
+/// suspended (no thread waits, no busy loop) and the next `send` or `finish` resumes it.
 public final class HTTPStream: @unchecked Sendable {  // all state under `state`'s lock
     struct State {
         var buffer: [UInt8] = []
@@ -36,7 +38,7 @@ public final class HTTPStream: @unchecked Sendable {  // all state under `state`
         let (appended, wake) = state.withLock { s -> (Bool, Wake?) in
             guard !s.closed, !s.finished else { return (false, nil) }
             let pending = s.buffer.count - s.readOffset
-            if pending > 0 && pending + bytes.count > maxBuffered { return (false, nil) }
+            if pending >= maxBuffered / 2 && pending + bytes.count > maxBuffered { return (false, nil) }
             s.buffer.append(contentsOf: bytes)
             return (true, takeSuspended(&s))
         }

@@ -17,12 +17,16 @@ extension HTTPAPI {
         do { return try DocumentID(text) } catch { throw HTTPFailure.badRequest("document id \(error)") }
     }
 
+    /// A page of a collection. `more` says whether documents follow the page (the control
+    /// socket's `more` only says the answer was cut to its byte budget): one more than `limit` is
+    /// read to know.
     func list(_ c: String, _ r: HTTPRequest) throws -> HTTPResponse {
-        var q: [String: JSONValue] = ["op": "doc.list", "collection": .string(c)]
-        if let l = r.query["limit"] { q["limit"] = .int(try int(l, "limit", 1...10_000)) }
-        if let a = r.query["after"] { q["after"] = .string(a) }
-        q["includeDeleted"] = .bool(try bool(r.query["deleted"], "deleted"))
-        return json(try control.dispatch(q))
+        let name = try collection(c)
+        let limit = Int(try r.query["limit"].map { try int($0, "limit", 1...10_000) } ?? 100)
+        let docs = try opened.store.list(name, after: r.query["after"], limit: limit + 1, includeDeleted: try bool(r.query["deleted"], "deleted"))
+        if docs.isEmpty { _ = try opened.store.count(name) }  // an unknown collection says so
+        let page = try ControlHandler.page(Array(docs.prefix(limit)), ControlHandler.json)
+        return json(["collection": .string(name.description), "documents": .array(page.items), "more": .bool(page.more || docs.count > limit)])
     }
 
     static func etag(_ revision: Int64) -> String { "\"\(revision)\"" }
@@ -164,8 +168,14 @@ extension HTTPAPI {
         let failed = results.filter { $0["error"] != nil }.count
         let last = results.compactMap { $0["sequence"]?.int64Value }.max() ?? 0
         gateway.logger.verbose(.http, "bulk into \(name): \(results.count - failed) written, \(failed) refused")
-        return json(["written": .int(Int64(results.count - failed)), "failed": .int(Int64(failed)), "lastSequence": .int(last), "results": .array(results)],
-                    status: failed == results.count ? 400 : 200)
+        var answer: [String: JSONValue] = ["written": .int(Int64(results.count - failed)), "failed": .int(Int64(failed)), "lastSequence": .int(last),
+                                           "results": .array(results)]
+        if failed == results.count {
+            // Nothing written: an error like any other 400, with the lines' reasons beside it.
+            answer["error"] = "bad_request"
+            answer["reason"] = .string("no line was valid (\(failed) refused; see results)")
+        }
+        return json(.object(answer), status: failed == results.count ? 400 : 200)
     }
 
     func changes(_ r: HTTPRequest) throws -> HTTPResponse {

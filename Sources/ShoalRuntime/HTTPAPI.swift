@@ -1,6 +1,7 @@
 import ShoalCore
 import ShoalHTTP
 import ShoalStore
+import ShoalThreads
 import ShoalWire
 
 /// The local API's routes (docs/http-api.md, docs/openapi.json): each answers from the same
@@ -13,6 +14,9 @@ struct HTTPAPI: Sendable {
     let feed: HTTPFeed
     /// PUT and DELETE of one document commit in groups (one fsync for the writes that wait).
     let commits = HTTPCommitQueue()
+    /// The servers answering with this router (for /metrics' connection and stream figures);
+    /// `HTTPService` adds each one it starts.
+    let servers = Locked<[HTTPServer]>([])
 
     var control: ControlHandler { ControlHandler(gateway: gateway, opened: opened) }
 
@@ -38,7 +42,7 @@ struct HTTPAPI: Sendable {
     func route(_ method: String, _ path: [String], _ r: HTTPRequest) throws -> HTTPResponse {
         switch path.count {
         case 0:
-            return try only(method, "GET") { HTTPResponse(status: 200, contentType: "text/html; charset=utf-8", text: ConsolePage.html,
+            return try only(method, "GET") { HTTPResponse(status: 200, contentType: ConsolePage.contentType, text: ConsolePage.html,
                                                          headers: [("Cache-Control", "no-cache")]) }
         case 1 where path[0] == "metrics":
             return try only(method, "GET") { try metrics() }
@@ -66,16 +70,13 @@ struct HTTPAPI: Sendable {
             }
         case ("changes", 2): return try only(method, "GET") { try changes(r) }
         case ("conflicts", 2):
-            return try only(method, "GET") {
-                var q: [String: JSONValue] = ["op": "conflicts"]
-                if let l = r.query["limit"] { q["limit"] = .int(try int(l, "limit", 1...10_000)) }
-                if let b = r.query["before"] { q["before"] = .int(try int(b, "before", 0...Int64.max)) }
-                return json(try control.dispatch(q))
-            }
+            return try only(method, "GET") { try conflicts(r) }
         case ("peers", 2): return try only(method, "GET") { json(["peers": try control.dispatch(["op": "peers"])]) }
         case ("peers", 3): return try only(method, "GET") { json(try control.dispatch(["op": "peer", "peer": .string(path[2])])) }
         case ("mesh", 2): return try only(method, "GET") { try mesh(r) }
         case ("events", 2): return try only(method, "GET") { try events(r) }
+        case ("openapi.json", 2):
+            return try only(method, "GET") { HTTPResponse(status: 200, contentType: "application/json; charset=utf-8", text: OpenAPIDocument.text) }
         default:
             throw HTTPFailure.notFound(r.rawPath)
         }
@@ -98,11 +99,22 @@ struct HTTPAPI: Sendable {
         return json(["collections": .array(out)])
     }
 
+    /// Newest first, `before` an entry's number; `more` says whether older entries follow (one
+    /// more than `limit` is read to know).
+    func conflicts(_ r: HTTPRequest) throws -> HTTPResponse {
+        let limit = Int(try r.query["limit"].map { try int($0, "limit", 1...10_000) } ?? 100)
+        let before = try r.query["before"].map { try int($0, "before", 0...Int64.max) }
+        let records = try opened.store.conflicts(limit: limit + 1, before: before)
+        let page = try ControlHandler.page(Array(records.prefix(limit)), ControlHandler.json)
+        return json(["conflicts": .array(page.items), "more": .bool(page.more || records.count > limit)])
+    }
+
     func mesh(_ r: HTTPRequest) throws -> HTTPResponse {
         let format = r.query["format"] ?? HTTPAPI.preferred(r.header("accept"), ["application/json": "json", "text/vnd.graphviz": "dot", "image/svg+xml": "svg"]) ?? "json"
         switch format {
         case "json": return json(try control.dispatch(["op": "mesh"]))
         case "dot": return HTTPResponse(status: 200, contentType: "text/vnd.graphviz; charset=utf-8", text: gateway.meshView.withLock { $0 }.dot())
+        case "svg": return HTTPResponse(status: 200, contentType: "image/svg+xml; charset=utf-8", text: gateway.meshView.withLock { $0 }.svg())
         default: throw HTTPFailure.badRequest("\"format\" is json, dot or svg")
         }
     }
@@ -117,10 +129,6 @@ struct HTTPAPI: Sendable {
         stream.send(": shoal mesh events\n\n")
         feed.addEvents(HTTPFeed.EventSubscriber(stream: stream, cursor: cursor))
         return HTTPAPI.eventStream(stream)
-    }
-
-    func metrics() throws -> HTTPResponse {
-        throw HTTPFailure.notFound("/metrics")
     }
 
     // MARK: helpers

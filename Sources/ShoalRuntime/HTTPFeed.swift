@@ -101,13 +101,20 @@ final class HTTPFeed: Sendable {
                 // Only other collections' changes: nothing to send, but the cursor moves on.
                 sub.cursor = last
             }
+            // As many events as the stream has room for (at least one): a batch of documents near
+            // 1 MiB each must not land in one buffer, nor be read only to be refused.
+            let room = sub.stream.maxBuffered - sub.stream.buffered
             var text = ""
+            var upTo: Int64?
             for c in changes {
-                text += "id: \(c.sequence)\nevent: change\ndata: \(HTTPFeed.change(c, includeDocs: sub.includeDocs, store: store).compactText)\n\n"
+                let event = "id: \(c.sequence)\nevent: change\ndata: \(HTTPFeed.change(c, includeDocs: sub.includeDocs, store: store).compactText)\n\n"
+                if upTo != nil && text.utf8.count + event.utf8.count > room { break }
+                text += event
+                upTo = c.sequence
             }
-            if !text.isEmpty {
+            if let upTo {
                 guard sub.stream.send(text) else { continue }  // full or gone: try again next round
-                sub.cursor = changes.last?.sequence ?? sub.cursor
+                sub.cursor = upTo
             }
             let cursor = sub.cursor
             changeSubscribers.withLock { subs in subs[key]?.cursor = cursor }

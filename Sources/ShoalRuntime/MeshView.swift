@@ -18,6 +18,9 @@ public struct MeshView: Sendable {
         public var certificate: Certificate?
         /// The sync we pull from it now, while one runs (its links together).
         public var sync: SyncProgress?
+        /// When a replication frame last went to or came from it (`monotonicMillis()`), nil if
+        /// none did since this gateway started. Kept while the mesh knows the peer, linked or not.
+        public var lastActivityMillis: Int? = nil
     }
 
     public var state = MeshState.created

@@ -30,6 +30,7 @@ extension ReplicationDriver {
             switch action {
             case .send(let id, let payload):
                 host.updateCounters { $0.messagesSent += 1; $0.bytesSent += payload.count + 4 }
+                if let peer = links[id]?.session.peerID { lastActivity[peer] = now }
                 if links[id]?.send(payload) == false {
                     log.warning(.replication, "link \(id): the peer does not read what we send (over \(LinkIO.maxQueuedBytes >> 20) MB queued); closing it")
                 }
@@ -92,12 +93,15 @@ extension ReplicationDriver {
         var certs: [PeerID: Certificate] = [:]
         for io in links.values { certs[io.session.peerID] = io.session.peerCertificate }
         let syncs = node.syncProgress(now: UInt64(monotonicMillis()))
+        let known = Set(mesh.knownPeers)
+        lastActivity = lastActivity.filter { known.contains($0.key) }
         view.peers = mesh.knownPeers.compactMap { p in
             guard let info = mesh.info(p) else { return nil }
             let cert = certs[p]
             return MeshView.Peer(info: info, address: transports.lazy.compactMap { $0.address(of: p) }.first, certificateSubject: cert?.subject,
                                  certificateNotAfter: cert?.notAfter, certificate: cert,
-                                 sync: SyncProgress.combined(syncs.filter { $0.peer == p }.map(\.progress)))
+                                 sync: SyncProgress.combined(syncs.filter { $0.peer == p }.map(\.progress)),
+                                 lastActivityMillis: lastActivity[p])
         }
         view.sync = SyncProgress.combined(syncs.map(\.progress))
         view.transports = transportState

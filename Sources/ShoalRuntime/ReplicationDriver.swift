@@ -212,6 +212,9 @@ package actor ReplicationDriver: TransportHost {
     /// One child per linked peer, in the supervision tree.
     var linkChildren: LinkChildren
     var lastPublish = 0
+    /// When a frame last went either way on a link to each peer (monotonic ms), for `/metrics`.
+    /// Pruned to the peers the mesh knows at each publish.
+    var lastActivity: [PeerID: Int] = [:]
     /// When the next timed turn is queued for (nil: none).
     var timedTurnAt: Int?
     /// The core started: turns may drain the inbox (transport threads can post before that).
@@ -283,6 +286,7 @@ package actor ReplicationDriver: TransportHost {
         for input in batch {
             if case .frame(let id, let frame, let bytes) = input {
                 host.updateCounters { $0.messagesReceived += 1; $0.bytesReceived += bytes + 4 }
+                if let peer = links[id]?.session.peerID { lastActivity[peer] = now }
                 if run?.link == id { run!.frames.append(frame) } else { flush(); run = (id, [frame]) }
                 continue
             }

@@ -1,0 +1,202 @@
+import ShoalMesh
+import ShoalStatus
+import ShoalSupervision
+
+/// The figures `GET /metrics` exposes, read from one gateway at one moment, and their Prometheus
+/// families. Gathering (`Gateway.metrics(store:)`) reads the store; turning them into families is
+/// pure, so tests build one by hand.
+///
+/// Names follow the seeds' counters (ObjectBox: discovered/connected peers, failed connection
+/// attempts, messages sent/received, sync logs received/applied; bytes, conflicts) in Prometheus's
+/// form: `shoal_` first, counters end in `_total`, units last (`_bytes`, `_seconds`). What a reader
+/// gets wrong: the counters live in the process, so they start again from 0 when the gateway
+/// restarts (Prometheus's `rate()` handles that), and a peer's series stay only while the mesh
+/// knows the peer.
+public struct GatewayMetrics: Sendable {
+    public struct Collection: Sendable {
+        public var name: String
+        public var documents: Int64
+        public var tombstones: Int64
+    }
+
+    public var state: GatewayState
+    public var version: String
+    public var board: String
+    public var group: String
+    public var counters: ReplicationCounters
+    public var mesh: MeshView
+    public var children: [SupervisionReport.Child]
+    public var ledPattern: String
+    public var peerID: String?
+    public var identityLabel: String
+    public var identityNotAfterSeconds: Int64?
+    /// Nil while the store is closed (restarting): its figures are left out.
+    public var collections: [Collection]?
+    public var lastSequence: Int64?
+    public var storeBytes: Int?
+    public var uptimeSeconds: Double
+    public var startTimeSeconds: Double?
+    public var residentBytes: Int?
+    /// `monotonicMillis()` when gathered: a peer's idle time is measured from its last activity to this.
+    public var nowMillis: Int
+    /// The local API's connections and streams (set by the API itself when it answers /metrics).
+    public var http: HTTP? = nil
+
+    /// What the local API holds now, over all its listeners.
+    public struct HTTP: Sendable {
+        public var connections: Int
+        /// Idle connections closed to make room for new ones past `http.maxConnections`.
+        public var idleConnectionsClosed: Int
+        public var streams: Int
+        public var bufferedBytes: Int
+        public var largestBufferBytes: Int
+
+        public init(connections: Int, idleConnectionsClosed: Int, streams: Int, bufferedBytes: Int, largestBufferBytes: Int) {
+            self.connections = connections
+            self.idleConnectionsClosed = idleConnectionsClosed
+            self.streams = streams
+            self.bufferedBytes = bufferedBytes
+            self.largestBufferBytes = largestBufferBytes
+        }
+    }
+
+    public typealias Family = MetricsExposition.Family
+    public typealias Sample = MetricsExposition.Sample
+
+    /// Every family, in no particular order (the renderer sorts).
+    public var families: [Family] {
+        gatewayFamilies + counterFamilies + meshFamilies + peerFamilies + storeFamilies + supervisionFamilies + httpFamilies
+    }
+
+    var httpFamilies: [Family] {
+        guard let http else { return [] }
+        return [
+            Family("shoal_http_connections", .gauge, help: "Connections the local API holds now (all listeners).", value: http.connections),
+            Family("shoal_http_idle_connections_closed_total", .counter,
+                   help: "Idle connections the local API closed to make room for new ones (past http.maxConnections).", value: http.idleConnectionsClosed),
+            Family("shoal_http_streams", .gauge, help: "Server-sent event streams and long polls open now.", value: http.streams),
+            Family("shoal_http_stream_buffered_bytes", .gauge, help: "Bytes written to the open streams and not yet taken by their clients, all together.",
+                   value: http.bufferedBytes),
+            Family("shoal_http_stream_largest_buffer_bytes", .gauge, help: "The most bytes one open stream holds for its client (each stream is bounded).",
+                   value: http.largestBufferBytes),
+        ]
+    }
+
+    /// The exposition text (`MetricsExposition.contentType`).
+    public var text: String { MetricsExposition.render(families) }
+
+    var gatewayFamilies: [Family] {
+        var f = [
+            Family("shoal_build_info", .gauge, help: "The running build: version, board and group label this gateway (always 1).",
+                   [Sample([("version", version), ("board", board), ("group", group)], 1)]),
+            Family("shoal_gateway_state", .gauge, help: "The gateway's state: 1 for the current one, 0 for the others.",
+                   GatewayMetrics.stateSet([GatewayState.booting, .running, .degraded, .stopping, .failed].map(\.rawValue), current: state.rawValue)),
+            Family("shoal_led_state", .gauge, help: "The status LED's current pattern (always 1; the pattern is the label).",
+                   [Sample([("pattern", ledPattern)], 1)]),
+            Family("shoal_uptime_seconds", .gauge, help: "Seconds since the gateway started.", value: uptimeSeconds),
+        ]
+        if let peerID {
+            f.append(Family("shoal_identity_info", .gauge, help: "This gateway's identity: its peer id and label (always 1).",
+                            [Sample([("peer", peerID), ("label", identityLabel)], 1)]))
+        }
+        if let t = identityNotAfterSeconds {
+            f.append(Family("shoal_identity_not_after_timestamp_seconds", .gauge, help: "When this gateway's certificate expires (Unix time).", value: Int(t)))
+        }
+        if let t = startTimeSeconds {
+            f.append(Family("process_start_time_seconds", .gauge, help: "Start time of the process since the Unix epoch in seconds.", value: t))
+        }
+        if let r = residentBytes {
+            f.append(Family("process_resident_memory_bytes", .gauge, help: "Resident memory size in bytes.", value: r))
+        }
+        return f
+    }
+
+    var counterFamilies: [Family] {
+        let c = counters
+        let m = mesh.counters
+        func counter(_ name: String, _ help: String, _ v: Int) -> Family { Family(name, .counter, help: help, value: v) }
+        return [
+            counter("shoal_messages_sent_total", "Replication messages sent to peers.", c.messagesSent),
+            counter("shoal_messages_received_total", "Replication messages received from peers.", c.messagesReceived),
+            counter("shoal_sent_bytes_total", "Bytes of replication messages sent to peers (frames with their length prefix).", c.bytesSent),
+            counter("shoal_received_bytes_total", "Bytes of replication messages received from peers (frames with their length prefix).", c.bytesReceived),
+            counter("shoal_documents_sent_total", "Documents pushed to peers.", c.documentsSent),
+            counter("shoal_documents_received_total", "Documents pulled from peers (the seed's received sync logs).", c.documentsReceived),
+            counter("shoal_documents_applied_total", "Documents pulled from peers and written to the store (the seed's applied sync logs).", c.documentsApplied),
+            counter("shoal_conflicts_total", "Conflicts resolved (concurrent versions of a document).", c.conflicts),
+            counter("shoal_failed_connection_attempts_total", "Links to peers that failed: dials, refusals and failed handshakes either way.", c.failedConnections),
+            counter("shoal_evictions_total", "Links this gateway closed to make room for a newcomer.", m.evictions),
+            counter("shoal_refused_connections_total", "Incoming links the mesh refused (no room, or a link to that peer exists).", m.refusedConnections),
+        ]
+    }
+
+    var meshFamilies: [Family] {
+        var f = [
+            Family("shoal_discovered_peers", .gauge, help: "Peers of the group heard now on any transport.", value: mesh.counters.discoveredPeers),
+            Family("shoal_connected_peers", .gauge, help: "Peers linked now.", value: mesh.counters.connectedPeers),
+            Family("shoal_mesh_state", .gauge, help: "The mesh's state (the ObjectBox seed's names): 1 for the current one, 0 for the others.",
+                   GatewayMetrics.stateSet([MeshState.created, .discovering, .fullyConnected, .stopped, .dead].map(\.rawValue), current: mesh.state.rawValue)),
+            Family("shoal_clock_skewed_peers", .gauge, help: "Peers seen with a clock ahead of ours (their timestamps do not move our clock).",
+                   value: counters.skewedPeers.count),
+        ]
+        f.append(Family("shoal_transport_active", .gauge, help: "Whether a transport works now (advertising and discovery): 1 or 0.",
+                        mesh.transports.map { Sample([("transport", $0.key.rawValue)], $0.value.active ? 1 : 0) }))
+        return f
+    }
+
+    var peerFamilies: [Family] {
+        var online: [Sample] = [], link: [Sample] = [], lag: [Sample] = [], idle: [Sample] = [], rate: [Sample] = []
+        for p in mesh.peers {
+            let id = p.info.peer.description
+            online.append(Sample([("peer", id)], p.info.online ? 1 : 0))
+            if let t = p.info.connectedOn {
+                let direction = p.info.outgoing.map { $0 ? "outgoing" : "incoming" } ?? "unknown"
+                link.append(Sample([("peer", id), ("transport", t.rawValue), ("direction", direction)], 1))
+                lag.append(Sample([("peer", id)], p.sync?.remaining ?? 0))
+                if let r = p.sync?.perSecond { rate.append(Sample([("peer", id)], r)) }
+            }
+            if let last = p.lastActivityMillis {
+                idle.append(Sample([("peer", id)], Double(max(0, nowMillis - last)) / 1000))
+            }
+        }
+        return [
+            Family("shoal_peer_online", .gauge, help: "Whether a peer the mesh knows is heard now: 1 or 0.", online),
+            Family("shoal_peer_link_info", .gauge, help: "A linked peer, with the transport in use and who dialled (always 1).", link),
+            Family("shoal_peer_replication_lag_documents", .gauge,
+                   help: "Documents a linked peer announced that this gateway lacks and has not yet applied (0 when in step).", lag),
+            Family("shoal_peer_sync_documents_per_second", .gauge, help: "Documents per second pulled from a peer while a sync runs.", rate),
+            Family("shoal_peer_idle_seconds", .gauge, help: "Seconds since a replication message last went to or came from a peer.", idle),
+        ]
+    }
+
+    var storeFamilies: [Family] {
+        var f = [Family("shoal_store_up", .gauge, help: "Whether the store is open: 1 or 0 (restarting).", value: collections == nil ? 0 : 1)]
+        if let s = storeBytes {
+            f.append(Family("shoal_store_size_bytes", .gauge, help: "Size of the store's files (database and write-ahead log) in bytes.", value: s))
+        }
+        if let s = lastSequence {
+            f.append(Family("shoal_store_last_sequence", .gauge, help: "The last sequence number of the store's change feed.", value: Int(s)))
+        }
+        if let collections {
+            f.append(Family("shoal_collection_documents", .gauge, help: "Live documents per collection.",
+                            collections.map { Sample([("collection", $0.name)], Int($0.documents)) }))
+            f.append(Family("shoal_collection_tombstones", .gauge, help: "Tombstones (deleted documents kept for replication) per collection.",
+                            collections.map { Sample([("collection", $0.name)], Int($0.tombstones)) }))
+        }
+        return f
+    }
+
+    var supervisionFamilies: [Family] {
+        [
+            Family("shoal_supervision_restarts_total", .counter, help: "Restarts of each supervised child since the gateway started.",
+                   children.map { Sample([("child", $0.path)], $0.restarts) }),
+            Family("shoal_supervision_child_state", .gauge, help: "Each supervised child's current state (always 1; the state is the label).",
+                   children.map { Sample([("child", $0.path), ("state", $0.state.rawValue)], 1) }),
+        ]
+    }
+
+    /// An enum as a gauge: one sample per state, 1 for the current one.
+    static func stateSet(_ states: [String], current: String) -> [Sample] {
+        states.map { Sample([("state", $0)], $0 == current ? 1 : 0) }
+    }
+}

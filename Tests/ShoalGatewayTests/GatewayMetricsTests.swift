@@ -1,0 +1,132 @@
+import Foundation
+import ShoalCore
+@testable import ShoalMesh
+@testable import ShoalRuntime
+import ShoalStatus
+import ShoalSupervision
+import Testing
+
+@Suite("Gateway metrics")
+struct GatewayMetricsTests {
+    static let linked = PeerID(bytes: Array(repeating: 0xab, count: 32))
+    static let heard = PeerID(bytes: Array(repeating: 0x0c, count: 32))
+
+    /// A gateway with one linked peer (pulling a sync), one peer only heard, two collections and
+    /// a child that restarted twice.
+    func metrics(storeOpen: Bool = true) -> GatewayMetrics {
+        var mesh = MeshView()
+        mesh.state = .discovering
+        mesh.counters.discoveredPeers = 2
+        mesh.counters.connectedPeers = 1
+        mesh.counters.evictions = 1
+        mesh.transports = [.wifi: (true, nil), .bluetooth: (false, "no adapter")]
+        mesh.peers = [
+            MeshView.Peer(info: PeerInfo(peer: Self.linked, online: true, discoveredOn: [.wifi], connectedOn: .wifi, outgoing: false,
+                                         neighbours: [], activity: .busy),
+                          sync: SyncProgress(received: 40, announced: 100, perSecond: 20), lastActivityMillis: 10_000),
+            MeshView.Peer(info: PeerInfo(peer: Self.heard, online: true, discoveredOn: [.bluetooth], connectedOn: nil, outgoing: nil,
+                                         neighbours: [], activity: .offline)),
+        ]
+        var counters = ReplicationCounters()
+        counters.messagesSent = 7
+        counters.documentsApplied = 40
+        counters.documentsReceived = 41
+        counters.bytesReceived = 4096
+        let report = SupervisionReport()
+        report.record("root/store", state: .running, restarts: 2, lastError: "disk \"full\"")
+        report.record("root/replication", state: .running, restarts: 0, lastError: nil)
+        return GatewayMetrics(
+            state: .running, version: "0.1.0", board: "sim", group: "plant-7", counters: counters, mesh: mesh, children: report.snapshot,
+            ledPattern: "connected: 1 short blink", peerID: String(repeating: "ef", count: 32), identityLabel: "gw",
+            identityNotAfterSeconds: 1_900_000_000,
+            collections: storeOpen ? [.init(name: "_default._default", documents: 0, tombstones: 0), .init(name: "sensors.readings", documents: 12, tombstones: 3)] : nil,
+            lastSequence: storeOpen ? 15 : nil, storeBytes: 8192, uptimeSeconds: 61, startTimeSeconds: 1_800_000_000, residentBytes: 12_000_000,
+            nowMillis: 12_500)
+    }
+
+    @Test("the seed's counters are counters named …_total with their values")
+    func counters() {
+        let text = metrics().text
+        #expect(text.contains("# TYPE shoal_messages_sent_total counter\nshoal_messages_sent_total 7\n"))
+        #expect(text.contains("shoal_documents_applied_total 40\n"))
+        #expect(text.contains("shoal_documents_received_total 41\n"))
+        #expect(text.contains("shoal_received_bytes_total 4096\n"))
+        #expect(text.contains("shoal_evictions_total 1\n"))
+        #expect(text.contains("shoal_failed_connection_attempts_total 0\n"))
+        #expect(text.contains("shoal_discovered_peers 2\n"))
+        #expect(text.contains("shoal_connected_peers 1\n"))
+    }
+
+    @Test("a linked peer has its transport, its lag (announced, not yet applied) and its idle time; a peer only heard is online and no more")
+    func perPeer() {
+        let text = metrics().text
+        let a = Self.linked.description, c = Self.heard.description
+        #expect(text.contains("shoal_peer_link_info{peer=\"\(a)\",transport=\"wifi\",direction=\"incoming\"} 1\n"))
+        #expect(text.contains("shoal_peer_replication_lag_documents{peer=\"\(a)\"} 60\n"))
+        #expect(text.contains("shoal_peer_sync_documents_per_second{peer=\"\(a)\"} 20\n"))
+        #expect(text.contains("shoal_peer_idle_seconds{peer=\"\(a)\"} 2.5\n"))
+        #expect(text.contains("shoal_peer_online{peer=\"\(c)\"} 1\n"))
+        #expect(!text.contains("lag_documents{peer=\"\(c)\"}"))
+        #expect(!text.contains("shoal_peer_link_info{peer=\"\(c)\""))
+    }
+
+    @Test("states are enum gauges (one 1, the rest 0); the LED, build and identity are info gauges")
+    func statesAndInfo() {
+        let text = metrics().text
+        #expect(text.contains("shoal_gateway_state{state=\"running\"} 1\n"))
+        #expect(text.contains("shoal_gateway_state{state=\"degraded\"} 0\n"))
+        #expect(text.contains("shoal_mesh_state{state=\"Discovering\"} 1\n"))
+        #expect(text.contains("shoal_mesh_state{state=\"FullyConnected\"} 0\n"))
+        #expect(text.contains("shoal_led_state{pattern=\"connected: 1 short blink\"} 1\n"))
+        #expect(text.contains("shoal_build_info{version=\"0.1.0\",board=\"sim\",group=\"plant-7\"} 1\n"))
+        #expect(text.contains("shoal_transport_active{transport=\"bluetooth\"} 0\n"))
+        #expect(text.contains("shoal_supervision_restarts_total{child=\"root/store\"} 2\n"))
+        #expect(text.contains("shoal_supervision_child_state{child=\"root/store\",state=\"running\"} 1\n"))
+    }
+
+    @Test("the store's figures per collection; a closed store says so and leaves them out")
+    func store() {
+        let open = metrics().text
+        #expect(open.contains("shoal_collection_documents{collection=\"sensors.readings\"} 12\n"))
+        #expect(open.contains("shoal_collection_tombstones{collection=\"sensors.readings\"} 3\n"))
+        #expect(open.contains("shoal_store_size_bytes 8192\n"))
+        #expect(open.contains("shoal_store_up 1\n"))
+        let closed = metrics(storeOpen: false).text
+        #expect(closed.contains("shoal_store_up 0\n"))
+        #expect(!closed.contains("shoal_collection_documents"))
+    }
+
+    @Test("promtool check metrics finds no problem in the exposition", .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/promtool"), "needs promtool (Debian's prometheus package)"))
+    func promtoolAgrees() throws {
+        for m in [metrics(), metrics(storeOpen: false)] {
+            let (status, output) = try Self.promtool(m.text)
+            #expect(status == 0 && output.isEmpty, "promtool: \(output)")
+        }
+    }
+
+    @Test("every metric the gateway exposes is named in docs/http-api.md")
+    func documented() throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let doc = try String(contentsOf: root.appendingPathComponent("docs/http-api.md"), encoding: .utf8)
+        for family in metrics().families {
+            #expect(doc.contains("`\(family.name)"), "docs/http-api.md does not name \(family.name)")
+        }
+    }
+
+    /// `promtool check metrics` on `text`: its exit status and what it printed.
+    static func promtool(_ text: String) throws -> (Int32, String) {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/promtool")
+        p.arguments = ["check", "metrics"]
+        let input = Pipe(), output = Pipe()
+        p.standardInput = input
+        p.standardOutput = output
+        p.standardError = output
+        try p.run()
+        input.fileHandleForWriting.write(Data(text.utf8))
+        try input.fileHandleForWriting.close()
+        let out = output.fileHandleForReading.readDataToEndOfFile()
+        p.waitUntilExit()
+        return (p.terminationStatus, String(decoding: out, as: UTF8.self))
+    }
+}
