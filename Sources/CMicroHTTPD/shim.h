@@ -65,12 +65,6 @@ static inline int shoal_mhd_quiesce(struct MHD_Daemon *daemon) {
     return (int)MHD_quiesce_daemon(daemon);
 }
 
-/// The client's address (MHD_get_connection_info is variadic), or NULL.
-static inline const struct sockaddr *shoal_mhd_client_address(struct MHD_Connection *connection) {
-    const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-    return info ? info->client_addr : NULL;
-}
-
 /// The connection's socket (MHD_get_connection_info is variadic), or -1.
 static inline int shoal_mhd_connection_fd(struct MHD_Connection *connection) {
     const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);

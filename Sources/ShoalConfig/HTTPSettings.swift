@@ -29,12 +29,25 @@ public struct HTTPSettings: Sendable, Equatable {
         errors.attempt { () throws(ConfigError) in if let n = try r.int("maxConnectionsPerAddress", in: 1...100_000) { maxConnectionsPerAddress = n } }
         errors.attempt { () throws(ConfigError) in if let n = try r.int("connectionTimeoutSeconds", in: 1...3600) { connectionTimeoutSeconds = n } }
         errors.attempt { () throws(ConfigError) in
-            guard let items = try r.sequence("listen") else { return }
+            guard let node = r.raw("listen") else { return }
+            // One address may be written alone, as replication.listen is.
+            let single: Bool
+            let items: [ConfigNode]
+            switch node.value {
+            case .scalar: (single, items) = (true, [node])
+            case .sequence(let list): (single, items) = (false, list)
+            default: throw ConfigError(mark: node.mark, key: "http.listen", message: "expected a list of address:port, e.g. [\"127.0.0.1:8470\"]")
+            }
             var out: [HostPort] = []
             var bad = ConfigErrors()
             for (i, item) in items.enumerated() {
+                let key = single ? "http.listen" : "http.listen[\(i)]"
                 guard case .scalar(let text, _) = item.value, let hp = HostPort(parsing: text), !hp.isName else {
-                    bad.add(ConfigError(mark: item.mark, key: "http.listen[\(i)]", message: "expected a numeric address:port (127.0.0.1:8470, 0.0.0.0:8470, [::]:8470)"))
+                    bad.add(ConfigError(mark: item.mark, key: key, message: "expected a numeric address:port (127.0.0.1:8470, 0.0.0.0:8470, [::]:8470)"))
+                    continue
+                }
+                guard !out.contains(hp) else {
+                    bad.add(ConfigError(mark: item.mark, key: key, message: "\(hp) is listed twice"))
                     continue
                 }
                 out.append(hp)
@@ -44,5 +57,9 @@ public struct HTTPSettings: Sendable, Equatable {
         }
         errors.attempt { () throws(ConfigError) in try r.finish() }
         try errors.check()
+        if enabled && listen.isEmpty && !unixSocket {
+            throw ConfigError(mark: r.mark(of: "unixSocket"), key: "http.unixSocket",
+                              message: "with no listen address and no Unix socket the API would be reachable nowhere; set enabled: false to turn it off")
+        }
     }
 }

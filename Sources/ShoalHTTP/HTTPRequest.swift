@@ -12,17 +12,14 @@ public struct HTTPRequest: Sendable {
     /// Lower-cased names; a repeated header keeps its first value.
     public let headers: [String: String]
     public let body: [UInt8]
-    /// The client's address (`127.0.0.1`, `::1`), or nil on the Unix socket.
-    public let clientAddress: String?
 
-    public init(method: String, rawPath: String, query: [String: String], headers: [String: String], body: [UInt8], clientAddress: String?) {
+    public init(method: String, rawPath: String, query: [String: String], headers: [String: String], body: [UInt8]) {
         self.method = method
         self.rawPath = rawPath
         self.segments = HTTPRequest.decodeSegments(rawPath)
         self.query = query
         self.headers = headers
         self.body = body
-        self.clientAddress = clientAddress
     }
 
     public func header(_ name: String) -> String? { headers[name.lowercased()] }

@@ -53,10 +53,16 @@ public final class HTTPServer: @unchecked Sendable {  // a C daemon handle; stat
 
     /// Serves on `listenFD` (a listening socket; the server owns it from here on). `bearerToken`:
     /// every request must carry `Authorization: Bearer <token>`.
-    public init(name: String, listenFD: Int32, limits: Limits, bearerToken: String?, openPaths: Set<String> = [],
+    /// A loopback listener with no token: only requests whose Host names loopback (`localhost`,
+    /// `127.x.x.x`, `[::1]`, any port) are served, so a web page that rebinds its own DNS name to
+    /// 127.0.0.1 cannot read the API from a browser on this machine (or behind an ssh tunnel).
+    let loopbackHostsOnly: Bool
+
+    public init(name: String, listenFD: Int32, limits: Limits, bearerToken: String?, loopbackHostsOnly: Bool = false, openPaths: Set<String> = [],
                 bodyLimit: @escaping @Sendable (String, String) -> Int, log: @escaping Log, handler: @escaping Handler) throws(HTTPServerError) {
         self.name = name
         self.openPaths = openPaths
+        self.loopbackHostsOnly = loopbackHostsOnly
         self.handler = handler
         self.bodyLimit = bodyLimit
         self.bearerToken = bearerToken
@@ -66,7 +72,10 @@ public final class HTTPServer: @unchecked Sendable {  // a C daemon handle; stat
         let logBox = LogBox(log)
         loggerBox.initialize(to: shoal_mhd_logger(fn: { cls, message in
             guard let cls, let message else { return }
-            Unmanaged<LogBox>.fromOpaque(cls).takeUnretainedValue().log("libmicrohttpd: " + String(cString: message).trimmingTrailingNewlines())
+            let box = Unmanaged<LogBox>.fromOpaque(cls).takeUnretainedValue()
+            let text = String(cString: message).trimmingTrailingNewlines()
+            box.last.withLock { $0 = text }
+            box.log("libmicrohttpd: " + text)
         }, cls: Unmanaged.passRetained(logBox).toOpaque()))
         // The callbacks get this object unretained: the owner calls stop() (which ends the
         // daemon and its threads) before letting it go.
@@ -78,10 +87,11 @@ public final class HTTPServer: @unchecked Sendable {  // a C daemon handle; stat
         guard let d = shoal_mhd_start(listenFD, limits.threads, limits.maxConnections + headroom, limits.maxConnectionsPerAddress,
                                       limits.connectionTimeoutSeconds, limits.headerMemoryBytes,
                                       HTTPServer.access, me, HTTPServer.completed, me, HTTPServer.notify, me, loggerBox) else {
+            let why = logBox.last.withLock { $0 } ?? "no reason given"
             Unmanaged<LogBox>.fromOpaque(loggerBox.pointee.cls).release()
             loggerBox.deallocate()
             Glibc.close(listenFD)
-            throw HTTPServerError(message: "libmicrohttpd would not start on \(name)")
+            throw HTTPServerError(message: "libmicrohttpd would not start on \(name): \(why) (lower http.maxConnections if it is about descriptors or memory)")
         }
         daemon = d
     }
@@ -117,6 +127,8 @@ public final class HTTPServer: @unchecked Sendable {  // a C daemon handle; stat
     // MARK: the C side
 
     final class LogBox: Sendable {
+        /// libmicrohttpd's last message: why it would not start, when it would not.
+        let last = Locked<String?>(nil)
         let log: Log
         init(_ log: @escaping Log) { self.log = log }
     }
@@ -132,6 +144,31 @@ public final class HTTPServer: @unchecked Sendable {  // a C daemon handle; stat
         var dropped = 0
         /// The 413 went out on the socket when the body went over (else it is queued at the end).
         var answeredEarly = false
+        /// What `tooLarge` answers: 413, or 503 when the server's bodies in flight are at their bound.
+        var refusal: HTTPResponse?
+        /// Bytes of `bodiesInFlight` this request holds.
+        var reserved = 0
+    }
+
+    /// Request bodies held now across this server's connections, and their bound: 256 slow
+    /// uploads of 4 MiB each must not hold 1 GiB (past the bound: 503, try again).
+    let bodiesInFlight = Locked(0)
+    static let maxBodiesInFlight = 32 << 20
+
+    func reserveBody(_ n: Int, for pending: Pending) -> Bool {
+        let ok = bodiesInFlight.withLock { total -> Bool in
+            guard total + n <= HTTPServer.maxBodiesInFlight else { return false }
+            total += n
+            return true
+        }
+        if ok { pending.reserved += n }
+        return ok
+    }
+
+    func releaseBody(of pending: Pending) {
+        let n = pending.reserved
+        pending.reserved = 0
+        if n > 0 { bodiesInFlight.withLock { $0 -= n } }
     }
 
     static let access: MHD_AccessHandlerCallback = { cls, connection, url, method, _, uploadData, uploadSize, conCls in
@@ -149,6 +186,11 @@ public final class HTTPServer: @unchecked Sendable {  // a C daemon handle; stat
                 pending.answered = true
                 return server.queue(connection, HTTPServer.error(401, "unauthorized", "this address needs Authorization: Bearer <token> (`shoal http token` prints it)",
                                                               extra: [("WWW-Authenticate", "Bearer realm=\"shoal\"")]))
+            }
+            if server.loopbackHostsOnly, let host = HTTPServer.value(connection, .HEADER_KIND, "Host"), !HTTPServer.isLoopbackHost(host) {
+                pending.answered = true
+                return server.queue(connection, HTTPServer.error(403, "forbidden",
+                    "this address serves requests for localhost only (Host: \(host.prefix(80))); use 127.0.0.1 or localhost, or a non-loopback http.listen address with the token"))
             }
             if HTTPServer.lengthIsAmbiguous(connection) {
                 // libmicrohttpd would take one of them; a proxy in front might take the other.
@@ -172,11 +214,17 @@ public final class HTTPServer: @unchecked Sendable {  // a C daemon handle; stat
                 return pending.dropped > HTTPServer.discardMaxBytes ? .NO : .YES
             }
             guard !pending.answered else { return .YES }
-            if pending.body.count + n > pending.limit {
+            let over = pending.body.count + n > pending.limit
+            if over || !server.reserveBody(n, for: pending) {
                 pending.tooLarge = true
                 pending.dropped = pending.body.count + n
                 pending.body = []
-                pending.answeredEarly = HTTPServer.answerEarly(connection, HTTPServer.tooLarge(pending.limit))
+                server.releaseBody(of: pending)
+                let refusal = over ? HTTPServer.tooLarge(pending.limit)
+                    : HTTPServer.error(503, "unavailable", "the gateway holds too many request bodies now (\(HTTPServer.maxBodiesInFlight >> 20) MiB); try again",
+                                       extra: [("Retry-After", "1"), ("Connection", "close")])
+                pending.refusal = refusal
+                pending.answeredEarly = HTTPServer.answerEarly(connection, refusal)
                 return .YES
             }
             if let uploadData { pending.body.append(contentsOf: UnsafeRawBufferPointer(start: uploadData, count: n)) }
@@ -186,15 +234,16 @@ public final class HTTPServer: @unchecked Sendable {  // a C daemon handle; stat
             pending.tooLarge = false
             pending.answered = true
             // Answered already: close (libmicrohttpd logs it as an application error).
-            return pending.answeredEarly ? .NO : server.queue(connection, HTTPServer.tooLarge(pending.limit))
+            return pending.answeredEarly ? .NO : server.queue(connection, pending.refusal ?? HTTPServer.tooLarge(pending.limit))
         }
         guard !pending.answered else { return .YES }
         pending.answered = true
         let request = HTTPRequest(method: methodText, rawPath: path, query: HTTPServer.values(connection, .GET_ARGUMENT_KIND, decode: true),
-                                  headers: HTTPServer.values(connection, .HEADER_KIND, decode: false), body: pending.body,
-                                  clientAddress: HTTPServer.clientAddress(connection))
+                                  headers: HTTPServer.values(connection, .HEADER_KIND, decode: false), body: pending.body)
         pending.body = []
-        return server.queue(connection, server.handler(request))
+        let answer = server.handler(request)
+        server.releaseBody(of: pending)
+        return server.queue(connection, answer)
     }
 
     static let completed: MHD_RequestCompletedCallback = { cls, connection, conCls, _ in
@@ -202,6 +251,7 @@ public final class HTTPServer: @unchecked Sendable {  // a C daemon handle; stat
             Unmanaged<HTTPServer>.fromOpaque(cls).takeUnretainedValue().connections.requestCompleted(UnsafeMutableRawPointer(connection))
         }
         guard let conCls, let p = conCls.pointee else { return }
+        if let cls { Unmanaged<HTTPServer>.fromOpaque(cls).takeUnretainedValue().releaseBody(of: Unmanaged<Pending>.fromOpaque(p).takeUnretainedValue()) }
         Unmanaged<Pending>.fromOpaque(p).release()
         conCls.pointee = nil
     }
@@ -252,8 +302,14 @@ public final class HTTPServer: @unchecked Sendable {  // a C daemon handle; stat
             stream.attach(connection) { MHD_resume_connection($0) }
             // Registered before `stopped` is read, so either stop() sees this stream or this sees stop().
             if stopped.withLock({ $0 }) { stream.finish() }
-            response = MHD_create_response_from_callback(UInt64.max, 4096, HTTPServer.readStream,
-                                                         Unmanaged.passRetained(stream).toOpaque(), HTTPServer.freeStream)
+            let retained = Unmanaged.passRetained(stream)
+            response = MHD_create_response_from_callback(UInt64.max, 4096, HTTPServer.readStream, retained.toOpaque(), HTTPServer.freeStream)
+            if response == nil {
+                // libmicrohttpd made no response, so it will never call freeStream: undo here.
+                retained.release()
+                streams.withLock { $0[ObjectIdentifier(stream)] = nil }
+                stream.markClosed()
+            }
         }
         guard let response else { return .NO }
         defer { MHD_destroy_response(response) }
@@ -287,10 +343,23 @@ public final class HTTPServer: @unchecked Sendable {  // a C daemon handle; stat
                      text: JSONValue.object(["error": .string(code), "reason": .string(reason)]).compactText + "\n", headers: extra)
     }
 
+    /// `localhost`, `127.0.0.1`, `[::1]`, with or without a port.
+    static func isLoopbackHost(_ header: String) -> Bool {
+        var host = Substring(header.lowercased())
+        if host.hasPrefix("[") {
+            guard let close = host.firstIndex(of: "]") else { return false }
+            return host[host.index(after: host.startIndex)..<close] == "::1"
+        }
+        if let colon = host.lastIndex(of: ":") { host = host[..<colon] }
+        if host == "localhost" || host.hasSuffix(".localhost") { return true }
+        let octets = host.split(separator: ".", omittingEmptySubsequences: false)
+        return octets.count == 4 && octets[0] == "127" && octets.allSatisfy { UInt8($0) != nil }
+    }
+
     static func authorized(_ connection: OpaquePointer, token: String) -> Bool {
         guard let header = value(connection, .HEADER_KIND, "Authorization") else { return false }
-        let prefix = "Bearer "
-        guard header.hasPrefix(prefix) else { return false }
+        let prefix = "bearer "  // the scheme's name is case-insensitive (RFC 9110 11.1)
+        guard header.lowercased().hasPrefix(prefix) else { return false }
         // Constant time over the token's length: a wrong guess takes as long as a near one.
         let given = Array(header.utf8.dropFirst(prefix.utf8.count)), wanted = Array(token.utf8)
         guard given.count == wanted.count else { return false }
@@ -348,25 +417,6 @@ public final class HTTPServer: @unchecked Sendable {  // a C daemon handle; stat
             return .YES
         }, cls)
         return withExtendedLifetime(collected) { collected.values }
-    }
-
-    static func clientAddress(_ connection: OpaquePointer) -> String? {
-        guard let sa = shoal_mhd_client_address(connection) else { return nil }
-        var text = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN) + 1)
-        switch Int32(sa.pointee.sa_family) {
-        case AF_INET:
-            return sa.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { p in
-                var a = p.pointee.sin_addr
-                return inet_ntop(AF_INET, &a, &text, socklen_t(text.count)).map { String(cString: $0) }
-            }
-        case AF_INET6:
-            return sa.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { p in
-                var a = p.pointee.sin6_addr
-                return inet_ntop(AF_INET6, &a, &text, socklen_t(text.count)).map { String(cString: $0) }
-            }
-        default:
-            return nil
-        }
     }
 }
 

@@ -35,22 +35,15 @@ public final class HTTPStream: @unchecked Sendable {  // all state under `state`
     /// caller keeps its cursor and tries again later).
     @discardableResult
     public func send(_ bytes: [UInt8]) -> Bool {
-        let (appended, wake) = state.withLock { s -> (Bool, Wake?) in
-            guard !s.closed, !s.finished else { return (false, nil) }
+        let appended = state.withLock { s -> Bool in
+            guard !s.closed, !s.finished else { return false }
             let pending = s.buffer.count - s.readOffset
-            if pending >= maxBuffered / 2 && pending + bytes.count > maxBuffered { return (false, nil) }
+            if pending >= maxBuffered / 2 && pending + bytes.count > maxBuffered { return false }
             s.buffer.append(contentsOf: bytes)
-            return (true, takeSuspended(&s))
+            resumeIfSuspended(&s)
+            return true
         }
-        wake?.run()
         return appended
-    }
-
-    /// A suspended connection to resume, called outside the lock.
-    struct Wake {
-        let connection: OpaquePointer
-        let resume: @Sendable (OpaquePointer) -> Void
-        func run() { resume(connection) }
     }
 
     @discardableResult
@@ -62,11 +55,10 @@ public final class HTTPStream: @unchecked Sendable {  // all state under `state`
 
     /// Ends the body once what is buffered has been sent.
     public func finish() {
-        let wake = state.withLock { s -> Wake? in
+        state.withLock { s in
             s.finished = true
-            return takeSuspended(&s)
+            resumeIfSuspended(&s)
         }
-        wake?.run()
     }
 
     /// Runs `body` once the client has gone (at once if it already has).
@@ -77,10 +69,14 @@ public final class HTTPStream: @unchecked Sendable {  // all state under `state`
         if state.withLock({ $0.closed }) { fireClose() }
     }
 
-    private func takeSuspended(_ s: inout State) -> Wake? {
-        guard s.suspended, let c = s.connection, let resume = s.resume else { return nil }
+    /// Resumes the connection if the reader suspended it, under the stream's lock: so a server
+    /// stopping cannot find the stream not suspended while its resume is still to come (which
+    /// libmicrohttpd answers with an abort, or a resume of a freed connection). The lock order is
+    /// the reader's own (stream lock, then libmicrohttpd's), so this cannot deadlock.
+    private func resumeIfSuspended(_ s: inout State) {
+        guard s.suspended, let c = s.connection, let resume = s.resume else { return }
         s.suspended = false
-        return Wake(connection: c, resume: resume)
+        resume(c)
     }
 
     /// The server attaches the stream to its connection when it queues the response.
@@ -141,10 +137,9 @@ public final class HTTPStream: @unchecked Sendable {  // all state under `state`
 
     /// Resumes a suspended connection so it sees the end (the server stops).
     func wakeForStop() {
-        let wake = state.withLock { s -> Wake? in
+        state.withLock { s in
             s.finished = true
-            return takeSuspended(&s)
+            resumeIfSuspended(&s)
         }
-        wake?.run()
     }
 }

@@ -40,6 +40,13 @@ public enum Files {
         }
     }
 
+    /// The path made absolute and free of `..` and links (realpath), or as given if it cannot be.
+    public static func absolute(_ path: String) -> String {
+        guard let resolved = realpath(path, nil) else { return path }
+        defer { free(resolved) }
+        return String(cString: resolved)
+    }
+
     public static func isDirectory(_ path: String) -> Bool {
         var st = stat()
         return stat(path, &st) == 0 && (st.st_mode & S_IFMT) == S_IFDIR

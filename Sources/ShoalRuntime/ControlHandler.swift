@@ -46,7 +46,8 @@ struct ControlHandler {
         case "http":
             // Where the local API listens, and the data directory its token file is in (the
             // client reads the file itself, with its own permissions).
-            return ["addresses": .array(gateway.httpAddresses.map(JSONValue.string)), "dataDirectory": .string(Files.directory(of: gateway.storePath))]
+            return ["addresses": .array(gateway.httpAddresses.map(JSONValue.string)), "enabled": .bool(gateway.site.http.enabled),
+                    "dataDirectory": .string(Files.absolute(Files.directory(of: gateway.storePath)))]
         case "changes":
             let store = try openStore()
             let since = r["since"]?.int64Value ?? 0

@@ -99,6 +99,7 @@ public enum GatewayRuntime {
                               storePath: config.storePath, socketPath: config.socketPath)
         logger.info(.runtime, "shoal \(ShoalVersion.current) on board \(config.board.id) (\(config.board.name)), group \(config.site.group) (\(GroupID(config.site.group).serviceType)), sources \(config.board.sources.joined(separator: " < ")), site \(config.site.source)")
 
+        if !config.site.http.enabled { logger.info(.http, "local HTTP API off (http.enabled: false in \(config.site.source))") }
         let root = tree(for: gateway, config: config)
         let rootContext = ServiceContext(name: "root", path: "root", logger: logger, clock: SystemClock())
         let notifier = SystemdNotifier(environment: environment)

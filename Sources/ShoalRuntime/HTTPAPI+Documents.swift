@@ -23,10 +23,30 @@ extension HTTPAPI {
     func list(_ c: String, _ r: HTTPRequest) throws -> HTTPResponse {
         let name = try collection(c)
         let limit = Int(try r.query["limit"].map { try int($0, "limit", 1...10_000) } ?? 100)
-        let docs = try opened.store.list(name, after: r.query["after"], limit: limit + 1, includeDeleted: try bool(r.query["deleted"], "deleted"))
-        if docs.isEmpty { _ = try opened.store.count(name) }  // an unknown collection says so
-        let page = try ControlHandler.page(Array(docs.prefix(limit)), ControlHandler.json)
-        return json(["collection": .string(name.description), "documents": .array(page.items), "more": .bool(page.more || docs.count > limit)])
+        let includeDeleted = try bool(r.query["deleted"], "deleted")
+        _ = try opened.store.count(name)  // an unknown collection says so
+        // Read 200 at a time and stop at the page budget (3 MiB): 10,000 documents of 1 MiB each
+        // must not all be in memory for one answer.
+        var items: [JSONValue] = []
+        var bytes = 0
+        var after = r.query["after"]
+        var more = false
+        reading: while items.count < limit {
+            let want = min(200, limit - items.count)
+            let chunk = try opened.store.list(name, after: after, limit: want, includeDeleted: includeDeleted)
+            for d in chunk {
+                let item = try ControlHandler.json(d)
+                bytes += item.compactText.utf8.count + 1
+                if bytes > ControlMessage.pageBudgetBytes && !items.isEmpty { more = true; break reading }
+                items.append(item)
+                after = d.id
+            }
+            if chunk.count < want { break }
+        }
+        if !more && items.count == limit {
+            more = !(try opened.store.list(name, after: after, limit: 1, includeDeleted: includeDeleted)).isEmpty
+        }
+        return json(["collection": .string(name.description), "documents": .array(items), "more": .bool(more)])
     }
 
     static func etag(_ revision: Int64) -> String { "\"\(revision)\"" }
@@ -52,11 +72,16 @@ extension HTTPAPI {
     }
 
     /// An If-Match / If-None-Match list (`"3"`, `W/"3"`, `"3", "4"`, `*`) against a revision.
-    static func matches(_ header: String, revision: Int64?) -> Bool {
+    /// If-Match compares strongly (RFC 9110 13.1.1: a weak tag never matches), If-None-Match
+    /// weakly; Shoal's tags are all strong.
+    static func matches(_ header: String, revision: Int64?, weak: Bool = true) -> Bool {
         for part in header.split(separator: ",") {
             var t = part.trimmingCharacters(in: " ")
             if t == "*" { return revision != nil }
-            if t.hasPrefix("W/") { t.removeFirst(2) }
+            if t.hasPrefix("W/") {
+                guard weak else { continue }
+                t.removeFirst(2)
+            }
             if t.hasPrefix("\"") && t.hasSuffix("\"") && t.count >= 2 { t = String(t.dropFirst().dropLast()) }
             if let revision, Int64(t) == revision { return true }
         }
@@ -66,7 +91,7 @@ extension HTTPAPI {
     /// The preconditions of a write, checked against the document in the write's transaction.
     func check(_ r: HTTPRequest, _ existing: StoredDocument?) throws(StoreError) {
         let live = existing.flatMap { $0.isDeleted ? nil : $0.revision }
-        if let im = r.header("if-match"), !HTTPAPI.matches(im, revision: live) {
+        if let im = r.header("if-match"), !HTTPAPI.matches(im, revision: live, weak: false) {
             throw .preconditionFailed(live.map { "If-Match: the document is at revision \($0) (ETag \"\($0)\"), not \(im)" } ?? "If-Match: the document does not exist")
         }
         if let inm = r.header("if-none-match"), HTTPAPI.matches(inm, revision: live) {
@@ -122,17 +147,38 @@ extension HTTPAPI {
     func bulk(_ c: String, _ r: HTTPRequest) throws -> HTTPResponse {
         let name = try collection(c)
         _ = try opened.store.count(name)  // an unknown collection is 404 before anything else
+        // A type a web page cannot send without asking first (CORS preflight, which this server
+        // never grants): so a page in a browser on the gateway, or behind an ssh tunnel to its
+        // loopback port, cannot post documents the way an HTML form posts text/plain.
+        let type = r.header("content-type")?.split(separator: ";").first.map { $0.trimmingCharacters(in: " ").lowercased() } ?? ""
+        guard ["application/x-ndjson", "application/jsonl", "application/json"].contains(type) else {
+            throw HTTPFailure(response: HTTPServer.error(415, "unsupported_media_type",
+                "a bulk write is NDJSON: send it with Content-Type: application/x-ndjson (got \(type.isEmpty ? "none" : String(type.prefix(60))))"))
+        }
         guard let text = String(validating: r.body, as: UTF8.self) else { throw HTTPFailure.badRequest("the body is not UTF-8") }
+        if text.first(where: { !$0.isWhitespace }) == "[" {
+            throw HTTPFailure.badRequest("a bulk write is NDJSON, one {\"id\", \"body\"} object per line, not a JSON array")
+        }
         enum Line { case put(Int, DocumentID, String), delete(Int, DocumentID), bad(Int, String?, String) }
         var lines: [Line] = []
         var number = 0
-        for raw in text.split(separator: "\n", omittingEmptySubsequences: false) {
+        // Line by line without splitting the body first, and refused at the 10,001st line before
+        // it is parsed: a body of 2 million empty-ish lines must not cost a result each.
+        var rest = Substring(text)
+        while !rest.isEmpty {
+            let end = rest.firstIndex(of: "\n") ?? rest.endIndex
+            let raw = rest[..<end]
+            rest = end == rest.endIndex ? rest[end...] : rest[rest.index(after: end)...]
             number += 1
             let line = raw.hasSuffix("\r") ? raw.dropLast() : raw
             if line.allSatisfy(\.isWhitespace) { continue }
+            guard lines.count < HTTPAPI.maxBulkLines else { throw HTTPFailure.badRequest("at most \(HTTPAPI.maxBulkLines) lines per request (line \(number) is one more); split the file") }
             guard line.utf8.count <= HTTPService.bodyLimit + 1024 else { lines.append(.bad(number, nil, "the line is over 1 MiB")); continue }
             let value: JSONValue
-            do { value = try JSONValue.parse(String(line)) } catch { lines.append(.bad(number, nil, "not JSON: \(error)")); continue }
+            do { value = try JSONValue.parse(String(line)) } catch {
+                lines.append(.bad(number, nil, "not JSON: \(error) (NDJSON is one object per line; curl -d drops newlines: use --data-binary @file)"))
+                continue
+            }
             guard let idText = value["id"]?.stringValue else { lines.append(.bad(number, nil, "each line needs \"id\" (a string)")); continue }
             let id: DocumentID
             do { id = try DocumentID(idText) } catch { lines.append(.bad(number, idText, "document id \(error)")); continue }
@@ -142,7 +188,6 @@ extension HTTPAPI {
             do { try opened.store.validateBody(compact) } catch { lines.append(.bad(number, idText, error.description)); continue }
             lines.append(.put(number, id, compact))
         }
-        guard lines.count <= 100_000 else { throw HTTPFailure.badRequest("at most 100000 lines per request") }
         guard !lines.isEmpty else { throw HTTPFailure.badRequest("no lines: send NDJSON, one {\"id\", \"body\"} object per line") }
         let writer = try control.writer()
         let results = try opened.store.transaction { (tx) throws(StoreError) -> [JSONValue] in
@@ -178,6 +223,8 @@ extension HTTPAPI {
         return json(.object(answer), status: failed == results.count ? 400 : 200)
     }
 
+    static let maxBulkLines = 10_000
+
     func changes(_ r: HTTPRequest) throws -> HTTPResponse {
         let store = opened.store
         var since = try r.query["since"].map { try int($0, "since", 0...Int64.max) } ?? 0
@@ -186,19 +233,23 @@ extension HTTPAPI {
         let filter = try r.query["collection"].map { try collection($0) }
         if let filter { _ = try store.count(filter) }
         let feedKind = r.query["feed"] ?? (HTTPAPI.wantsEventStream(r) ? "sse" : "normal")
+        let timeout = try r.query["timeout"].map { try int($0, "timeout", 0...300_000) } ?? 60_000
         switch feedKind {
         case "normal", "longpoll":
+            if since > store.lastSequence { since = 0 }  // a cursor from before the store was replaced
+            let head = store.lastSequence
             let page = try filter.map { try store.changes(in: $0, since: since, limit: limit) } ?? store.changes(since: since, limit: limit)
             if !page.isEmpty || feedKind == "normal" {
-                return json(HTTPFeed.page(page, includeDocs: includeDocs, store: store, lastSequence: store.lastSequence, more: page.count == limit))
+                return json(HTTPFeed.page(page, includeDocs: includeDocs, store: store, head: head, requested: limit))
             }
-            let timeout = try r.query["timeout"].map { try int($0, "timeout", 0...300_000) } ?? 60_000
             let stream = HTTPStream()
             feed.addChanges(HTTPFeed.ChangeSubscriber(stream: stream, cursor: since, collection: filter, includeDocs: includeDocs,
                                                       longPoll: (ContinuousClock.now + .milliseconds(timeout), limit)))
             return HTTPResponse(status: 200, headers: [("Content-Type", "application/json; charset=utf-8"), ("Cache-Control", "no-cache")], body: .stream(stream))
         case "sse":
             if let resume = try lastEventID(r) { since = resume }
+            // An id from before the store was replaced (restored, or a new data directory): all of it.
+            if since > store.lastSequence { since = 0 }
             let stream = HTTPStream()
             stream.send(": shoal change feed after sequence \(since)\nretry: 2000\n\n")
             feed.addChanges(HTTPFeed.ChangeSubscriber(stream: stream, cursor: since, collection: filter, includeDocs: includeDocs, longPoll: nil))

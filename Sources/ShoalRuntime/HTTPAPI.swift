@@ -124,7 +124,10 @@ struct HTTPAPI: Sendable {
         guard HTTPAPI.wantsEventStream(r) else {
             return json(try control.dispatch(["op": "events", "since": .int(since)]))
         }
-        let cursor = try lastEventID(r) ?? since
+        var cursor = try lastEventID(r) ?? since
+        // Event ids start at 1 with each start of the gateway: an id past the log's last is from
+        // before a restart, and everything now in the log is news to that client.
+        if cursor > gateway.meshEvents.after(Int64.max).last { cursor = 0 }
         let stream = HTTPStream()
         stream.send(": shoal mesh events\n\n")
         feed.addEvents(HTTPFeed.EventSubscriber(stream: stream, cursor: cursor))
@@ -150,11 +153,12 @@ struct HTTPAPI: Sendable {
     }
 
     func bool(_ text: String?, _ name: String) throws -> Bool {
-        switch text {
+        // Python's requests sends True and False as they print.
+        switch text?.lowercased() {
         case nil: return false
         case "true", "1", "yes", "": return true
         case "false", "0", "no": return false
-        default: throw HTTPFailure.badRequest("\"\(name)\" is true or false")
+        default: throw HTTPFailure.badRequest("\"\(name)\" is true or false, not \(text?.prefix(40) ?? "")")
         }
     }
 

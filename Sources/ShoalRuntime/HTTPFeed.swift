@@ -1,5 +1,6 @@
 import ShoalCore
 import ShoalHTTP
+import ShoalLinux
 import ShoalStore
 import ShoalThreads
 import ShoalWire
@@ -29,7 +30,11 @@ final class HTTPFeed: Sendable {
     private let changeSubscribers = Locked<[ObjectIdentifier: ChangeSubscriber]>([:])
     private let eventSubscribers = Locked<[ObjectIdentifier: EventSubscriber]>([:])
     private let stopping = Locked(false)
-    static let keepaliveEvery: Duration = .seconds(15)
+    /// 15 s. Tests shorten it with SHOAL_HTTP_KEEPALIVE_MILLIS (100…60000); not a site-file option.
+    static let keepaliveEvery: Duration = {
+        guard let text = ProcessEnvironment.get("SHOAL_HTTP_KEEPALIVE_MILLIS"), let ms = Int(text), (100...60_000).contains(ms) else { return .seconds(15) }
+        return .milliseconds(ms)
+    }()
     /// Changes read per subscriber per round (the rest next round, which comes at once).
     static let batch = 200
 
@@ -72,10 +77,17 @@ final class HTTPFeed: Sendable {
             pushEvents()
             if ContinuousClock.now - lastKeepalive >= HTTPFeed.keepaliveEvery {
                 lastKeepalive = .now
-                for s in changeSubscribers.withLock({ $0.values.map(\.stream) }) + eventSubscribers.withLock({ $0.values.map(\.stream) }) {
+                // SSE streams only: a long poll's body is one JSON document.
+                for s in changeSubscribers.withLock({ $0.values.filter { $0.longPoll == nil }.map(\.stream) }) + eventSubscribers.withLock({ $0.values.map(\.stream) }) {
                     s.send(": keepalive\n\n")
                 }
             }
+        }
+        // Stopping: a long poll answers with no changes (a JSON page, as at its deadline); every
+        // stream ends, so clients see a clean end rather than a cut.
+        let head = store.lastSequence
+        for sub in changeSubscribers.withLock({ Array($0.values) }) where sub.longPoll != nil {
+            sub.stream.send(HTTPFeed.page([], includeDocs: false, store: store, head: head, requested: 1).compactText + "\n")
         }
         for s in changeSubscribers.withLock({ $0.values.map(\.stream) }) + eventSubscribers.withLock({ $0.values.map(\.stream) }) { s.finish() }
     }
@@ -86,9 +98,17 @@ final class HTTPFeed: Sendable {
             let key = ObjectIdentifier(sub.stream)
             if let poll = sub.longPoll {
                 var changes: [Change] = []
-                if sub.cursor < last { changes = (try? read(sub, limit: poll.limit)) ?? [] }
+                if sub.cursor < last {
+                    changes = (try? read(sub, limit: poll.limit)) ?? []
+                    if changes.isEmpty {
+                        // Only other collections' changes (or a purged tombstone's): wait past
+                        // them, or the loop would read them again at once, round after round.
+                        let cursor = last
+                        changeSubscribers.withLock { subs in subs[key]?.cursor = cursor }
+                    }
+                }
                 if !changes.isEmpty || now >= poll.deadline {
-                    let body = HTTPFeed.page(changes, includeDocs: sub.includeDocs, store: store, lastSequence: last, more: changes.count == poll.limit)
+                    let body = HTTPFeed.page(changes, includeDocs: sub.includeDocs, store: store, head: last, requested: poll.limit)
                     sub.stream.send(body.compactText + "\n")
                     sub.stream.finish()
                     changeSubscribers.withLock { $0[key] = nil }
@@ -152,8 +172,25 @@ final class HTTPFeed: Sendable {
         return .object(o)
     }
 
-    static func page(_ changes: [Change], includeDocs: Bool, store: DocumentStore, lastSequence: Int64, more: Bool) -> JSONValue {
-        ["changes": .array(changes.map { change($0, includeDocs: includeDocs, store: store) }), "lastSequence": .int(lastSequence), "more": .bool(more)]
+    /// A page of changes as `/v1/changes` answers it. `head` is the store's last sequence read
+    /// before the changes were, so `lastSequence` (the later of it and the page's last) never
+    /// names a change the page could have held and did not: with `more` false, `since=lastSequence`
+    /// continues without losing one; with `more` true, continue after the page's last change.
+    /// With documents, the page stops once it passes the control socket's page budget (3 MiB).
+    static func page(_ changes: [Change], includeDocs: Bool, store: DocumentStore, head: Int64, requested: Int) -> JSONValue {
+        var items: [JSONValue] = []
+        var bytes = 0
+        var cut = changes.count == requested
+        for c in changes {
+            let item = change(c, includeDocs: includeDocs, store: store)
+            if includeDocs {
+                bytes += item.compactText.utf8.count
+                if bytes > ControlMessage.pageBudgetBytes && !items.isEmpty { cut = true; break }
+            }
+            items.append(item)
+        }
+        let pageLast = items.last?["sequence"]?.int64Value ?? 0
+        return ["changes": .array(items), "lastSequence": .int(max(head, pageLast)), "more": .bool(cut)]
     }
 
     static func event(_ e: MeshEventLog.Entry) -> JSONValue {

@@ -47,8 +47,8 @@ struct HTTPService: Service {
         }
         var servers: [HTTPServer] = []
         defer {
-            for s in servers { s.stop() }
             feed.stop()
+            for s in servers { s.stop() }
         }
         if settings.unixSocket {
             let path = HTTPService.socketPath(dataDirectory: directory)
@@ -71,15 +71,15 @@ struct HTTPService: Service {
                 do {
                     let listener = try TCPListener(host: address.host, port: address.port, backlog: 512)
                     let server = try HTTPServer(name: address.description, listenFD: listener.takeDescriptor(), limits: limits,
-                                                bearerToken: needsToken ? token : nil, openPaths: ["/"], bodyLimit: HTTPService.limit, log: log, handler: api.handle)
+                                                bearerToken: needsToken ? token : nil, loopbackHostsOnly: !needsToken, openPaths: ["/"], bodyLimit: HTTPService.limit, log: log, handler: api.handle)
                     servers.append(server)
                     api.servers.withLock { $0.append(server) }
                     let shown = HostPort(host: address.host, port: listener.port)
-                    logger.info(.http, "HTTP API on http://\(shown)/\(needsToken ? " (bearer token required: `shoal http token`)" : "")")
+                    logger.info(.http, "HTTP API on http://\(shown)/\(needsToken ? " (bearer token required: `shoal http token --socket \(gateway.socketPath)`)" : "")")
                     bound.append(shown.description)
                 } catch {
                     if warned.insert(address.description).inserted {
-                        logger.warning(.http, "HTTP API cannot listen on \(address) now: \(error); serving the other addresses and trying again every \(HTTPService.retryBindEvery)")
+                        logger.warning(.http, "HTTP API cannot listen on \(address) now: \(error); serving the other addresses and trying again every \(HTTPService.retryBindEvery) (another gateway on this machine? give each its own port in the site file's http.listen)")
                     } else {
                         logger.verbose(.http, "HTTP API still cannot listen on \(address): \(error)")
                     }
@@ -95,14 +95,23 @@ struct HTTPService: Service {
         while await context.pause(for: .seconds(1)) {
             context.heartbeat()
         }
+        // The feed first (it ends every stream), then the servers: stopping a daemon joins its
+        // threads, which may be in a store transaction, so it runs on the work thread, not here.
         gateway.setHTTPAddresses([])
-        for s in servers { s.stop() }
-        servers = []
-        api.servers.withLock { $0 = [] }
         feed.stop()
         _ = await feedEnded.wait()
         let abandoned = (try? await gateway.workThread.run { workers.join(timeoutMillis: 3000) }) ?? []
         if !abandoned.isEmpty { logger.warning(.http, "stopping: abandoned \(abandoned.joined(separator: ", ")) still blocked after 3 s") }
+        let stopping = servers
+        servers = []
+        api.servers.withLock { $0 = [] }
+        // The feed has ended every stream: give their clients up to a second to receive the end
+        // (the last chunk), so a long poll answers and an SSE client sees a clean close.
+        let drain = { @Sendable in
+            for _ in 0..<50 where stopping.contains(where: { $0.openStreams > 0 }) { SystemCall.pause(millis: 20) }
+            for s in stopping { s.stop() }
+        }
+        do { try await gateway.workThread.run(drain) } catch { drain() }
         if settings.unixSocket { unlink(HTTPService.socketPath(dataDirectory: directory)) }
     }
 

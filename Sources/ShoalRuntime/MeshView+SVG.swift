@@ -82,7 +82,8 @@ extension MeshView {
         // with the count (30 nodes: radius ~600).
         let spacing = Double(Self.svgNodeWidth + 20)
         let radius = n == 0 ? 0 : max(150, Int((Double(n) * spacing / (2 * Double.pi)).rounded(.up)))
-        let size = 2 * radius + Self.svgNodeWidth + 2 * Self.svgMargin
+        // At least as wide as the caption and the legend (a gateway alone was cut off at 156 px).
+        let size = max(360, 2 * radius + Self.svgNodeWidth + 2 * Self.svgMargin)
         let centre = size / 2
         var at: [PeerID: (x: Int, y: Int)] = [:]
         if let me { at[me] = (centre, centre) }

@@ -1,3 +1,4 @@
+import Glibc
 import ShoalCore
 import ShoalLinux
 import ShoalRuntime
@@ -14,13 +15,23 @@ extension CLI {
         // The running gateway's data directory (as `identity show` finds it), else the configuration's.
         let directory: String
         if let running = try runningHTTP(a), let dir = running["dataDirectory"]?.stringValue {
+            if running["enabled"]?.boolValue == false {
+                throw NotFound(message: "the running gateway's HTTP API is off (http.enabled: false in its site file); its token, if any, is in \(HTTPToken.path(dataDirectory: dir))")
+            }
             directory = dir
         } else {
             let loaded = try ConfigurationLoading.load(runtimeOptions(a), logger: Logger(sink: MemoryLogSink(), level: .none))
             directory = Files.directory(of: loaded.storePath)
         }
-        guard let token = try HTTPToken.read(dataDirectory: directory) else {
-            throw NotFound(message: "no token in \(HTTPToken.path(dataDirectory: directory)) yet: the gateway makes it on its first start (`shoal run`)")
+        let found: String?
+        do { found = try HTTPToken.read(dataDirectory: directory) } catch {
+            if error.code == EACCES {
+                throw Rejected(message: "\(HTTPToken.path(dataDirectory: directory)) is readable only by the gateway's user (mode 0600): run this as that user or with sudo")
+            }
+            throw error
+        }
+        guard let token = found else {
+            throw NotFound(message: "no token in \(HTTPToken.path(dataDirectory: directory)) yet: the gateway makes it on its first start (`shoal run`); for a gateway run with --data-dir DIR, pass --data-dir DIR or --socket DIR/control.sock")
         }
         out(token)
         return ExitCode.ok

@@ -231,14 +231,14 @@ def too_large(args):
         r = request(port, "PUT", DOCS + "/big", big)
         expect_error("over-1MiB-content-length", r, {413}, "payload_too_large")
         # A Content-Length of 1 TB: refused from the header, nothing read.
-        head = f"PUT {DOCS}/big HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000000000\r\nContent-Type: application/json\r\n\r\n".encode()
+        head = f"PUT {DOCS}/big HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1000000000000\r\nContent-Type: application/json\r\n\r\n".encode()
         r, _ = raw(port, head + b'{"a":')
         expect_error("content-length-1TB", r, {413}, "payload_too_large")
         bulk = (b'{"id":"b","body":{"a":"' + b"y" * 1000 + b'"}}\n') * 4_200
         r = request(port, "POST", DOCS, bulk, {"Content-Type": "application/x-ndjson"})
         expect_error("bulk-over-4MiB", r, {413}, "payload_too_large")
     with Case(args, "over-1MiB-chunked", rss_growth_kb_max=30_000):
-        head = f"PUT {DOCS}/big HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n".encode()
+        head = f"PUT {DOCS}/big HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n".encode()
         chunks = b"".join(b"%x\r\n" % len(big[i:i + 65536]) + big[i:i + 65536] + b"\r\n" for i in range(0, len(big), 65536)) + b"0\r\n\r\n"
         r, _ = raw(port, head + chunks, send_all=False)
         expect_error("over-1MiB-chunked", r, {413}, "payload_too_large")
@@ -312,7 +312,7 @@ def unknown_collection(args):
 
 def broken_chunked(args):
     port = args.port
-    head = f"PUT {DOCS}/chunky HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Type: application/json\r\n\r\n".encode()
+    head = f"PUT {DOCS}/chunky HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\nContent-Type: application/json\r\n\r\n".encode()
     with Case(args, "broken-chunked"):
         for name, body in [("bad-size", b"zz\r\n{}\r\n0\r\n\r\n"), ("size-overflow", b"ffffffffffffffffff\r\n{}\r\n0\r\n\r\n"),
                            ("no-crlf", b'7{"a":1}0\r\n\r\n'), ("short-chunk", b"100\r\n{\"a\":1}"),
@@ -331,11 +331,11 @@ def broken_chunked(args):
         # An ambiguous length (how request smuggling starts): refused, nothing written.
         for name, framing, body in [("content-length-and-chunked", "Content-Length: 9\r\nTransfer-Encoding: chunked\r\n", b'4\r\n{"a"\r\n0\r\n\r\n'),
                                     ("two-content-lengths", "Content-Length: 7\r\nContent-Length: 100\r\n", b'{"a":1}')]:
-            r, _ = raw(port, f"PUT {DOCS}/smuggle HTTP/1.1\r\nHost: x\r\n{framing}\r\n".encode() + body, timeout=3)
+            r, _ = raw(port, f"PUT {DOCS}/smuggle HTTP/1.1\r\nHost: localhost\r\n{framing}\r\n".encode() + body, timeout=3)
             expect_error(f"broken-chunked {name}", r, {400}, "bad_request")
             print(f"  {name}: {r.status if r else 'no answer'}", flush=True)
         for cl in ["-1", "abc", "99999999999999999999999", "0x10"]:
-            r, _ = raw(port, f"PUT {DOCS}/cl HTTP/1.1\r\nHost: x\r\nContent-Length: {cl}\r\n\r\n".encode() + b'{"a":1}', timeout=3)
+            r, _ = raw(port, f"PUT {DOCS}/cl HTTP/1.1\r\nHost: localhost\r\nContent-Length: {cl}\r\n\r\n".encode() + b'{"a":1}', timeout=3)
             expect_error(f"content-length {cl}", r, {400, 413}, shoal=False)
 
 
@@ -375,21 +375,21 @@ def header_floods(args):
     port = args.port
     with Case(args, "header-flood"):
         many = "".join(f"X-Flood-{i}: {i}\r\n" for i in range(5000))
-        r, _ = raw(port, f"GET /v1/status HTTP/1.1\r\nHost: x\r\n{many}\r\n".encode(), send_all=False)
+        r, _ = raw(port, f"GET /v1/status HTTP/1.1\r\nHost: localhost\r\n{many}\r\n".encode(), send_all=False)
         expect_error("header-flood 5000 headers", r, {431, 400}, shoal=False)
         print(f"  5000 headers: {r.status if r else 'no answer'}", flush=True)
-        r, _ = raw(port, f"GET /v1/status HTTP/1.1\r\nHost: x\r\nX-Big: {'a' * 100_000}\r\n\r\n".encode(), send_all=False)
+        r, _ = raw(port, f"GET /v1/status HTTP/1.1\r\nHost: localhost\r\nX-Big: {'a' * 100_000}\r\n\r\n".encode(), send_all=False)
         expect_error("header-flood one 100 KB header", r, {431, 400}, shoal=False)
         print(f"  one 100 KB header: {r.status if r else 'no answer'}", flush=True)
-        r, _ = raw(port, f"GET /v1/status?{'q=1&' * 20_000} HTTP/1.1\r\nHost: x\r\n\r\n".encode(), send_all=False)
+        r, _ = raw(port, f"GET /v1/status?{'q=1&' * 20_000} HTTP/1.1\r\nHost: localhost\r\n\r\n".encode(), send_all=False)
         expect_error("header-flood 100 KB request line", r, {414, 431, 400}, shoal=False)
         print(f"  100 KB request line: {r.status if r else 'no answer'}", flush=True)
-        r, _ = raw(port, b"GET /v1/status HTTP/1.1\r\nHost: x\r\n" + b"X-Fold: a\r\n  b\r\n" * 10 + b"\r\n", send_all=False)
+        r, _ = raw(port, b"GET /v1/status HTTP/1.1\r\nHost: localhost\r\n" + b"X-Fold: a\r\n  b\r\n" * 10 + b"\r\n", send_all=False)
         print(f"  folded headers: {r.status if r else 'no answer'}", flush=True)
-        r, _ = raw(port, b"GET /v1/status HTTP/1.1\r\nHost: x\r\nBad Header Name: 1\r\n\r\n", send_all=False)
+        r, _ = raw(port, b"GET /v1/status HTTP/1.1\r\nHost: localhost\r\nBad Header Name: 1\r\n\r\n", send_all=False)
         print(f"  header name with spaces: {r.status if r else 'no answer'}", flush=True)
         # Several connections flooding at once: each refused, the others still served.
-        threads = [threading.Thread(target=lambda: raw(port, f"GET / HTTP/1.1\r\nHost: x\r\n{many}\r\n".encode(), send_all=False)) for _ in range(20)]
+        threads = [threading.Thread(target=lambda: raw(port, f"GET / HTTP/1.1\r\nHost: localhost\r\n{many}\r\n".encode(), send_all=False)) for _ in range(20)]
         for t in threads:
             t.start()
         for t in threads:
@@ -494,7 +494,7 @@ def slowloris(args):
             s.settimeout(5)
             try:
                 s.connect(("127.0.0.1", port))
-                s.sendall(b"GET /v1/status HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+                s.sendall(b"GET /v1/status HTTP/1.1\r\nHost: localhost\r\nX-Slow: ")
             except OSError:
                 s.close()
                 continue
@@ -517,10 +517,10 @@ def slow_sse(args):
         slow = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         slow.connect(("127.0.0.1", port))
-        slow.sendall(b"GET /v1/changes?feed=sse&include_docs=true HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n")
+        slow.sendall(b"GET /v1/changes?feed=sse&include_docs=true HTTP/1.1\r\nHost: localhost\r\nAccept: text/event-stream\r\n\r\n")
         fast = socket.create_connection(("127.0.0.1", port), timeout=10)
         seq0 = store_state(port)[0]
-        fast.sendall(f"GET /v1/changes?feed=sse&since={seq0} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        fast.sendall(f"GET /v1/changes?feed=sse&since={seq0} HTTP/1.1\r\nHost: localhost\r\n\r\n".encode())
         stop = threading.Event()
         slow_bytes = [0]
 
@@ -621,7 +621,7 @@ def slow_sse_big_docs(args):
         slow = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         slow.connect(("127.0.0.1", port))
-        slow.sendall(f"GET /v1/changes?feed=sse&include_docs=true&since={seq0} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        slow.sendall(f"GET /v1/changes?feed=sse&include_docs=true&since={seq0} HTTP/1.1\r\nHost: localhost\r\n\r\n".encode())
         time.sleep(0.3)
         rss0, peak, largest = rss_kb(args.pid), rss_kb(args.pid), 0.0
         body = json.dumps({"pad": "b" * 600_000}).encode()

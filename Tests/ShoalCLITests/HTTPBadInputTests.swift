@@ -30,6 +30,18 @@ extension ProcessSuites {
             #expect(gateway.isRunning, "the gateway died: \(gateway.log())")
         }
 
+        @Test("review cases: long polls stay JSON past keepalives and do not spin on other collections' writes; text/plain bulk 415; foreign Host 403; If-Match strong; cursors past the end restart")
+        func reviewCases() throws {
+            let port = try BadInputGateway.freePort()
+            let gateway = try BadInputGateway(listen: ["127.0.0.1:\(port)"], env: ["SHOAL_HTTP_KEEPALIVE_MILLIS": "300"])
+            defer { gateway.stop() }
+            let r = try Shoal.run(["\(HTTPBadInputTests.scripts)/review_cases.py", "--port", "\(port)", "--pid", "\(gateway.pid)"],
+                                  timeout: 60, executable: "/usr/bin/python3")
+            print("review_cases.py:\n\(r.stdout)\(r.stderr)")
+            #expect(r.status == 0 && r.stdout.contains("review cases: all passed"), "\(r.stdout)\n\(r.stderr)")
+            #expect(gateway.isRunning, "the gateway died: \(gateway.log())")
+        }
+
         @Test("a port in use at start: a warning, the Unix socket and the other address serve, and the port is bound once free")
         func portInUse() throws {
             let taken = try HeldPort()
@@ -64,7 +76,7 @@ extension ProcessSuites {
                 for path in ["/v1/changes?feed=sse", "/v1/changes?feed=sse&include_docs=true", "/v1/events?feed=sse", "/v1/changes?feed=longpoll&timeout=60000&since=999999"] {
                     for _ in 0..<3 {
                         let fd = try BadInputGateway.connect(port: port)
-                        BadInputGateway.send(fd, "GET \(path) HTTP/1.1\r\nHost: x\r\n\r\n")
+                        BadInputGateway.send(fd, "GET \(path) HTTP/1.1\r\nHost: localhost\r\n\r\n")
                         clients.append(fd)
                     }
                 }
@@ -97,7 +109,7 @@ final class BadInputGateway {
 
     init(listen: [String], env: [String: String] = [:]) throws {
         let site = dir.path + "/site.yaml"
-        try "group: g\nhttp:\n  listen: [\(listen.map { "\"\($0)\"" }.joined(separator: ", "))]\n".write(toFile: site, atomically: true, encoding: .utf8)
+        try "group: g\ncollections:\n  - name: sensors.readings\nhttp:\n  listen: [\(listen.map { "\"\($0)\"" }.joined(separator: ", "))]\n".write(toFile: site, atomically: true, encoding: .utf8)
         FileManager.default.createFile(atPath: logPath, contents: nil)
         var environment = ProcessInfo.processInfo.environment
         for (k, v) in env { environment[k] = v }
@@ -183,7 +195,7 @@ final class BadInputGateway {
     static func get(port: UInt16, path: String) -> (status: Int, body: String)? {
         guard let fd = try? connect(port: port) else { return nil }
         defer { Glibc.close(fd) }
-        send(fd, "GET \(path) HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        send(fd, "GET \(path) HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
         var out = [UInt8]()
         var buffer = [UInt8](repeating: 0, count: 8192)
         let deadline = Date().addingTimeInterval(5)

@@ -277,3 +277,30 @@ struct SiteConfigTests {
         #expect(m.all.map(\.1) == expected.map(\.1))
     }
 }
+
+@Suite("Site files: the http section")
+struct HTTPSiteConfigTests {
+    @Test("defaults: enabled, 127.0.0.1:8470 and the Unix socket; a single address may be written alone, as replication.listen is")
+    func defaultsAndScalar() throws {
+        let plain = try repoLoader.loadSite(text: "group: g\n", file: "site.yaml")
+        #expect(plain.http == HTTPSettings())
+        #expect(plain.http.enabled && plain.http.unixSocket && plain.http.listen.map(\.description) == ["127.0.0.1:8470"])
+        let scalar = try repoLoader.loadSite(text: "group: g\nhttp:\n  listen: 0.0.0.0:8480\n  maxConnections: 64\n", file: "site.yaml")
+        #expect(scalar.http.listen.map(\.description) == ["0.0.0.0:8480"] && scalar.http.maxConnections == 64)
+        #expect(!HTTPSettings.isLoopback(scalar.http.listen[0]) && HTTPSettings.isLoopback(HostPort(host: "::1", port: 1)))
+    }
+
+    @Test("mistakes name file:line and key: a bad address, one listed twice, an API reachable nowhere, an unknown key")
+    func mistakes() {
+        func error(_ http: String) -> String {
+            do { _ = try repoLoader.loadSite(text: "group: g\nhttp:\n" + http, file: "site.yaml"); return "" } catch { return error.description }
+        }
+        #expect(error("  listen: [\"localhost:80\"]\n").contains("site.yaml:3"))
+        #expect(error("  listen: [\"localhost:80\"]\n").contains("http.listen[0]"))
+        #expect(error("  listen: [\"127.0.0.1:9\", \"127.0.0.1:9\"]\n").contains("127.0.0.1:9 is listed twice"))
+        #expect(error("  listen: []\n  unixSocket: false\n").contains("reachable nowhere"))
+        #expect(error("  listen: []\n  unixSocket: false\n  enabled: false\n").isEmpty)
+        #expect(error("  port: 8470\n").contains("port"))
+        #expect(error("  maxConnections: 0\n").contains("http.maxConnections"))
+    }
+}
