@@ -5,7 +5,8 @@ import ShoalStore
 import ShoalWire
 
 /// Documents and the change feed over HTTP: one document's GET/PUT/DELETE with its revision as
-/// the ETag (If-Match and If-None-Match checked in the write's own transaction), a page of a
+/// the ETag (If-Match and If-None-Match checked in the write's own transaction, which it may
+/// share with other clients' writes: `HTTPCommitQueue`), a page of a
 /// collection, a bulk write in one transaction, and `/v1/changes` as a page, a long poll or SSE.
 extension HTTPAPI {
     func collection(_ text: String) throws -> CollectionName {
@@ -112,13 +113,10 @@ extension HTTPAPI {
         let text = try body(r).compactText
         let writer = try control.writer()
         try opened.store.validateBody(text)
-        let (change, created) = try conditional { () throws(StoreError) -> (Change, Bool) in
-            try opened.store.transaction { (tx) throws(StoreError) -> (Change, Bool) in
-                let existing = try tx.get(name, id: id.rawValue)
-                try check(r, existing)
-                return (try writer.write(tx, name, id, text), existing == nil || existing?.isDeleted == true)
-            }
+        let done = try conditional { () throws(StoreError) -> HTTPCommitQueue.Outcome in
+            try commits.commit(.init(collection: name, id: id, body: text) { (existing) throws(StoreError) in try check(r, existing) }, writer: writer)
         }
+        let change = done.change, created = done.before == nil || done.before?.isDeleted == true
         gateway.logger.verbose(.http, "put \(name)/\(id) at sequence \(change.sequence)")
         return json(ControlHandler.json(change), status: created ? 201 : 200, headers: [("ETag", HTTPAPI.etag(change.revision))])
     }
@@ -127,12 +125,10 @@ extension HTTPAPI {
         let name = try collection(c), id = try documentID(idText)
         let writer = try control.writer()
         let change = try conditional { () throws(StoreError) -> Change in
-            try opened.store.transaction { (tx) throws(StoreError) -> Change in
-                let existing = try tx.get(name, id: id.rawValue)
+            try commits.commit(.init(collection: name, id: id, body: String?.none) { (existing) throws(StoreError) in
                 try check(r, existing)
                 guard let existing, !existing.isDeleted else { throw .notFound(collection: name.description, id: id.rawValue) }
-                return try writer.write(tx, name, id, nil)
-            }
+            }, writer: writer).change
         }
         gateway.logger.verbose(.http, "deleted \(name)/\(id) at sequence \(change.sequence)")
         return json(ControlHandler.json(change), headers: [("ETag", HTTPAPI.etag(change.revision))])

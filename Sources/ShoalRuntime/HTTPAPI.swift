@@ -12,6 +12,8 @@ struct HTTPAPI: Sendable {
     let gateway: Gateway
     let opened: OpenedStore
     let feed: HTTPFeed
+    /// PUT and DELETE of one document commit in groups (one fsync for the writes that wait).
+    let commits = HTTPCommitQueue()
     /// The servers answering with this router (for /metrics' connection and stream figures);
     /// `HTTPService` adds each one it starts.
     let servers = Locked<[HTTPServer]>([])

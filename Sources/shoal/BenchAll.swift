@@ -28,12 +28,12 @@ extension CLI {
         defer { _ = system("rm -rf '\(dir)'") }
         let started = ContinuousClock.now
 
-        out("1/6 store writes: 20,000 × ~1 KB documents in batches of 100, durability full, 3 rounds, against a bare SQLite C-API loop")
+        out("1/7 store writes: 20,000 × ~1 KB documents in batches of 100, durability full, 3 rounds, against a bare SQLite C-API loop")
         let store = try StoreBenchmark.run(directory: dir, documents: 20_000, batch: 100, durability: .full, rounds: 3, logger: quiet)
         rows.append(BenchRow(figure: "store writes (docs/s)", shoal: fmt(store.storeMedian), baseline: "\(fmt(store.baselineMedian)) bare SQLite",
                              ratio: store.ratio, goal: ">= 0.70"))
 
-        out("2/6 TLS bulk: 32 MiB × 3 rounds through Shoal's TLS session against bare mbedtls_ssl_write/read on the same sessions")
+        out("2/7 TLS bulk: 32 MiB × 3 rounds through Shoal's TLS session against bare mbedtls_ssl_write/read on the same sessions")
         let tls = try TLSBenchmark.run(handshakes: 50, megabytes: 32, rounds: 3)
         rows.append(BenchRow(figure: "TLS bulk (MB/s)", shoal: fmt(TLSBenchmark.median(tls.sessionMBps)),
                              baseline: "\(fmt(TLSBenchmark.median(tls.baselineMBps))) bare mbedTLS", ratio: tls.ratio, goal: ">= 0.80"))
@@ -41,14 +41,14 @@ extension CLI {
                              baseline: "\(fmt2(tls.resumedHandshakeCPUMillis)) resumed", ratio: nil, goal: "<= 10 per side"))
 
         let port = UInt16(try a.int("--port", command: "bench", default: 47_911, range: 1024...65_535))
-        out("3/6 replication: initial pull of 10,000 × ~1 KB documents from a second process over TLS on 127.0.0.1:\(port), 3 rounds")
+        out("3/7 replication: initial pull of 10,000 × ~1 KB documents from a second process over TLS on 127.0.0.1:\(port), 3 rounds")
         let pull = try ReplicationBenchmark.run(documents: 10_000, rounds: 3, directory: dir + "/pull", port: port, durability: .full)
         rows.append(BenchRow(figure: "2-process pull, 10,000 × 1 KB (docs/s)", shoal: fmt(pull.median),
                              baseline: "\(fmt(store.baselineMedian)) bare SQLite writes", ratio: pull.median / store.baselineMedian, goal: ">= 0.50"))
         rows.append(BenchRow(figure: "  frame bytes per pulled document", shoal: fmt(pull.wireBytesPerDocument),
                              baseline: "\(pull.bodyBytes) body", ratio: pull.wireBytesPerDocument / Double(pull.bodyBytes), goal: "<= 1.30"))
 
-        out("4/6 simulator: 100 writes of 1 KB on a 10-node full mesh (bytes sent against one body per node), and one write across a 20-node line")
+        out("4/7 simulator: 100 writes of 1 KB on a 10-node full mesh (bytes sent against one body per node), and one write across a 20-node line")
         var traffic = SimScenario()
         traffic.config.nodes = 10
         traffic.writes = 100
@@ -76,12 +76,18 @@ extension CLI {
             rows.append(BenchRow(figure: "a write across a 20-node line", shoal: "did not arrive", baseline: "-", ratio: nil, goal: "<= 2.00"))
         }
 
-        out("5/6 memory: a gateway (sim board) idle, then holding 100,000 documents")
+        out("5/7 memory: a gateway (sim board) idle, then holding 100,000 documents")
         let (idle, loaded) = try benchRSS(dir: dir + "/rss")
         rows.append(BenchRow(figure: "RSS with 100,000 documents (MB)", shoal: fmt2(Double(loaded) / 1024),
                              baseline: "\(fmt2(Double(idle) / 1024)) idle", ratio: Double(loaded) / Double(max(1, idle)), goal: "<= 3.00"))
 
-        out("6/6 binary size")
+        out("6/7 HTTP API: wrk GET and PUT against the control socket, 5 s each; SSE write → event; RSS of 100 SSE clients")
+        var httpSettings = HTTPBenchmark.Settings()
+        httpSettings.secondsPerLoad = 5
+        let http = try HTTPBenchmark.run(directory: dir + "/http", settings: httpSettings) { out("    " + $0) }
+        rows += httpRows(http)
+
+        out("7/7 binary size")
         let size = Files.size(ChildProcess.currentExecutable) ?? 0
         var baselineSize: Int?
         if let path = a.values["--baseline-binary"] { baselineSize = Files.size(path) }
@@ -130,12 +136,30 @@ extension CLI {
         return (idle, rssKB(child.pid))
     }
 
-    static func rssKB(_ pid: pid_t) -> Int {
-        guard let status = try? Files.read("/proc/\(pid)/status") else { return 0 }
-        for line in status.split(separator: "\n") where line.hasPrefix("VmRSS:") {
-            return Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0
+    static func rssKB(_ pid: pid_t) -> Int { HTTPBenchmark.residentKB(pid) }
+
+    /// The HTTP API's rows: each load beside the control socket's, the feed's p99 beside its
+    /// median, the SSE clients' memory beside the gateway's before.
+    static func httpRows(_ r: HTTPBenchmark.Result) -> [BenchRow] {
+        var rows: [BenchRow] = []
+        func load(_ figure: String, _ http: HTTPBenchmark.Load?, _ control: HTTPBenchmark.Load, goal: String) {
+            let baseline = "\(fmt(control.requestsPerSecond)) control socket"
+            guard let http else {
+                rows.append(BenchRow(figure: figure, shoal: "no wrk", baseline: baseline, ratio: nil, goal: goal))
+                return
+            }
+            rows.append(BenchRow(figure: figure, shoal: fmt(http.requestsPerSecond), baseline: baseline,
+                                 ratio: http.requestsPerSecond / max(1, control.requestsPerSecond), goal: goal))
+            rows.append(BenchRow(figure: "  p99 (ms)", shoal: fmt2(http.p99Millis), baseline: "\(fmt2(control.p99Millis)) control socket",
+                                 ratio: http.p99Millis / max(0.001, control.p99Millis), goal: "-"))
         }
-        return 0
+        load("HTTP GET one document (req/s, wrk)", r.httpGet, r.controlGet, goal: ">= 10,000/s")
+        load("HTTP PUT 1 KB, durability full (req/s)", r.httpPut, r.controlPut, goal: ">= 3,000/s")
+        rows.append(BenchRow(figure: "SSE write → event p99 (ms)", shoal: fmt2(r.feedP99Millis), baseline: "\(fmt2(r.feedMedianMillis)) median",
+                             ratio: nil, goal: "<= 20"))
+        rows.append(BenchRow(figure: "RSS added by \(r.settings.sseClients) SSE clients (MB)", shoal: fmt2(Double(r.rssAddedKB) / 1024),
+                             baseline: "\(fmt2(Double(r.rssBeforeKB) / 1024)) gateway before", ratio: nil, goal: "<= 5"))
+        return rows
     }
 
     static func benchDate() -> String {

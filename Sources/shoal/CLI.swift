@@ -150,6 +150,10 @@ enum CLI {
         let a = try Arguments.parse(args, command: "run", valueOptions: ["--board", "--config", "--data-dir", "--socket", "--log-level", "--board-dir"])
         if helpIfAsked(a, "run") { return ExitCode.ok }
         try a.expectPositionals(0...0, command: "run", usage: "run [--board NAME] [--config FILE]")
+        // Before the gateway's threads exist: the HTTP API's 16 pool threads, each parsing 4 MiB
+        // bulk writes in turn, held ~32 MB more RSS in glibc's per-thread malloc arenas than 2
+        // arenas do (HTTPBadInputTests, slow-sse-reader). $MALLOC_ARENA_MAX still wins.
+        if ProcessEnvironment.get("MALLOC_ARENA_MAX") == nil { MallocArenas.limit(2) }
         var options = runtimeOptions(a)
         if let text = a.values["--log-level"] {
             guard let level = LogLevel(name: text) else {

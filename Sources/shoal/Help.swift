@@ -21,7 +21,7 @@ enum Help {
         ("doctor", ["Check this gateway before trusting it in the field (board, LED, radios, avahi,",
                     "identity, store, clock, free space)"]),
         ("board", ["Board files: list | show NAME | check FILE"]),
-        ("bench", ["Benchmarks that print figures: all (one table), store, tls, replication"]),
+        ("bench", ["Benchmarks that print figures: all (one table), store, tls, replication, http"]),
         ("sim", ["Simulate a mesh of gateways (virtual time, real stores): plan a site"]),
         ("demo", ["Five gateways in this process on a simulated radio: the mesh at work"]),
         ("version", ["Versions of shoal and of the C libraries it uses"]),
@@ -257,6 +257,7 @@ enum Help {
                    shoal bench store [--docs N] [--batch N] [--rounds N] [--durability full|normal] [--dir DIR]
                    shoal bench tls [--handshakes N] [--megabytes N] [--rounds N]
                    shoal bench replication [--docs N] [--rounds N] [--durability full|normal] [--port P]
+                   shoal bench http [--seconds N] [--connections N] [--dir DIR]
 
             all (the default): every figure below plus the simulator's and memory's, each beside a
             baseline measured in the same run, then one table with the date and machine: store
@@ -274,6 +275,13 @@ enum Help {
             tls: CPU time of full and resumed mutual-TLS handshakes (both sides together), and bulk
             MB/s through Shoal's TLS session against a bare mbedtls_ssl_write/read loop on the same
             sessions and pipe, alternately, and their ratio.
+
+            http: a `shoal run` child on a free loopback port; wrk (Debian's wrk) GET of one
+            document and PUT of ~1 KB documents (a new id each, durability full) for --seconds each
+            (default 8) with --connections (default 16, the control socket's most), beside the same
+            operations from as many control-socket client threads: requests/s, p99 and the ratios
+            http/control; write → event latency on /v1/changes?feed=sse (median, p99, 1,000
+            writes); the gateway's RSS added by 100 open SSE clients. About 1 minute.
             """,
         "identity": """
             Usage: shoal identity create [--label L] [--days N] [--cn NAME] [--ca-key K --ca-cert C] [--force [--new-key | --self-signed]] [--json]
