@@ -98,6 +98,7 @@ struct ControlConnection {
         defer { socket.close() }
         var decoder = FrameDecoder(limit: ControlMessage.frameLimit)
         var idleMillis: Int32 = 0
+        var first = true
         while !context.isShuttingDown {
             do {
                 guard let bytes = try socket.read(timeoutMillis: 250) else {
@@ -107,6 +108,17 @@ struct ControlConnection {
                 }
                 idleMillis = 0
                 if bytes.isEmpty { return }  // client closed
+                if first {
+                    first = false
+                    if ControlConnection.looksLikeHTTP(bytes) {
+                        // curl pointed at the wrong socket: say where the HTTP API is, in HTTP.
+                        let http = Files.directory(of: gateway.storePath) + "/http.sock"
+                        let text = "this is shoal's control socket (for the shoal CLI); the HTTP API is on \(http) and \(gateway.httpAddresses.first { !$0.hasPrefix("unix:") } ?? "its http.listen addresses")\n"
+                        try? socket.writeAll(Array("HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nContent-Length: \(text.utf8.count)\r\nConnection: close\r\n\r\n\(text)".utf8), timeoutMillis: 500)
+                        gateway.logger.verbose(.control, "an HTTP request came to the control socket; answered with where the HTTP API is")
+                        return
+                    }
+                }
                 decoder.feed(bytes)
                 while let payload = try decoder.next() {
                     switch ControlMessage.decode(payload) {
@@ -134,6 +146,13 @@ struct ControlConnection {
 
     func send(_ value: JSONValue) throws {
         try socket.writeAll(try ControlMessage.encode(value))
+    }
+
+    /// A request line's start (`GET /`, `POST /`…): a control frame starts with its length, four
+    /// bytes that would have to spell a method and claim over a gigabyte.
+    static func looksLikeHTTP(_ bytes: [UInt8]) -> Bool {
+        let head = String(decoding: bytes.prefix(8), as: UTF8.self)
+        return ["GET ", "HEAD ", "POST ", "PUT ", "DELETE ", "OPTIONS ", "PATCH "].contains { head.hasPrefix($0) || $0.hasPrefix(head) && head.count >= 4 }
     }
 
     /// Streams changes after `since` as they commit, until the client hangs up or shoal stops.

@@ -59,7 +59,9 @@ extension HTTPAPI {
         }
         let wantsMeta = try bool(r.query["meta"], "meta")
         let showDeleted = try bool(r.query["deleted"], "deleted")
-        guard !doc.isDeleted || (wantsMeta && showDeleted) else { throw ControlHandler.deleted(doc, name) }
+        guard !doc.isDeleted || (wantsMeta && showDeleted) else {
+            throw ControlError(code: .notFound, message: "document \"\(doc.id)\" in \(name) is deleted (a tombstone since sequence \(doc.sequence); ?meta=true&deleted=true shows it)")
+        }
         let etag = HTTPAPI.etag(doc.revision)
         var headers = [("ETag", etag), ("X-Shoal-Sequence", String(doc.sequence)), ("Cache-Control", "no-cache")]
         if let v = try? DocumentVersion(decoding: doc.version) { headers.append(("X-Shoal-Version", v.description)) }

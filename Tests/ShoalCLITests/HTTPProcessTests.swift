@@ -35,6 +35,10 @@ extension ProcessSuites {
                                             "http://localhost/v1/collections/sensors.readings/docs/s1"], executable: Self.curl)
             #expect(overSocket.stdout.contains(#""revision":1"#), "\(overSocket)")
             #expect(try g.cli(["doc", "get", "sensors.readings", "s1"]).stdout.contains(#""v": 1"#) || g.cli(["doc", "get", "sensors.readings", "s1", "--json"]).stdout.contains(#""v":1"#))
+            // curl at the control socket by mistake: told, in HTTP, where the API is.
+            let wrong = try Shoal.run(["-s", "-w", "\n%{http_code}", "--unix-socket", g.socket, "http://localhost/v1/status"], executable: Self.curl)
+            #expect(wrong.stdout.hasSuffix("400") && wrong.stdout.contains("the HTTP API is on \(g.dir.path)/http.sock"), "\(wrong)")
+            #expect(try g.cli(["status"]).status == 0)
             let token = try Shoal.run(["http", "token", "--config", site, "--board", "sim", "--data-dir", g.dir.path])
             #expect(token.status == 0 && token.stdout.count == 65, "\(token)")
             let attributes = try FileManager.default.attributesOfItem(atPath: g.dir.path + "/http.token")
