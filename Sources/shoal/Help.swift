@@ -78,8 +78,8 @@ enum Help {
             Runs the gateway: the supervision tree (store, control socket, status console,
             replication, radios, and the local HTTP API: REST, SSE, /metrics and the web console
             on 127.0.0.1:8470 and DIR/http.sock unless the site file's http: says otherwise; see
-            `shoal help http`) until SIGTERM or SIGINT, which stop it gracefully (a second
-            signal exits at once, with 1).
+            `shoal help http`) until SIGTERM or SIGINT, which stop it gracefully
+            (a second signal exits at once, with 1).
 
               --board NAME|PATH|auto  board file (default auto: match /proc/device-tree/model,
                                       else generic-linux). Names are looked up in --board-dir
