@@ -3,7 +3,7 @@ SHELL := /bin/bash
 SWIFT ?= swift
 # Debian packages the build needs (C libraries reached through modulemaps): all that `make build`,
 # `make demo` and `make release` install.
-DEB_PACKAGES := libsqlite3-dev libmbedtls-dev libavahi-client-dev libbluetooth-dev libgpiod-dev libyaml-dev libmicrohttpd-dev pkg-config
+DEB_PACKAGES := libsqlite3-dev libmbedtls-dev libavahi-client-dev libbluetooth-dev libgpiod-dev libyaml-dev libmicrohttpd-dev libmosquitto-dev pkg-config
 # Tests only (`make deps`, `make test`): openssl for the TLS interop tests; the network lab's (avahi-daemon runs only inside namespaces the tests make), and the
 # deploy check's (lintian; dpkg-dev for dpkg-shlibdeps; systemd for systemd-analyze).
 # And the hardware lab's (QEMU with Debian's kernel; scripts/qemu-lab.sh adds the kernel headers; bluez and
