@@ -20,6 +20,7 @@ let package = Package(
         .systemLibrary(name: "CGPIOD", path: "Sources/CGPIOD"),
         .systemLibrary(name: "CYAML", path: "Sources/CYAML"),
         .systemLibrary(name: "CMicroHTTPD", path: "Sources/CMicroHTTPD"),
+        .systemLibrary(name: "CMosquitto", path: "Sources/CMosquitto"),
 
         // Pure modules: no C module, fast to test, reused by the simulator.
         // Threads and locks over pthreads (ThreadSanitizer sees them): the one place they are made.
@@ -37,6 +38,8 @@ let package = Package(
         .target(name: "ShoalLinux", dependencies: ["ShoalThreads", "ShoalCore", "CAvahi", "CBlueZ", "CGPIOD"]),
         // The local API's HTTP server (libmicrohttpd): bytes in, bytes out; the routes are the runtime's.
         .target(name: "ShoalHTTP", dependencies: ["ShoalThreads", "ShoalCore", "ShoalLinux", "CMicroHTTPD"]),
+        // The MQTT bridge's client (libmosquitto): one connection, driven by one thread.
+        .target(name: "ShoalMQTT", dependencies: ["ShoalCore", "ShoalLinux", "CMosquitto"]),
 
         // Replication: the sans-IO protocol state machine over the store and the wire codec.
         .target(name: "ShoalReplication", dependencies: ["ShoalThreads", "ShoalCore", "ShoalWire", "ShoalStore"]),
@@ -52,7 +55,7 @@ let package = Package(
         // Composition root.
         .target(name: "ShoalRuntime", dependencies: ["ShoalThreads", 
             "ShoalCore", "ShoalWire", "ShoalSupervision", "ShoalConfig", "ShoalYAML", "ShoalStatus",
-            "ShoalStore", "ShoalTLS", "ShoalLinux", "ShoalReplication", "ShoalMesh", "ShoalGateway", "ShoalHTTP",
+            "ShoalStore", "ShoalTLS", "ShoalLinux", "ShoalReplication", "ShoalMesh", "ShoalGateway", "ShoalHTTP", "ShoalMQTT",
         ]),
         .target(name: "ShoalTesting", dependencies: ["ShoalThreads", "ShoalCore", "ShoalSupervision"]),
         // The in-process medium in real time, as a transport: `import Shoal`'s simulated medium,
@@ -68,7 +71,7 @@ let package = Package(
         // (the bare C calls stay in the C importers). Not part of the runtime.
         .target(name: "ShoalBench", dependencies: ["ShoalThreads", "ShoalCore", "ShoalConfig", "ShoalLinux", "ShoalMesh", "ShoalReplication", "ShoalRuntime", "ShoalStore", "ShoalSupervision", "ShoalTLS"]),
 
-        .executableTarget(name: "shoal", dependencies: ["ShoalBench", "ShoalRuntime", "ShoalSim", "ShoalMesh", "ShoalStatus", "ShoalStore", "ShoalConfig", "ShoalYAML", "ShoalTLS", "ShoalLinux", "ShoalWire", "ShoalCore"]),
+        .executableTarget(name: "shoal", dependencies: ["ShoalBench", "ShoalRuntime", "ShoalMQTT", "ShoalSim", "ShoalMesh", "ShoalStatus", "ShoalStore", "ShoalConfig", "ShoalYAML", "ShoalTLS", "ShoalLinux", "ShoalWire", "ShoalCore"]),
 
         // The crash campaign's writer (a test tool beside the product, not in it).
         .executableTarget(name: "shoal-crash-writer", dependencies: ["ShoalCore", "ShoalStore"], path: "Sources/ShoalCrashWriter"),

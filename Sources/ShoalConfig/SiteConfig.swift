@@ -26,6 +26,8 @@ public struct SiteConfig: Sendable, Equatable {
     public var transports: [SiteTransport] = [.wifi]
     /// The local HTTP API (`http:`).
     public var http = HTTPSettings()
+    /// The MQTT bridge (`mqtt:`); no brokers, no bridge.
+    public var mqtt = MQTTSettings()
     /// Days of validity for an identity the gateway creates for itself.
     public var identityValidDays: Int64 = 365
     /// The site's `mesh:` and `log:` mappings, applied over the board's.

@@ -48,6 +48,9 @@ struct ControlHandler {
             // client reads the file itself, with its own permissions).
             return ["addresses": .array(gateway.httpAddresses.map(JSONValue.string)), "enabled": .bool(gateway.site.http.enabled),
                     "dataDirectory": .string(Files.absolute(Files.directory(of: gateway.storePath)))]
+        case "mqtt":
+            // The bridge's brokers (empty when the site has no mqtt: section).
+            return ["brokers": gateway.mqtt.json["brokers"] ?? .array([]), "configured": .int(gateway.site.mqtt.brokers.count)]
         case "changes":
             let store = try openStore()
             let since = r["since"]?.int64Value ?? 0

@@ -13,7 +13,7 @@ extension Gateway {
         let identity = self.identity
         let uptime = Double(uptimeSeconds)
         let wallSeconds = Double(NodeClock.systemWallMillis()) / 1000
-        return GatewayMetrics(
+        var m = GatewayMetrics(
             state: state, version: ShoalVersion.current, board: board.id, group: site.group,
             counters: counters.withLock { $0 }, mesh: meshView.withLock { $0 }, children: report.snapshot,
             ledPattern: ledPattern.withLock { $0 }, peerID: identity?.peerID.description, identityLabel: site.identityLabel,
@@ -22,6 +22,8 @@ extension Gateway {
             storeBytes: Files.size(storePath).map { $0 + (Files.size(storePath + "-wal") ?? 0) },
             uptimeSeconds: uptime, startTimeSeconds: (wallSeconds - uptime).rounded(), residentBytes: Gateway.residentBytes(),
             nowMillis: monotonicMillis())
+        m.mqtt = mqtt.snapshot
+        return m
     }
 
     /// Live documents and tombstones of each collection; nil when the store cannot be read now.

@@ -41,6 +41,8 @@ public final class Gateway: Sendable {
     /// The mesh as this gateway sees it, and its recent events (published by the replication driver).
     public let meshView = Locked(MeshView())
     public let meshEvents = MeshEventLog()
+    /// The MQTT bridge's brokers (empty when the site has no `mqtt:` section).
+    public let mqtt = MQTTBoard()
     /// The status LED's current pattern (its name), for `shoal status` and the console.
     public let ledPattern = Locked("booting: fast blink")
     /// What the radio manager sees now (nil until it has looked once).
@@ -142,6 +144,7 @@ public final class Gateway: Sendable {
         status.storeRunning = report.snapshot.first { $0.path == GatewayRuntime.storeChildPath }.map { $0.state == .running } ?? true
         status.ledPattern = ledPattern.withLock { $0 }
         status.httpAddresses = httpAddresses
+        status.mqtt = mqtt.json
         status.sync = mesh.sync
         status.transports = mesh.transports.keys.sorted().compactMap { transportStatus($0, in: mesh) }
         return status

@@ -41,6 +41,8 @@ public struct GatewayMetrics: Sendable {
     public var nowMillis: Int
     /// The local API's connections and streams (set by the API itself when it answers /metrics).
     public var http: HTTP? = nil
+    /// The MQTT bridge's brokers (empty without an `mqtt:` section).
+    public var mqtt: [MQTTBoard.Broker] = []
 
     /// What the local API holds now, over all its listeners.
     public struct HTTP: Sendable {
@@ -65,7 +67,33 @@ public struct GatewayMetrics: Sendable {
 
     /// Every family, in no particular order (the renderer sorts).
     public var families: [Family] {
-        gatewayFamilies + counterFamilies + meshFamilies + peerFamilies + storeFamilies + supervisionFamilies + httpFamilies
+        gatewayFamilies + counterFamilies + meshFamilies + peerFamilies + storeFamilies + supervisionFamilies + httpFamilies + mqttFamilies
+    }
+
+    var mqttFamilies: [Family] {
+        guard !mqtt.isEmpty else { return [] }
+        func per(_ name: String, _ kind: MetricsExposition.Kind, _ help: String, _ value: (MQTTBoard.Broker) -> Int64) -> Family {
+            Family(name, kind, help: help, mqtt.map { Sample([("broker", $0.name)], Int(value($0))) })
+        }
+        var dropped: [Sample] = []
+        for b in mqtt {
+            for (reason, n) in b.dropped.sorted(by: { $0.key < $1.key }) { dropped.append(Sample([("broker", b.name), ("reason", reason)], Int(n))) }
+        }
+        return [
+            per("shoal_mqtt_connected", .gauge, "1 while the bridge is connected to the broker, else 0.") { $0.state == "connected" ? 1 : 0 },
+            per("shoal_mqtt_connects_total", .counter, "Connections to the broker the broker accepted.") { $0.connects },
+            per("shoal_mqtt_disconnects_total", .counter, "Connections to the broker that were lost.") { $0.disconnects },
+            per("shoal_mqtt_received_total", .counter, "Messages received from the broker on the inbound rules' topics.") { $0.received },
+            per("shoal_mqtt_committed_total", .counter, "Messages written to the store as documents (then acknowledged to the broker).") { $0.committed },
+            per("shoal_mqtt_unchanged_total", .counter, "Messages that would not have changed their document (redeliveries, echoes): nothing written.") { $0.unchanged },
+            Family("shoal_mqtt_dropped_total", .counter, help: "Messages dropped, by reason (not_json, not_utf8, too_large, bad_id, bad_time, empty, no_rule, bad_topic, publish_refused).", dropped),
+            per("shoal_mqtt_expired_total", .counter, "Series documents deleted to keep their collection within the rule's keep.") { $0.expired },
+            per("shoal_mqtt_published_total", .counter, "Changes published to the broker.") { $0.published },
+            per("shoal_mqtt_acknowledged_total", .counter, "Published changes the broker acknowledged.") { $0.acknowledged },
+            per("shoal_mqtt_loops_skipped_total", .counter, "Changes not published because they came from the same topic of the same broker.") { $0.skippedLoops },
+            per("shoal_mqtt_in_flight", .gauge, "Publishes waiting for the broker's acknowledgement now.") { $0.inFlight },
+            per("shoal_mqtt_outbound_lag", .gauge, "Changes in the outbound collections the broker has not acknowledged yet (counted up to 1001).") { $0.outboundLag },
+        ]
     }
 
     var httpFamilies: [Family] {

@@ -58,6 +58,11 @@ public enum GatewayRuntime {
                 ChildSpec(name: "http", heartbeatTimeout: .seconds(30), readyTimeout: .seconds(30)) {
                     HTTPService(gateway: gateway, opened: try provided.store.value())
                 },
+            ] : []) + (config.site.mqtt.enabled ? [
+                // The MQTT bridge: one child per broker, each reconnecting on its own.
+                ChildSpec(name: "mqtt", heartbeatTimeout: .seconds(30), readyTimeout: .seconds(60)) {
+                    MQTTService.supervisor(gateway: gateway, settings: config.site.mqtt, store: { try provided.store.value() })
+                },
             ] : []),
             report: gateway.report)
     }

@@ -129,10 +129,13 @@ public enum ConfigurationLoading {
         }
     }
 
-    /// The first problem with a file the site names, for `ConfigLoader.loadSite(checkFiles:)`.
+    /// The problems with the files the site names (trusted roots, the MQTT brokers' files), for
+    /// `ConfigLoader.loadSite(checkFiles:)`.
     public static func referencedFileProblem(_ site: SiteConfig) -> ConfigError? {
-        do { _ = try trustedRoots(site) } catch { return error }
-        return nil
+        var errors = ConfigErrors()
+        errors.attempt { () throws(ConfigError) in _ = try trustedRoots(site) }
+        if let e = site.mqtt.fileProblems(read: { path throws in try Files.read(path) }) { errors.add(e) }
+        return errors.combined
     }
 
     public static func runnableBoards(_ loader: ConfigLoader) -> [String] {

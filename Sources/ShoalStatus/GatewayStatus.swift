@@ -49,6 +49,8 @@ public struct GatewayStatus: Sendable {
     public var counters: [String: Int64] = [:]
     /// Where the local HTTP API listens (`127.0.0.1:8470`, `unix:<path>`); empty when it does not.
     public var httpAddresses: [String] = []
+    /// The MQTT bridge's brokers as `MQTTBoard` writes them (`{"brokers": [...]}`), null without one.
+    public var mqtt: JSONValue = .null
     /// Per transport (the Couchbase seed's status per transport): active or not, its last error, and
     /// how discovery runs on it (for Wi-Fi: the DNS-SD service and whether avahi-daemon answers).
     public struct Transport: Sendable {
@@ -140,6 +142,7 @@ public struct GatewayStatus: Sendable {
         lines.append("mesh        \(meshState), \(connectedPeers.counted("peer")) connected")
         for t in transports { lines.append("\(t.name.padding(to: 11)) \(t.summary)") }
         if !httpAddresses.isEmpty { lines.append("http        \(httpAddresses.joined(separator: ", "))") }
+        for b in mqtt["brokers"]?.arrayValue ?? [] { lines.append("mqtt        \(GatewayStatus.mqttLine(b))") }
         lines.append("store       \(storePath) (durability \(durability))")
         lines.append("documents   \(documents) live, \(tombstones.counted("tombstone")), last sequence \(lastSequence)")
         if let sync { lines.append("syncing     \(sync.text) (received/announced so far)") }
@@ -175,6 +178,7 @@ public struct GatewayStatus: Sendable {
             "led": ledPattern.map(JSONValue.string) ?? .null,
             "sync": sync?.json ?? .null,
             "http": .array(httpAddresses.map(JSONValue.string)),
+            "mqtt": mqtt,
             "identity": [
                 "label": .string(identityLabel), "notAfter": identityNotAfter.map { .string($0) } ?? .null,
                 "problem": identityProblem.map { .string($0) } ?? .null,
@@ -212,7 +216,19 @@ public struct GatewayStatus: Sendable {
         ledPattern = s["led"]?.stringValue
         sync = SyncProgress(json: s["sync"])
         httpAddresses = (s["http"]?.arrayValue ?? []).compactMap(\.stringValue)
+        mqtt = s["mqtt"] ?? .null
         transports = (s["transports"]?.objectValue ?? [:]).sorted { $0.key < $1.key }.map { name, t in Transport(name: name, json: t) }
+    }
+
+    /// One broker in a line: `local mqtt://127.0.0.1:1883 connected, in 10 (8 written, 1 unchanged, 1 dropped), out 5/5`.
+    public static func mqttLine(_ b: JSONValue) -> String {
+        let i = b["in"], o = b["out"]
+        let dropped = (i?["dropped"]?.objectValue ?? [:]).values.compactMap(\.int64Value).reduce(0, +)
+        var line = "\(b["name"]?.stringValue ?? "?") \(b["url"]?.stringValue ?? "?") \(b["state"]?.stringValue ?? "?")"
+        line += ", in \(i?["received"]?.int64Value ?? 0) (\(i?["committed"]?.int64Value ?? 0) written, \(i?["unchanged"]?.int64Value ?? 0) unchanged, \(dropped) dropped)"
+        line += ", out \(o?["acknowledged"]?.int64Value ?? 0)/\(o?["published"]?.int64Value ?? 0) acknowledged, lag \(o?["lag"]?.int64Value ?? 0)"
+        if let e = b["lastError"]?.stringValue { line += "; last error: \(e)" }
+        return line
     }
 
     static func duration(_ s: Int64) -> String {

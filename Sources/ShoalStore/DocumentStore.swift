@@ -451,6 +451,31 @@ extension DocumentStore {
         }
     }
 
+    /// Where the changes in `sequences` came from through `bridge` (see
+    /// `StoreTransaction.recordSource`): sequence → source, for those that did.
+    public func sources(bridge: String, in sequences: ClosedRange<Int64>) throws(StoreError) -> [Int64: String] {
+        try locked { db throws(StoreError) in
+            let s = try db.statement("SELECT sequence, source FROM change_sources WHERE bridge = ? AND sequence BETWEEN ? AND ?")
+            try s.bind(0, bridge)
+            try s.bind(1, sequences.lowerBound)
+            try s.bind(2, sequences.upperBound)
+            var out: [Int64: String] = [:]
+            while try s.step() { out[s.int64(0)] = s.text(1) ?? "" }
+            try s.run()
+            return out
+        }
+    }
+
+    /// Forgets `bridge`'s sources up to `sequence` (its outbound checkpoints are past them).
+    public func forgetSources(bridge: String, through sequence: Int64) throws(StoreError) {
+        try locked { db throws(StoreError) in
+            let s = try db.statement("DELETE FROM change_sources WHERE bridge = ? AND sequence <= ?")
+            try s.bind(0, bridge)
+            try s.bind(1, sequence)
+            try s.run()
+        }
+    }
+
     /// `PRAGMA quick_check` (or the full `integrity_check`): empty when the file is sound.
     public func integrityProblems(full: Bool = false) throws(StoreError) -> [String] {
         try locked { db throws(StoreError) in

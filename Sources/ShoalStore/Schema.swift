@@ -75,6 +75,16 @@ enum Schema {
         ALTER TABLE conflicts ADD COLUMN remote_body TEXT;
         CREATE INDEX conflicts_by_at ON conflicts(at);
         """),
+        (6, """
+        -- Changes that came from outside the mesh through a bridge (the MQTT bridge: which broker,
+        -- which topic), so the bridge never sends one back where it came from. A row goes once
+        -- the bridge's outbound checkpoints have passed its sequence.
+        CREATE TABLE change_sources(
+            sequence INTEGER PRIMARY KEY,
+            bridge   TEXT NOT NULL,
+            source   TEXT NOT NULL
+        );
+        """),
     ]
 
     static var latestVersion: Int { migrations.last!.version }

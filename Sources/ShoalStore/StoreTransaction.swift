@@ -90,6 +90,15 @@ public final class StoreTransaction {
         try s.run()
     }
 
+    /// Notes that the change `sequence` came in through `bridge` from `source` (a topic).
+    public func recordSource(sequence: Int64, bridge: String, source: String) throws(StoreError) {
+        let s = try db.statement("INSERT INTO change_sources(sequence, bridge, source) VALUES (?, ?, ?) ON CONFLICT(sequence) DO UPDATE SET bridge = excluded.bridge, source = excluded.source")
+        try s.bind(0, sequence)
+        try s.bind(1, bridge)
+        try s.bind(2, source)
+        try s.run()
+    }
+
     public func setMetadata(_ key: String, _ value: String) throws(StoreError) {
         let s = try db.statement("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value")
         try s.bind(0, key)

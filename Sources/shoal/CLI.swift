@@ -2,6 +2,7 @@ import Glibc
 import ShoalConfig
 import ShoalCore
 import ShoalLinux
+import ShoalMQTT
 import ShoalRuntime
 import ShoalStatus
 import ShoalStore
@@ -48,7 +49,7 @@ enum CLI {
         }
         let rest = Array(args.dropFirst())
         // Errors name the command as typed: `shoal doc put: …`.
-        let label = ["doc", "log", "board", "bench", "identity", "radios", "http"].contains(command) && rest.first.map({ !$0.hasPrefix("-") }) == true
+        let label = ["doc", "log", "board", "bench", "identity", "radios", "http", "mqtt"].contains(command) && rest.first.map({ !$0.hasPrefix("-") }) == true
             ? "\(command) \(rest[0])" : command
         do {
             switch command {
@@ -79,6 +80,7 @@ enum CLI {
             case "radios": return try radios(rest)
             case "identity": return try identity(rest)
             case "http": return try http(rest)
+            case "mqtt": return try mqtt(rest)
             case "doctor": return try doctor(rest)
             case "conflicts": return try conflicts(rest)
             default:
@@ -412,6 +414,7 @@ enum CLI {
         let v: [(String, String)] = [
             ("shoal", ShoalVersion.current), ("sqlite", SQLiteLibrary.version), ("mbedtls", MbedTLSLibrary.version),
             ("libyaml", YAMLParser.libraryVersion), ("libgpiod", HardwareProbe.libgpiodVersion),
+            ("libmosquitto", MQTTClient.libraryVersion),
         ]
         if a.flags.contains("--json") {
             var o: [String: JSONValue] = [:]

@@ -18,6 +18,7 @@ enum Help {
         ("log", ["Log levels of a running gateway: level DOMAIN LEVEL | levels"]),
         ("identity", ["The gateway's TLS identity: create | show | delete"]),
         ("http", ["The local HTTP API: token (the bearer token other addresses than loopback need)"]),
+        ("mqtt", ["The MQTT bridge: status (brokers, subscriptions, messages in and out, drops)"]),
         ("doctor", ["Check this gateway before trusting it in the field (board, LED, radios, avahi,",
                     "identity, store, clock, free space)"]),
         ("board", ["Board files: list | show NAME | check FILE"]),
@@ -137,6 +138,18 @@ enum Help {
             makes on its first start (<data dir>/http.token, mode 0600: run it as the gateway's
             user or root). It asks the running gateway where its data directory is; with
             --config/--board/--data-dir it looks where those say. See docs/http-api.md.
+            """,
+        "mqtt": """
+            Usage: shoal mqtt status [--json] [--socket PATH]
+
+            The running gateway's MQTT bridge (the site file's mqtt: section), per broker: its
+            state (connecting, connected, disconnected, refused) and last error, the subscriptions,
+            messages received, written as documents, unchanged (a redelivery or a message that
+            changes nothing) and dropped by reason (not_json, not_utf8, too_large, bad_id,
+            bad_time, empty, no_rule, bad_topic, publish_refused), series documents expired by their keep, and
+            changes published, acknowledged by the broker, in flight, not sent back to the topic
+            they came from, and the lag (changes the broker has not acknowledged yet). The same
+            is under "mqtt" in `shoal status --json` and as shoal_mqtt_* in /metrics.
             """,
         "conflicts": """
             Usage: shoal conflicts [--limit N] [--json] [--socket PATH]
