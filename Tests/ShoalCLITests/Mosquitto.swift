@@ -183,6 +183,29 @@ final class Mosquitto: @unchecked Sendable {  // one test's broker, used from th
         eventuallyBlocking(within: seconds, every: 0.05) { hasSubscription(clientID: clientID, filter: filter) }
     }
 
+    /// The topics of the QoS 1 messages `clientID` acknowledged (PUBACK), by the broker's log
+    /// (needs `logAll`): each "Sending PUBLISH to <id> (… m<mid>, '<topic>', …)" names a message
+    /// id's topic until the id is used again; "Received PUBACK from <id> (Mid: <mid>, …)" settles it.
+    /// Over every start of the broker (the log is appended to).
+    func acknowledgedTopics(by clientID: String) -> [String] {
+        var topicOf: [Substring: Substring] = [:]
+        var acknowledged: [String] = []
+        let send = "Sending PUBLISH to \(clientID) (", ack = "Received PUBACK from \(clientID) (Mid: "
+        for line in log().split(separator: "\n") {
+            if let r = line.range(of: send) {
+                // d0, q1, r0, m12, 'topic', ... (n bytes))
+                let rest = line[r.upperBound...]
+                guard let m = rest.range(of: ", m"), let quote = rest.range(of: ", '", range: m.upperBound..<rest.endIndex),
+                      let end = rest.range(of: "', ...", options: .backwards) else { continue }
+                topicOf[rest[m.upperBound..<quote.lowerBound]] = rest[quote.upperBound..<end.lowerBound]
+            } else if let r = line.range(of: ack) {
+                let mid = line[r.upperBound...].prefix { $0.isNumber }
+                if let topic = topicOf.removeValue(forKey: mid) { acknowledged.append(String(topic)) }
+            }
+        }
+        return acknowledged
+    }
+
     /// How many times `clientID` has connected (the log's "New client connected … as <id>").
     func connections(of clientID: String) -> Int {
         log().components(separatedBy: " as \(clientID) (").count - 1
