@@ -11,8 +11,8 @@
 # Usage: scripts/sanitizers.sh [thread|address]...   (default: both)
 # SHOAL_SANITIZE_FILTER: a --filter regex of the tests run (`all`: the whole suite). Default: the
 # in-process suites (codecs, store, replication, mesh and simulator, TLS, config, the library) and
-# two process tests (a running gateway, two gateways replicating); under ASan also the fuzz corpus
-# and hostile peers. Left out, as README.md ("Proof") says: the supervision tests and hostile peers
+# process tests (a running gateway, two gateways replicating, the HTTP API, the MQTT bridge against
+# a real mosquitto); under ASan also the fuzz corpus and hostile peers. Left out, as README.md ("Proof") says: the supervision tests and hostile peers
 # under TSan (their assertions are about timing, and TSan slows everything 5–15×), and the long
 # process tests (crash campaign, network lab, soak, console).
 set -uo pipefail
@@ -23,9 +23,9 @@ status=0
 for kind in $kinds; do
   case $kind in
     thread) dir=.build-tsan; opts=TSAN_OPTIONS; pattern="WARNING: ThreadSanitizer"
-            filter=${SHOAL_SANITIZE_FILTER:-"$inprocess|GatewayTests|ReplicationProcessTests|HTTPProcessTests"} ;;
+            filter=${SHOAL_SANITIZE_FILTER:-"$inprocess|GatewayTests|ReplicationProcessTests|HTTPProcessTests|MQTTProcessTests"} ;;
     address) dir=.build-asan; opts=ASAN_OPTIONS; pattern="ERROR: AddressSanitizer|ERROR: LeakSanitizer"
-            filter=${SHOAL_SANITIZE_FILTER:-"$inprocess|GatewayTests|ReplicationProcessTests|HTTPProcessTests|FuzzCorpusTests|HostilePeerTests"} ;;
+            filter=${SHOAL_SANITIZE_FILTER:-"$inprocess|GatewayTests|ReplicationProcessTests|HTTPProcessTests|MQTTProcessTests|FuzzCorpusTests|HostilePeerTests"} ;;
     *) echo "sanitizers: unknown sanitizer $kind (thread, address)" >&2; exit 2 ;;
   esac
   logs=$(mktemp -d /tmp/shoal-sanitize-$kind.XXXXXX)

@@ -98,6 +98,65 @@ extension ProcessSuites {
             #expect(g.stop() == 0, "\(g.log().suffix(2000))")
         }
 
+        @Test("two brokers in one gateway, each its own child: MQTT 3.1.1 in, MQTT 5 with a username and password file out; a wrong password is refused by the broker and said so, the other bridge and the gateway unharmed")
+        func twoBrokersProtocolsPasswords() throws {
+            let base = TemporaryDirectory(prefix: "shoal-mqtt")
+            defer { base.remove() }
+            let plain = try Mosquitto()
+            defer { plain.remove() }
+            let guarded = try Mosquitto(.init(passwords: ["shoal": "s3cret pass", "other": "x"]))
+            defer { guarded.remove() }
+            try "s3cret pass\n".write(toFile: base.path + "/mqtt.pass", atomically: true, encoding: .utf8)
+            try "wrong\n".write(toFile: base.path + "/wrong.pass", atomically: true, encoding: .utf8)
+            let site = base.path + "/site.yaml"
+            try MQTTSiteFile.write(site, collections: ["sensors.state"], brokers: [
+                .init(name: "field", url: plain.url, clientID: "shoal-field", inbound: [#"{ topic: "sensors/+site/+device/state", collection: sensors.state, id: "{site}-{device}" }"#]),
+                .init(name: "cloud", url: guarded.url, clientID: "shoal-cloud", outbound: [#"{ collection: sensors.state, topic: "site/{id}", envelope: true }"#],
+                      more: [#"protocol: "5""#, "username: shoal", "passwordFile: \(base.path)/mqtt.pass"]),
+                .init(name: "denied", url: guarded.url, clientID: "shoal-denied", inbound: [#"{ topic: "denied/+x", collection: sensors.state, id: "{x}" }"#],
+                      more: ["username: shoal", "passwordFile: \(base.path)/wrong.pass"]),
+            ])
+            let g = try MQTTGateway(dataDir: base.path + "/gw", site: site)
+            defer { g.kill() }
+            #expect(plain.waitForSubscription(clientID: "shoal-field", filter: "sensors/+/+/state"), "\(plain.diagnostics())")
+            #expect(eventuallyBlocking(within: 20) { g.state("cloud") == "connected" }, "\(String(describing: g.mqttStatus("cloud"))) \(guarded.diagnostics())")
+            #expect(g.mqttStatus("cloud")?["protocol"] as? String == "5")
+            #expect(guarded.log().contains("as shoal-cloud (p5,") && guarded.log().contains("u'shoal'"), "the broker saw MQTT 5 from user shoal: \(guarded.diagnostics())")
+            let watcher = try MQTTTools.subscribe(guarded, filter: "site/#", count: 1, id: "cloud-watch", timeout: 30, extra: ["-u", "other", "-P", "x", "-V", "5"])
+            #expect(guarded.waitForSubscription(clientID: "cloud-watch", filter: "site/#"), "\(guarded.diagnostics())")
+
+            try MQTTTools.publish(plain, topic: "sensors/north/fan2/state", message: #"{"rpm":1200}"#)
+            watcher.wait(timeout: 30)
+            let got = watcher.messages()
+            #expect(got.count == 1 && got.first?.topic == "site/north-fan2", "\(watcher.output())")
+            let envelope = got.first.flatMap { try? JSONSerialization.jsonObject(with: Data($0.payload.utf8)) as? [String: Any] }
+            #expect((envelope?["body"] as? [String: Any])?["rpm"] as? Int == 1200 && envelope?["collection"] as? String == "sensors.state", "\(String(describing: envelope))")
+
+            // The wrong password: refused, said so, retried with backoff; the others unharmed.
+            var denied: [String: Any]?
+            #expect(eventuallyBlocking(within: 20) { denied = g.mqttStatus("denied"); return (denied?["lastError"] as? String)?.contains("refused") == true },
+                    "denied: \(String(describing: denied))")
+            #expect(denied?["connects"] as? Int == 0 && denied?["state"] as? String != "connected", "\(String(describing: denied))")
+            print("MQTT wrong password: \(denied?["lastError"] ?? "-")")
+            // The status names the broker's reason (CONNACK 5, "not authorised") while it retries,
+            // not only a lost connection: sampled over 3 s of retries.
+            var seen = Set<String>()
+            for _ in 0..<30 {
+                if let e = g.mqttStatus("denied")?["lastError"] as? String { seen.insert(e) }
+                Thread.sleep(forTimeInterval: 0.1)
+            }
+            #expect(!seen.isEmpty && seen.allSatisfy { $0.lowercased().contains("not authori") }, "denied lastError while retrying: \(seen.sorted())")
+            #expect(g.state("field") == "connected" && g.state("cloud") == "connected")
+            let text = try g.cli(["mqtt", "status"]).stdout
+            #expect(["field", "cloud", "denied"].allSatisfy { name in text.split(separator: "\n").contains { $0.hasPrefix("\(name)  mqtt://") } }, "\(text)")
+            #expect(g.stop() == 0)
+            let log = g.log()
+            #expect(log.contains("root/mqtt/field") && log.contains("root/mqtt/cloud") && log.contains("root/mqtt/denied"), "\(log.suffix(3000))")
+            let refusals = log.split(separator: "\n").filter { $0.contains("denied: the broker refused the connection") }
+            #expect(refusals.count >= 1, "\(log.suffix(3000))")
+            print("MQTT wrong password, the log: \(refusals.first ?? "-")")
+        }
+
         @Test("outbound: a local change goes out as the body and as an envelope, a deletion as an empty payload and deleted:true; a change from the broker is not sent back to its topic, an echo of our own writes nothing; after a broker outage and a gateway restart the changes made meanwhile go out")
         func outbound() throws {
             let base = TemporaryDirectory(prefix: "shoal-mqtt")

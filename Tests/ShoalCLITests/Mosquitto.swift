@@ -16,6 +16,7 @@ import Testing
 ///   mosquitto.log      the broker's log (`log_dest file`); mosquitto.out: its stdout and stderr
 ///                      (errors before the log opens: a bad config, a port in use)
 ///   data/mosquitto.db  the persistence file (written at SIGTERM and at each autosave)
+///   passwords          with `passwords`: mosquitto_passwd's file of users and hashed passwords
 ///   tls/               with `tls`: see `TestPKI`
 final class Mosquitto: @unchecked Sendable {  // one test's broker, used from that test's thread only
     static let binary = "/usr/sbin/mosquitto"
@@ -38,6 +39,9 @@ final class Mosquitto: @unchecked Sendable {  // one test's broker, used from th
         var saveEveryChange = false
         /// Logs every packet (`log_type all`): PUBLISH/PUBACK per message. For small tests.
         var logAll = false
+        /// Users and their passwords (`password_file`, made with mosquitto_passwd): anonymous
+        /// clients are refused then.
+        var passwords: [String: String] = [:]
         /// More config lines, verbatim.
         var extraConfig: [String] = []
     }
@@ -90,7 +94,7 @@ final class Mosquitto: @unchecked Sendable {  // one test's broker, used from th
             // directory; as anyone else, `user` is ignored.
             "user \(user)",
             "per_listener_settings false",
-            "allow_anonymous true",
+            "allow_anonymous \(options.passwords.isEmpty)",
             "persistence true",
             "persistence_location \(dataDir)/",
             "persistence_file mosquitto.db",
@@ -113,6 +117,14 @@ final class Mosquitto: @unchecked Sendable {  // one test's broker, used from th
                 "require_certificate true",
                 "use_identity_as_username false",
             ]
+        }
+        if !options.passwords.isEmpty {
+            let file = dir.path + "/passwords"
+            for (user, password) in options.passwords.sorted(by: { $0.key < $1.key }) {
+                let made = try MQTTTools.run(["/usr/bin/mosquitto_passwd", "-b"] + (FileManager.default.fileExists(atPath: file) ? [] : ["-c"]) + [file, user, password], timeout: 20)
+                guard made.status == 0 else { throw MQTTTools.Failed(description: "mosquitto_passwd: exit \(made.status): \(made.output)") }
+            }
+            lines += ["password_file \(file)"]
         }
         lines += options.extraConfig
         try (lines.joined(separator: "\n") + "\n").write(toFile: configPath, atomically: true, encoding: .utf8)
