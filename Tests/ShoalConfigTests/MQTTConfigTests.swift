@@ -104,7 +104,8 @@ struct MQTTConfigTests {
     func readmeBlock() throws {
         let readme = try #require(readFile(repoBoards.replacingFirst("/board-configs", with: "/README.md")))
         let lines = readme.split(separator: "\n", omittingEmptySubsequences: false)
-        let start = try #require(lines.firstIndex { $0.hasPrefix("mqtt:") }, "README.md: no mqtt: block")
+        let section = try #require(lines.firstIndex { $0 == "### The site file" }, "README.md: no \"### The site file\"")
+        let start = try #require(lines[section...].firstIndex { $0.hasPrefix("mqtt:") }, "README.md: no mqtt: block in the site file's options")
         let end = try #require(lines[start...].firstIndex { $0.hasPrefix("```") })
         let text = "group: g\ncollections: [{name: sensors.state}, {name: sensors.readings}]\n" + lines[start..<end].joined(separator: "\n")
         let mqtt = try load(text).mqtt
