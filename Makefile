@@ -10,8 +10,15 @@ DEB_PACKAGES := libsqlite3-dev libmbedtls-dev libavahi-client-dev libbluetooth-d
 # bluez-test-tools for btvirt, hciconfig, btmgmt and hcitool in the guest). debootstrap for the fresh-machine check.
 # The local API's real clients: curl, python3-pip (PyPI packages in Tests/HTTP/requirements.txt), promtool
 # (prometheus), headless chromium for the web console, wrk for `shoal bench http`.
+# The MQTT bridge's: the mosquitto broker (the tests start their own, on loopback ports of their own
+# with a config of their own) and its clients mosquitto_pub/mosquitto_sub; paho-mqtt from PyPI
+# (Tests/MQTT/requirements.txt).
 LAB_PACKAGES := openssl avahi-daemon avahi-utils dbus iproute2 lintian dpkg-dev systemd qemu-system-x86 busybox-static cpio kmod gpiod bluez bluez-test-tools debootstrap \
-	curl python3-pip prometheus chromium wrk
+	curl python3-pip prometheus chromium wrk mosquitto mosquitto-clients
+# Packages whose Debian service must not run for the tests: started by no install (policy-rc.d
+# below) and, when this run installed them, disabled so that no boot starts them either (Debian's
+# mosquitto would hold port 1883; the tests never use it, but a gateway owner's broker is theirs).
+NO_SERVICE_PACKAGES := mosquitto
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: all deps build-deps install-missing boards build release deb demo demo-gateways example test fresh-check sim-check soak lab-soak crash sanitizers fuzz bench bench-sim size clean
@@ -26,7 +33,7 @@ build-deps:
 
 deps:
 	@$(MAKE) --no-print-directory install-missing PACKAGES="$(DEB_PACKAGES) $(LAB_PACKAGES)"
-	@python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --break-system-packages -r Tests/HTTP/requirements.txt
+	@python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --break-system-packages -r Tests/HTTP/requirements.txt -r Tests/MQTT/requirements.txt
 
 install-missing:
 	@missing=""; for p in $(PACKAGES); do \
@@ -40,6 +47,9 @@ install-missing:
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $(APT_FLAGS) $$missing; rc=$$?; \
 	  if [ -n "$$guard" ]; then $(SUDO) rm -f /usr/sbin/policy-rc.d; fi; \
 	  [ $$rc = 0 ] || exit $$rc; \
+	  for p in $(NO_SERVICE_PACKAGES); do case " $$missing " in *" $$p "*) \
+	    command -v systemctl >/dev/null && $(SUDO) systemctl disable --quiet $$p.service 2>/dev/null; \
+	    echo "deps: $$p's service is not started and is disabled (the tests start their own)";; esac; done; \
 	else echo "deps: all Debian packages present"; fi
 	@command -v $(SWIFT) >/dev/null || { echo "no Swift toolchain on PATH: install Swift 6 (see README.md)"; exit 1; }
 
