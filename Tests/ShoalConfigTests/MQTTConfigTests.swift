@@ -104,9 +104,10 @@ struct MQTTConfigTests {
     func readmeBlock() throws {
         let readme = try #require(readFile(repoBoards.replacingFirst("/board-configs", with: "/README.md")))
         let lines = readme.split(separator: "\n", omittingEmptySubsequences: false)
-        let start = try #require(lines.firstIndex { $0.hasPrefix("mqtt:") }, "README.md: no mqtt: block")
+        let section = try #require(lines.firstIndex { $0 == "### The site file" }, "README.md: no \"### The site file\"")
+        let start = try #require(lines[section...].firstIndex { $0.hasPrefix("mqtt:") }, "README.md: no mqtt: block in the site file's options")
         let end = try #require(lines[start...].firstIndex { $0.hasPrefix("```") })
-        let text = "group: g\ncollections: [{name: sensors.state}]\n" + lines[start..<end].joined(separator: "\n")
+        let text = "group: g\ncollections: [{name: sensors.state}, {name: sensors.readings}]\n" + lines[start..<end].joined(separator: "\n")
         let mqtt = try load(text).mqtt
         #expect(mqtt.brokers.map(\.name) == ["edge"])
         #expect(mqtt.brokers.first?.inbound.map(\.mode) == [.replace, .series])
