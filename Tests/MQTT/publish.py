@@ -83,6 +83,9 @@ def main():
     p.add_argument("--retain", action="store_true")
     p.add_argument("--rate", type=float, default=0, help="messages per second (0: full speed)")
     p.add_argument("--inflight", type=int, default=100, help="QoS 1 messages unacknowledged at once")
+    p.add_argument("--outstanding", type=int, default=20000,
+                   help="messages handed to paho and not yet acknowledged, at most (paho keys them by "
+                        "message id, which wraps at 65,535: more would overwrite each other)")
     p.add_argument("--client-id")
     p.add_argument("--no-clean", action="store_true", help="persistent session (needs --client-id)")
     p.add_argument("--protocol", default="3.1.1", choices=["3.1.1", "5"])
@@ -142,6 +145,8 @@ def main():
             if due > now:
                 time.sleep(due - now)
         payload = fixed if fixed is not None else expand(args.payload, i).encode("utf-8")
+        while len(sent) - acknowledged[0] >= args.outstanding and time.monotonic() < deadline:
+            time.sleep(0.001)
         sent.append((i, client.publish(expand(args.topic, i), payload, qos=args.qos, retain=args.retain)))
         if time.monotonic() > deadline:
             break

@@ -108,6 +108,68 @@ extension ProcessSuites {
             try brokerRestarts(hard: true, count: 1500, rate: 150)
         }
 
+        @Test("a flood of 100,000 QoS 1 messages of 1 KB at full speed: all committed, each once; the bridge is never restarted and the gateway's memory stays bounded (a bounded queue, back-pressure to the broker)")
+        func flood() throws {
+            let count = 100_000
+            let base = TemporaryDirectory(prefix: "shoal-mqtt")
+            defer { base.remove() }
+            let broker = try Mosquitto()
+            defer { broker.remove() }
+            let site = base.path + "/site.yaml"
+            try Self.writeSite(site, broker: broker, clientID: "shoal-flood")
+            let g = try MQTTGateway(dataDir: base.path + "/gw", site: site)
+            defer { g.kill() }
+            #expect(broker.waitForSubscription(clientID: "shoal-flood", filter: "stream/+/+"), "\(broker.diagnostics())")
+            let idleKB = try #require(g.memoryKB("VmRSS"))
+            let publisher = try MQTTTools.python("publish.py", ["--port", String(broker.port), "--topic", "stream/dev{i%10}/{i}",
+                                                                "--payload", #"{"seq":{i},"pad":"{pad:1000}"}"#, "--count", String(count), "--timeout", "400"])
+            var committed = 0
+            var peakKB = idleKB
+            let started = Date()
+            let done = eventuallyBlocking(within: 240, every: 1) {
+                committed = g.counter("in.committed")
+                peakKB = max(peakKB, g.memoryKB("VmRSS") ?? 0)
+                return committed >= count
+            }
+            let seconds = Date().timeIntervalSince(started)
+            #expect(done, "\(committed) of \(count) committed after \(Int(seconds)) s: \(String(describing: g.mqttStatus())) \(g.log().suffix(2000))")
+            let published = publisher.json(timeout: 60)
+            #expect(published?["acknowledged"] as? Int == count, "publish.py: \(publisher.output().suffix(1000))")
+            peakKB = max(peakKB, g.memoryKB("VmHWM") ?? 0)
+            // 100 MB of payloads went through; a bounded queue keeps the gateway far below that.
+            #expect(peakKB - idleKB < 48 * 1024, "RSS \(idleKB) kB idle, \(peakKB) kB at the peak")
+            let status = g.mqttStatus() ?? [:]
+            #expect(status["connects"] as? Int == 1 && status["disconnects"] as? Int == 0, "\(status)")
+            let log = g.log()
+            #expect(!log.contains("root/mqtt: hung") && !log.contains("root/mqtt/local: hung") && !log.contains("supervision: root/mqtt: restarting"),
+                    "the bridge was restarted: \(log.split(separator: "\n").filter { $0.contains("root/mqtt") }.prefix(10).joined(separator: "\n"))")
+            let docs = try g.documents(Self.collection)
+            #expect(docs.count == count && docs.values.allSatisfy { $0["revision"] as? Int == 1 }, "\(docs.count) documents")
+            print("MQTT flood: \(count) messages of 1 KB committed in \(Int(seconds)) s (\(Int(Double(count) / seconds)) msg/s, publisher \(published?["messagesPerSecond"] ?? "?") msg/s); RSS \(idleKB / 1024) MB idle, \(peakKB / 1024) MB at the peak")
+            #expect(g.stop() == 0, "\(g.log().suffix(2000))")
+        }
+
+        @Test("a gateway with a bridge runs past the supervisor's heartbeat deadline (40 s, idle): root/mqtt is not taken for hung and restarted")
+        func idleBeyondHeartbeat() throws {
+            let base = TemporaryDirectory(prefix: "shoal-mqtt")
+            defer { base.remove() }
+            let broker = try Mosquitto()
+            defer { broker.remove() }
+            let site = base.path + "/site.yaml"
+            try Self.writeSite(site, broker: broker, clientID: "shoal-idle")
+            let g = try MQTTGateway(dataDir: base.path + "/gw", site: site)
+            defer { g.kill() }
+            #expect(broker.waitForSubscription(clientID: "shoal-idle", filter: "stream/+/+"), "\(broker.diagnostics())")
+            Thread.sleep(forTimeInterval: 40)
+            try MQTTTools.publish(broker, topic: "stream/dev1/1", message: #"{"seq":1}"#)
+            #expect(eventuallyBlocking(within: 20) { g.document(Self.collection, "dev1-1") != nil }, "\(String(describing: g.mqttStatus()))")
+            let log = g.log()
+            #expect(!log.contains("root/mqtt: hung") && !log.contains("supervision: root/mqtt: restarting"),
+                    "\(log.split(separator: "\n").filter { $0.contains("root/mqtt") || $0.contains("heartbeat") }.prefix(10).joined(separator: "\n"))")
+            #expect(broker.connections(of: "shoal-idle") == 1, "the bridge connected \(broker.connections(of: "shoal-idle")) times")
+            #expect(g.stop() == 0)
+        }
+
         @Test("the gateway SIGKILLed three times mid-stream: each time every message the broker saw acknowledged is in the store after the restart; in the end all arrive, each written once")
         func gatewayKilledMidStream() throws {
             let count = 10_000

@@ -14,6 +14,14 @@ final class MQTTGateway: @unchecked Sendable {  // a pid and paths, used from on
     private var process: ChildProcess?
     var socket: String { dataDir + "/control.sock" }
     var isRunning: Bool { process.map { $0.exitStatus() == nil } ?? false }
+    var pid: pid_t? { isRunning ? process?.pid : nil }
+
+    /// A line of /proc/<pid>/status in kB (`VmRSS`, `VmHWM`), nil when not running.
+    func memoryKB(_ field: String) -> Int? {
+        guard let pid, let text = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
+              let line = text.split(separator: "\n").first(where: { $0.hasPrefix(field + ":") }) else { return nil }
+        return Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "")
+    }
 
     init(dataDir: String, site: String) throws {
         self.dataDir = dataDir
