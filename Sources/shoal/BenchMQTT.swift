@@ -28,8 +28,9 @@ extension CLI {
     static func mqttReport(_ r: MQTTBenchmark.Result) -> [String] {
         var lines = r.skipped.map { "  skipped: " + $0 }
         let base = r.baseline
-        if let b = base {
-            lines.append("  ingest, publisher → mosquitto_sub -q 1   \(fmt(b.rate)) msg/s\(b.complete ? "" : " (incomplete: timed out)")   (the baseline; the publisher's own rate \(fmt(b.publisherRate)) msg/s)")
+        for (i, b) in r.baselineRuns.enumerated() {
+            let which = r.baselineRuns.count > 1 ? (i == 0 ? "before" : "after ") : ""
+            lines.append("  ingest, publisher → mosquitto_sub -q 1 \(which)  \(fmt(b.rate)) msg/s\(b.complete ? "" : " (incomplete: timed out)")   (baseline\(r.baselineRuns.count > 1 && b.rate == base?.rate ? ", the faster: the ratios use it" : ""); the publisher's own rate \(fmt(b.publisherRate)) msg/s)")
         }
         for (name, ingest) in [("full  ", r.full), ("normal", r.normal)] {
             guard let g = ingest else { continue }
@@ -37,11 +38,10 @@ extension CLI {
             let partial = g.complete ? "" : " (only \(g.received) of \(g.messages) committed: nothing moved for 30 s)"
             lines.append("  ingest → gateway, durability \(name)    \(fmt(g.rate)) msg/s committed\(partial)   \(ratio) (goal >= 0.5), absolute goal >= 5000 msg/s; the publisher's own rate \(fmt(g.publisherRate)) msg/s")
         }
-        let runs = [r.baseline, r.full, r.normal].compactMap { $0 }
-        if !runs.isEmpty {
+        if r.baseline != nil || r.full != nil || r.normal != nil {
             lines.append("  CPU seconds over each ingest run (\(sysconf(Int32(_SC_NPROCESSORS_ONLN))) cores):")
-            for (name, run) in zip(["mosquitto_sub baseline", "gateway, full", "gateway, normal"], [r.baseline, r.full, r.normal]) {
-                guard let run else { continue }
+            let named = r.baselineRuns.enumerated().map { i, b in ("mosquitto_sub baseline" + (r.baselineRuns.count > 1 ? (i == 0 ? ", before" : ", after") : ""), b) } + [("gateway, full", r.full), ("gateway, normal", r.normal)].compactMap { n, g in g.map { (n, $0) } }
+            for (name, run) in named {
                 lines.append("    \(name): \(fmt2(run.seconds)) s; " + run.cpu.map { "\($0.part) \(fmt2($0.seconds))" }.joined(separator: ", "))
             }
         }

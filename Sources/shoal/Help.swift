@@ -283,7 +283,7 @@ enum Help {
             (10-node simulated mesh); a write across a 20-node simulated line vs the sum of hop
             latencies; a gateway's RSS holding 100,000 documents vs idle; the HTTP API's and the
             MQTT bridge's figures (below); this binary's size vs --baseline-binary (`make bench`
-            builds a trivial FoundationEssentials program). ~5 min.
+            builds a trivial FoundationEssentials program). ~3 min.
 
             Writes N (default 20000) ~1 KB JSON documents in transactions of --batch (default 100)
             through the store, and the same statement through a bare SQLite C-API loop, alternately
@@ -309,8 +309,9 @@ enum Help {
             `mosquitto_sub -q 1` (the baseline). Publish rate of changes: --changes documents
             (default 20000) written at once through the control socket, until mosquitto_sub has
             them from the outbound rule. RSS: the gateway's VmRSS every 50 ms during a --burst
-            (default 100000) of messages: before, peak, after. Without mosquitto, mosquitto_sub,
-            python3 or paho-mqtt the figures that need them are skipped, saying so. 1-2 minutes.
+            (default 100000) of messages: before, peak, after. The baseline runs before and after
+            the gateways (the faster counts). Without mosquitto, mosquitto_sub, python3 or
+            paho-mqtt the figures that need them are skipped, saying so. About 1 minute.
             """,
         "identity": """
             Usage: shoal identity create [--label L] [--days N] [--cn NAME] [--ca-key K --ca-cert C] [--force [--new-key | --self-signed]] [--json]
