@@ -6,8 +6,8 @@ import ShoalRuntime
 /// The gateway under test and the three figures taken on it.
 extension MQTTBenchmark {
     /// `shoal run` on a board file in `directory` (the sim board with the durability asked for),
-    /// a site file with one broker: the inbound rule `bench/+n/state` → `bench.mqtt.in`, id `{n}`,
-    /// replace; the outbound rule `bench.mqtt.out` → `bench-out/{id}`, QoS 1. Up once its bridge
+    /// a site file with one broker: the inbound rule `bench/+n/state` → `bench.state`, id `{n}`,
+    /// replace; the outbound rule `bench.changes` → `bench-out/{id}`, QoS 1. Up once its bridge
     /// has subscribed at the broker. Its output goes to gateway.log there.
     final class Gateway {
         let child: ChildProcess

@@ -27,6 +27,7 @@ extension CLI {
 
     static func mqttReport(_ r: MQTTBenchmark.Result) -> [String] {
         var lines = r.skipped.map { "  skipped: " + $0 }
+        if r.mosquittoVersion != "?" { lines.append("  broker: mosquitto \(r.mosquittoVersion), persistence off, max_inflight_messages 100, on 127.0.0.1") }
         let base = r.baseline
         for (i, b) in r.baselineRuns.enumerated() {
             let which = r.baselineRuns.count > 1 ? (i == 0 ? "before" : "after ") : ""
