@@ -23,9 +23,9 @@ status=0
 for kind in $kinds; do
   case $kind in
     thread) dir=.build-tsan; opts=TSAN_OPTIONS; pattern="WARNING: ThreadSanitizer"
-            filter=${SHOAL_SANITIZE_FILTER:-"$inprocess|GatewayTests|ReplicationProcessTests|HTTPProcessTests"} ;;
+            filter=${SHOAL_SANITIZE_FILTER:-"$inprocess|GatewayTests|ReplicationProcessTests|HTTPProcessTests|MQTTProcessTests"} ;;
     address) dir=.build-asan; opts=ASAN_OPTIONS; pattern="ERROR: AddressSanitizer|ERROR: LeakSanitizer"
-            filter=${SHOAL_SANITIZE_FILTER:-"$inprocess|GatewayTests|ReplicationProcessTests|HTTPProcessTests|FuzzCorpusTests|HostilePeerTests"} ;;
+            filter=${SHOAL_SANITIZE_FILTER:-"$inprocess|GatewayTests|ReplicationProcessTests|HTTPProcessTests|MQTTProcessTests|FuzzCorpusTests|HostilePeerTests"} ;;
     *) echo "sanitizers: unknown sanitizer $kind (thread, address)" >&2; exit 2 ;;
   esac
   logs=$(mktemp -d /tmp/shoal-sanitize-$kind.XXXXXX)
