@@ -117,7 +117,12 @@ public struct LocalWriter: Sendable {
     /// conditional write reads the document first in the same transaction). The body is not
     /// checked here: call `store.validateBody` before the transaction.
     public func write(_ tx: StoreTransaction, _ collection: CollectionName, _ id: DocumentID, _ body: String?) throws(StoreError) -> Change {
-        let existing = try tx.get(collection, id: id.rawValue)
+        try write(tx, collection, id, body, existing: try tx.get(collection, id: id.rawValue))
+    }
+
+    /// As above, for a caller that has just read the document in the same transaction (`existing`,
+    /// nil if there is none): the MQTT bridge reads it to compare bodies, so it is not read twice.
+    public func write(_ tx: StoreTransaction, _ collection: CollectionName, _ id: DocumentID, _ body: String?, existing: StoredDocument?) throws(StoreError) -> Change {
         var vector = VersionVector()
         if let existing {
             do { vector = try DocumentVersion(decoding: existing.version).vector } catch {

@@ -48,6 +48,7 @@ public enum Doctor {
         checks.append(contentsOf: radioChecks(board, config.site, env))
         checks.append(identityCheck(config, env))
         checks.append(linkCheck(config))
+        checks.append(contentsOf: mqttChecks(config.site))
         checks.append(storeCheck(config.storePath))
         checks.append(clockCheck(env))
         checks.append(spaceCheck(config.storePath, env))
@@ -158,6 +159,32 @@ public enum Doctor {
         } catch {
             return Check(name: "identity", outcome: .fail, detail: "\(label): \(error)",
                          fix: "move the broken files in \(config.identityDirectory) aside and let `shoal run` create a new identity")
+        }
+    }
+
+    /// Each MQTT broker of the site file: does its address accept a TCP connection now (within
+    /// 2 s)? A reach check only: TLS, credentials and the broker's ACL show in `shoal mqtt status`
+    /// once the gateway runs.
+    static func mqttChecks(_ site: SiteConfig) -> [Check] {
+        site.mqtt.brokers.enumerated().map { i, b in
+            let name = "mqtt broker \(b.name)"
+            let shown = b.host.contains(":") ? "[\(b.host)]:\(b.port)" : "\(b.host):\(b.port)"
+            let fix = "start the broker (Debian: apt-get install mosquitto; systemctl start mosquitto), or correct mqtt.brokers[\(i)].url"
+            let addresses: [String]
+            do { addresses = try SystemCall.addresses(of: b.host) } catch {
+                return Check(name: name, outcome: .fail, detail: "\(b.host) does not resolve: \(error)", fix: fix)
+            }
+            var last = "no address"
+            for a in addresses.prefix(4) {
+                do {
+                    let stream = try TCPStream.connect(host: a, port: b.port, timeoutMillis: 2000)
+                    stream.close()
+                    return Check(name: name, outcome: .pass, detail: "\(shown) accepts connections\(b.useTLS ? " (TLS, credentials and ACL are checked when the gateway connects: `shoal mqtt status`)" : "")")
+                } catch {
+                    last = "\(error)"
+                }
+            }
+            return Check(name: name, outcome: .fail, detail: "\(shown) does not accept connections: \(last)", fix: fix)
         }
     }
 

@@ -253,7 +253,7 @@ final class MQTTBridge: @unchecked Sendable {  // loop state is touched only by 
                     }
                     if let old = existing?.body, old == text { unchanged += 1; continue }
                     if text.utf8.count > maxBytes { oversize.append(p); continue }
-                    let change = try writer.write(tx, rule.collection, p.document.id, text)
+                    let change = try writer.write(tx, rule.collection, p.document.id, text, existing: existing)
                     if existing == nil || existing?.isDeleted == true { newDocs[rule.collection, default: 0] += 1 }
                     if recordSources.contains(rule.collection) {
                         try tx.recordSource(sequence: change.sequence, bridge: name, source: p.topic)

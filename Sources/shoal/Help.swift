@@ -22,7 +22,7 @@ enum Help {
         ("doctor", ["Check this gateway before trusting it in the field (board, LED, radios, avahi,",
                     "identity, store, clock, free space)"]),
         ("board", ["Board files: list | show NAME | check FILE"]),
-        ("bench", ["Benchmarks that print figures: all (one table), store, tls, replication, http"]),
+        ("bench", ["Benchmarks that print figures: all (one table), store, tls, replication, http, mqtt"]),
         ("sim", ["Simulate a mesh of gateways (virtual time, real stores): plan a site"]),
         ("demo", ["Five gateways in this process on a simulated radio: the mesh at work"]),
         ("version", ["Versions of shoal and of the C libraries it uses"]),
@@ -274,14 +274,16 @@ enum Help {
                    shoal bench tls [--handshakes N] [--megabytes N] [--rounds N]
                    shoal bench replication [--docs N] [--rounds N] [--durability full|normal] [--port P]
                    shoal bench http [--seconds N] [--connections N] [--dir DIR]
+                   shoal bench mqtt [--docs N] [--changes N] [--burst N] [--publisher PATH] [--dir DIR]
 
             all (the default): every figure below plus the simulator's and memory's, each beside a
             baseline measured in the same run, then one table with the date and machine: store
             writes vs bare SQLite; TLS bulk vs bare mbedTLS; a 2-process pull of 10,000 × 1 KB
             documents vs bare SQLite writes; bytes per replicated document vs one body per node
             (10-node simulated mesh); a write across a 20-node simulated line vs the sum of hop
-            latencies; a gateway's RSS holding 100,000 documents vs idle; this binary's size vs
-            --baseline-binary (`make bench` builds a trivial FoundationEssentials program). ~3 min.
+            latencies; a gateway's RSS holding 100,000 documents vs idle; the HTTP API's and the
+            MQTT bridge's figures (below); this binary's size vs --baseline-binary (`make bench`
+            builds a trivial FoundationEssentials program). ~3 min.
 
             Writes N (default 20000) ~1 KB JSON documents in transactions of --batch (default 100)
             through the store, and the same statement through a bare SQLite C-API loop, alternately
@@ -298,6 +300,18 @@ enum Help {
             operations from as many control-socket client threads: requests/s, p99 and the ratios
             http/control; write → event latency on /v1/changes?feed=sse (median, p99, 1,000
             writes); the gateway's RSS added by 100 open SSE clients. About 1 minute.
+
+            mqtt: `shoal run` children (sim board) and a mosquitto of their own per part (free
+            loopback port). Ingest: a paho-mqtt publisher (Tests/MQTT/bench_publish.py, or
+            --publisher PATH) sends --docs messages (default 50000) at QoS 1 on topics
+            bench/<i>/state, 100 in flight; msg/s from the first publish until the gateway has
+            committed them all (durability full, then normal), beside the same publisher into
+            `mosquitto_sub -q 1` (the baseline). Publish rate of changes: --changes documents
+            (default 20000) written at once through the control socket, until mosquitto_sub has
+            them from the outbound rule. RSS: the gateway's VmRSS every 50 ms during a --burst
+            (default 100000) of messages: before, peak, after. The baseline runs before and after
+            the gateways (the faster counts). Without mosquitto, mosquitto_sub, python3 or
+            paho-mqtt the figures that need them are skipped, saying so. About 1 minute.
             """,
         "identity": """
             Usage: shoal identity create [--label L] [--days N] [--cn NAME] [--ca-key K --ca-cert C] [--force [--new-key | --self-signed]] [--json]

@@ -1,0 +1,63 @@
+import Foundation
+import ShoalTesting
+import Testing
+
+extension ProcessSuites {
+    /// A broker that wants a username and password (mosquitto's password_file): the gateway reads
+    /// its password from `passwordFile`; a wrong one leaves the bridge refused (and saying so), the
+    /// gateway up, and trying again with backoff.
+    @Suite("MQTT bridge with a password", .serialized, .enabled(if: Mosquitto.available, "needs Debian's mosquitto and mosquitto-clients (make deps installs them)"))
+    struct MQTTAuthTests {
+        @Test("username and passwordFile: the right password connects and writes; a wrong one is refused, shown in mqtt status and the log, and the gateway stays up")
+        func password() throws {
+            let base = TemporaryDirectory(prefix: "shoal-mqtt-auth")
+            defer { base.remove() }
+            let passwd = base.path + "/mosquitto.passwd"
+            let made = try MQTTTools.run(["/usr/bin/mosquitto_passwd", "-b", "-c", passwd, "shoal", "s3cret"])
+            #expect(made.status == 0, "\(made.output)")
+            var options = Mosquitto.Options()
+            options.extraConfig = ["allow_anonymous false", "password_file \(passwd)"]
+            let broker = try Mosquitto(options)
+            defer { broker.remove() }
+            try "s3cret\n".write(toFile: base.path + "/right.pass", atomically: true, encoding: .utf8)
+            try "guess\n".write(toFile: base.path + "/wrong.pass", atomically: true, encoding: .utf8)
+
+            func site(_ name: String, password: String) throws -> String {
+                let path = base.path + "/\(name).yaml"
+                try MQTTSiteFile.write(path, collections: ["sensors.state"], brokers: [
+                    .init(url: broker.url, clientID: "shoal-auth-\(name)",
+                          inbound: [#"{ topic: "sensors/+device/state", collection: sensors.state, id: "{device}" }"#],
+                          more: ["username: shoal", "passwordFile: \(password)"]),
+                ], extra: "http: {enabled: false}\n")
+                return path
+            }
+            let good = try MQTTGateway(dataDir: base.path + "/good", site: try site("good", password: base.path + "/right.pass"))
+            defer { good.kill() }
+            let bad = try MQTTGateway(dataDir: base.path + "/bad", site: try site("bad", password: base.path + "/wrong.pass"))
+            defer { bad.kill() }
+
+            #expect(broker.waitForSubscription(clientID: "shoal-auth-good", filter: "sensors/+/state"), "\(broker.diagnostics()) gateway: \(good.log().suffix(2000))")
+            #expect(try MQTTTools.publish(broker, topic: "sensors/boiler/state", message: #"{"t":1}"#, extra: ["-u", "shoal", "-P", "s3cret"]).status == 0)
+            #expect(eventuallyBlocking(within: 20) { good.body("sensors.state", "boiler").map { NSDictionary(dictionary: $0) } == ["t": 1] },
+                    "good: \(String(describing: good.mqttStatus())) \(good.log().suffix(2000))")
+            // Anonymous clients are refused by this broker: the password really is needed.
+            #expect(try MQTTTools.publish(broker, topic: "sensors/x/state", message: "{}").status != 0)
+
+            #expect(eventuallyBlocking(within: 20) { bad.state() == "refused" || (bad.mqttStatus()?["lastError"] as? String)?.contains("refused") == true },
+                    "bad: \(String(describing: bad.mqttStatus())) \(bad.log().suffix(2000))")
+            let status = try #require(bad.mqttStatus())
+            #expect((status["lastError"] as? String)?.lowercased().contains("not authorised") == true || (status["lastError"] as? String)?.contains("refused") == true, "\(status)")
+            #expect(bad.log().contains("refused the connection"), "\(bad.log().suffix(2000))")
+            let up = try bad.cli(["status"]).status
+            #expect(bad.isRunning && up == 0)
+            #expect(bad.documentsCount("sensors.state") == 0)
+        }
+    }
+}
+
+extension MQTTGateway {
+    /// Live documents in `collection` (0 when it cannot be read).
+    func documentsCount(_ collection: String) -> Int {
+        ((try? documents(collection)) ?? [:]).filter { ($0.value["deleted"] as? Bool) != true }.count
+    }
+}
