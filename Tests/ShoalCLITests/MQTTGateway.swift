@@ -124,7 +124,8 @@ enum MQTTSiteFile {
         var more: [String] = []
     }
 
-    /// Writes `path`: the group, the collections, the brokers, and `extra` (top-level YAML).
+    /// Writes `path`: the group, the collections, the brokers, and `extra` (top-level YAML); the
+    /// local API is off unless `extra` has an `http:` section.
     static func write(_ path: String, group: String = "test.mqtt", collections: [String], brokers: [Broker], extra: String = "") throws {
         var text = "group: \(group)\ncollections:\n" + collections.map { "  - name: \($0)\n" }.joined()
         if !brokers.isEmpty {
@@ -137,6 +138,8 @@ enum MQTTSiteFile {
             }
         }
         text += extra
+        // No local API unless asked for: many test gateways would all try its default port 8470.
+        if !extra.contains("http:") { text += "http: {enabled: false}\n" }
         try text.write(toFile: path, atomically: true, encoding: .utf8)
     }
 }
