@@ -44,6 +44,10 @@ final class Mosquitto: @unchecked Sendable {  // one test's broker, used from th
         var passwords: [String: String] = [:]
         /// More config lines, verbatim.
         var extraConfig: [String] = []
+        /// Runs the broker inside this network namespace (NetLab's nodes), on its loopback at
+        /// port 18830 (18831 with TLS): its own namespace, so no other broker can hold them. Its
+        /// clients must run there too (`MQTTTools` does so for this broker).
+        var netns: String?
     }
 
     let options: Options
@@ -72,8 +76,8 @@ final class Mosquitto: @unchecked Sendable {  // one test's broker, used from th
         let dir = TemporaryDirectory(prefix: "shoal-mosquitto")
         do {
             try FileManager.default.createDirectory(atPath: dir.path + "/data", withIntermediateDirectories: true)
-            port = try Mosquitto.freePort()
-            tlsPort = options.tls ? try Mosquitto.freePort() : nil
+            port = options.netns == nil ? try Mosquitto.freePort() : 18830
+            tlsPort = options.tls ? (options.netns == nil ? try Mosquitto.freePort() : 18831) : nil
             pki = options.tls ? try TestPKI(directory: dir.path + "/tls", clientTrust: options.clientTrust) : nil
         } catch {
             dir.remove()
@@ -133,13 +137,20 @@ final class Mosquitto: @unchecked Sendable {  // one test's broker, used from th
     /// Starts the broker on its ports and data; returns once every listener accepts.
     func start() throws {
         guard !isRunning else { return }
-        process = try ChildProcess(path: Mosquitto.binary, arguments: ["-c", configPath], output: outputPath)
+        if let ns = options.netns {
+            // `ip netns exec` execs mosquitto: one pid, the broker's.
+            process = try ChildProcess(path: NetLab.tool("ip") ?? "/usr/sbin/ip", arguments: ["netns", "exec", ns, Mosquitto.binary, "-c", configPath], output: outputPath)
+        } else {
+            process = try ChildProcess(path: Mosquitto.binary, arguments: ["-c", configPath], output: outputPath)
+        }
         starts += 1
         let ports = [port] + (tlsPort.map { [$0] } ?? [])
         let deadline = Date().addingTimeInterval(20)
         while Date() < deadline {
             if !isRunning { break }
-            if ports.allSatisfy(Mosquitto.accepts) { return }
+            // In a namespace its loopback cannot be reached from here: its log says when it runs.
+            if options.netns != nil ? log().split(separator: "\n").filter({ $0.contains("mosquitto version") && $0.hasSuffix(" running") }).count >= starts
+                : ports.allSatisfy(Mosquitto.accepts) { return }
             Thread.sleep(forTimeInterval: 0.02)
         }
         let status = process?.exitStatus()
@@ -346,7 +357,7 @@ enum MQTTTools {
     @discardableResult
     static func publish(_ broker: Mosquitto, topic: String, message: String, qos: Int = 1, retain: Bool = false,
                         tls: Bool = false, cert: String? = nil, key: String? = nil, extra: [String] = [], timeout: Double = 30) throws -> (status: Int32, output: String) {
-        try run([pub] + connection(broker, tls: tls, cert: cert, key: key) + ["-t", topic, "-m", message, "-q", String(qos)] + (retain ? ["-r"] : []) + extra,
+        try run(inNamespace(broker, [pub] + connection(broker, tls: tls, cert: cert, key: key) + ["-t", topic, "-m", message, "-q", String(qos)] + (retain ? ["-r"] : []) + extra),
                 timeout: timeout)
     }
 
@@ -355,8 +366,14 @@ enum MQTTTools {
     /// with `broker.waitForSubscription(clientID:filter:)` before publishing.
     static func subscribe(_ broker: Mosquitto, filter: String, count: Int, id: String, qos: Int = 1, persistent: Bool = false,
                           timeout: Int = 30, tls: Bool = false, extra: [String] = []) throws -> Background {
-        try Background([sub] + connection(broker, tls: tls, cert: nil, key: nil)
-                       + ["-t", filter, "-q", String(qos), "-v", "-C", String(count), "-W", String(timeout), "-i", id] + (persistent ? ["-c"] : []) + extra)
+        try Background(inNamespace(broker, [sub] + connection(broker, tls: tls, cert: nil, key: nil)
+                       + ["-t", filter, "-q", String(qos), "-v", "-C", String(count), "-W", String(timeout), "-i", id] + (persistent ? ["-c"] : []) + extra))
+    }
+
+    /// `args` run in the broker's network namespace, if it has one.
+    static func inNamespace(_ broker: Mosquitto, _ args: [String]) -> [String] {
+        guard let ns = broker.options.netns else { return args }
+        return [NetLab.tool("ip") ?? "/usr/sbin/ip", "netns", "exec", ns] + args
     }
 
     static func connection(_ broker: Mosquitto, tls: Bool, cert: String?, key: String?) -> [String] {
