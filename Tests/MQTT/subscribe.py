@@ -28,6 +28,8 @@ def main():
     p.add_argument("--topic", action="append", required=True, help="topic filter (repeatable)")
     p.add_argument("--qos", type=int, default=1, choices=[0, 1])
     p.add_argument("--count", type=int, default=0, help="stop after this many messages (0: no limit)")
+    p.add_argument("--distinct", action="store_true",
+                   help="--count counts distinct topics (at-least-once delivery sends some twice)")
     p.add_argument("--timeout", type=float, default=60, help="seconds in all")
     p.add_argument("--idle", type=float, default=0, help="stop this many seconds after the last message (0: never)")
     p.add_argument("--collect", action="store_true", help="include the messages in the output")
@@ -85,7 +87,8 @@ def main():
                 except UnicodeDecodeError:
                     m["payloadBase64"] = base64.b64encode(msg.payload).decode("ascii")
                 state["messages"].append(m)
-            if args.count and state["received"] >= args.count:
+            reached = len(state["topics"]) if args.distinct else state["received"]
+            if args.count and reached >= args.count:
                 done.set()
 
     client.on_connect = on_connect
@@ -123,7 +126,8 @@ def main():
         if args.collect:
             result["messages"] = state["messages"]
     print(json.dumps(result))
-    return 1 if args.count and result["received"] < args.count else 0
+    reached = len(result["topics"]) if args.distinct else result["received"]
+    return 1 if args.count and reached < args.count else 0
 
 
 if __name__ == "__main__":
