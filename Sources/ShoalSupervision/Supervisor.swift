@@ -134,6 +134,9 @@ extension Supervisor {
                     await stopAll()
                     return
                 case .tick:
+                    // A supervisor nested under another is alive while its loop goes round:
+                    // its own heartbeat, for the parent's hung check (root/mqtt under root).
+                    context.heartbeat()
                     try await checkHeartbeats()
                 case .exited(let i, let gen, let outcome):
                     guard let r = running[i], r.generation == gen else { continue }

@@ -155,6 +155,32 @@ struct SupervisorTests {
         try await task.value
     }
 
+    @Test("a supervisor nested under a heartbeat timeout heartbeats while its loop runs: never taken for hung")
+    func nestedSupervisorHeartbeats() async throws {
+        let j = Journal(), runs = Runs()
+        let report = SupervisionReport()
+        // As root/mqtt: a supervisor child whose own children heartbeat.
+        let inner = ChildSpec(name: "inner", heartbeatTimeout: .milliseconds(300)) {
+            Supervisor(name: "inner", strategy: .oneForOne, intensity: fastIntensity, children: [
+                ChildSpec(name: "worker", heartbeatTimeout: .milliseconds(200)) {
+                    ClosureService { ctx in
+                        j.add("start worker \(runs.next("worker"))")
+                        while await ctx.pause(for: .milliseconds(10)) { ctx.heartbeat() }
+                    }
+                },
+            ], report: report)
+        }
+        let sup = Supervisor(name: "root", strategy: .oneForOne, intensity: fastIntensity, children: [inner], report: report)
+        let (ctx, task) = start(sup)
+        try #require(await eventually(within: 20, every: 0.005) { j.all.contains("start worker 1") }, "worker started")
+        // Several heartbeat timeouts of the nested supervisor pass.
+        try await Task.sleep(for: .milliseconds(1500))
+        #expect(!j.all.contains("start worker 2"), "\(j.all)")
+        #expect(report.snapshot.first { $0.path == "root/inner" }?.restarts == 0)
+        ctx.requestShutdown()
+        try await task.value
+    }
+
     @Test("transient children that end normally and temporary children are not restarted")
     func restartPolicies() async throws {
         let j = Journal(), runs = Runs()
