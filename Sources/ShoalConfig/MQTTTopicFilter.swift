@@ -100,19 +100,21 @@ public struct MQTTTopicFilter: Sendable, Equatable, CustomStringConvertible {
     /// the remaining levels joined by "/" ("" when there are none). As MQTT says, a filter that
     /// starts with a wildcard does not match a topic starting with `$` (`$SYS/…`).
     public func match(_ topic: String) -> [String: String]? {
-        let parts = topic.split(separator: "/", omittingEmptySubsequences: false)
-        if topic.hasPrefix("$"), let first = levels.first, first.isWildcard { return nil }
+        // Bytes, as the broker compares them: a "/" followed by a combining mark still splits,
+        // and canonically equal but different bytes do not match.
+        let parts = topic.utf8.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false)
+        if topic.utf8.first == UInt8(ascii: "$"), let first = levels.first, first.isWildcard { return nil }
         var fields: [String: String] = [:]
         for (i, level) in levels.enumerated() {
             switch level {
             case .multi(let name):
-                if let name { fields[name] = parts[i...].joined(separator: "/") }
+                if let name { fields[name] = parts[i...].map { String(decoding: $0, as: UTF8.self) }.joined(separator: "/") }
                 return fields
             case .single(let name):
                 guard i < parts.count else { return nil }
-                if let name { fields[name] = String(parts[i]) }
+                if let name { fields[name] = String(decoding: parts[i], as: UTF8.self) }
             case .literal(let text):
-                guard i < parts.count, parts[i] == text else { return nil }
+                guard i < parts.count, parts[i].elementsEqual(text.utf8) else { return nil }
             }
         }
         return parts.count == levels.count ? fields : nil

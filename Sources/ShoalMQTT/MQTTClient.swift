@@ -36,6 +36,10 @@ public final class MQTTClient: @unchecked Sendable {  // the mosquitto handle is
         /// MQTT 5: how long the broker keeps our session (and the QoS 1 messages for it) after we
         /// go away, when `cleanSession` is false. 3.1.1 keeps it until a clean session replaces it.
         public var sessionExpirySeconds: UInt32 = 7 * 24 * 3600
+        /// Payloads over this are not copied out of libmosquitto: the message comes with an empty
+        /// payload and `isOversize` (its bytes are freed at once). MQTT 5 also tells the broker not
+        /// to send packets over it and a little more (the Maximum Packet Size of CONNECT).
+        public var maxPayloadBytes = 4 << 20
 
         public init(host: String, port: Int, clientID: String) {
             self.host = host
@@ -47,9 +51,13 @@ public final class MQTTClient: @unchecked Sendable {  // the mosquitto handle is
     /// A message from the broker. Its PUBACK (QoS 1) goes out at the next `flush()`.
     public struct Message: Sendable {
         public let topic: String
+        /// Empty when `isOversize`.
         public let payload: [UInt8]
         public let qos: Int
         public let retain: Bool
+        /// The payload's size as it came.
+        public let size: Int
+        public var isOversize: Bool { size > payload.count }
     }
 
     public enum Event: Sendable, Equatable {
@@ -59,8 +67,9 @@ public final class MQTTClient: @unchecked Sendable {  // the mosquitto handle is
         case refused(code: Int, reason: String)
         case disconnected(code: Int, reason: String)
         case subscribed(messageID: Int32, grantedQoS: [Int])
-        /// The broker acknowledged a publish (PUBACK for QoS 1; sent, for QoS 0).
-        case published(messageID: Int32)
+        /// The broker acknowledged a publish (PUBACK for QoS 1; sent, for QoS 0). MQTT 5 brokers
+        /// may refuse it in the PUBACK: `reasonCode` 128 and up (135: not authorized).
+        case published(messageID: Int32, reasonCode: Int)
     }
 
     private let handle: OpaquePointer
@@ -71,6 +80,7 @@ public final class MQTTClient: @unchecked Sendable {  // the mosquitto handle is
         MQTTClient.libraryReady
         self.options = options
         let state = CallbackState()
+        state.maxPayload = options.maxPayloadBytes
         guard let h = mosquitto_new(options.clientID, options.cleanSession, Unmanaged.passUnretained(state).toOpaque()) else {
             throw MQTTError(call: "mosquitto_new", code: MOSQ_ERR_NOMEM.rawValue, detail: "client id \(options.clientID)")
         }
@@ -131,12 +141,14 @@ public final class MQTTClient: @unchecked Sendable {  // the mosquitto handle is
             guard let obj, let m = message?.pointee, let topic = m.topic else { return }
             let s = Unmanaged<CallbackState>.fromOpaque(obj).takeUnretainedValue()
             let count = Int(max(0, m.payloadlen))
-            let bytes: [UInt8] = count == 0 || m.payload == nil ? [] : Array(UnsafeRawBufferPointer(start: m.payload, count: count))
-            s.messages.append(Message(topic: String(cString: topic), payload: bytes, qos: Int(m.qos), retain: m.retain))
+            let copy = count > 0 && count <= s.maxPayload && m.payload != nil
+            let bytes: [UInt8] = copy ? Array(UnsafeRawBufferPointer(start: m.payload, count: count)) : []
+            s.messages.append(Message(topic: String(cString: topic), payload: bytes, qos: Int(m.qos), retain: m.retain, size: count))
+            s.bytes += bytes.count
         }
-        mosquitto_publish_callback_set(handle) { _, obj, mid in
+        mosquitto_publish_v5_callback_set(handle) { _, obj, mid, reason, _ in
             guard let obj else { return }
-            Unmanaged<CallbackState>.fromOpaque(obj).takeUnretainedValue().events.append(.published(messageID: mid))
+            Unmanaged<CallbackState>.fromOpaque(obj).takeUnretainedValue().events.append(.published(messageID: mid, reasonCode: Int(reason)))
         }
         mosquitto_subscribe_callback_set(handle) { _, obj, mid, count, granted in
             guard let obj else { return }
@@ -154,12 +166,20 @@ public final class MQTTClient: @unchecked Sendable {  // the mosquitto handle is
     /// to the same broker.
     public func connect() throws(MQTTError) {
         state.lastError = nil
+        state.messages.removeAll()
+        state.bytes = 0
         if state.everConnected {
             try check("mosquitto_reconnect", mosquitto_reconnect(handle))
         } else if options.protocolVersion == 5 && !options.cleanSession {
             var props: OpaquePointer? = nil
             defer { mosquitto_property_free_all(&props) }
             _ = mosquitto_property_add_int32(&props, Int32(MQTT_PROP_SESSION_EXPIRY_INTERVAL.rawValue), options.sessionExpirySeconds)
+            _ = mosquitto_property_add_int32(&props, Int32(MQTT_PROP_MAXIMUM_PACKET_SIZE.rawValue), UInt32(min(Int(UInt32.max), options.maxPayloadBytes + 65_536 + 16)))
+            try check("mosquitto_connect", mosquitto_connect_bind_v5(handle, options.host, Int32(options.port), Int32(options.keepaliveSeconds), nil, props))
+        } else if options.protocolVersion == 5 {
+            var props: OpaquePointer? = nil
+            defer { mosquitto_property_free_all(&props) }
+            _ = mosquitto_property_add_int32(&props, Int32(MQTT_PROP_MAXIMUM_PACKET_SIZE.rawValue), UInt32(min(Int(UInt32.max), options.maxPayloadBytes + 65_536 + 16)))
             try check("mosquitto_connect", mosquitto_connect_bind_v5(handle, options.host, Int32(options.port), Int32(options.keepaliveSeconds), nil, props))
         } else {
             try check("mosquitto_connect", mosquitto_connect(handle, options.host, Int32(options.port), Int32(options.keepaliveSeconds)))
@@ -168,11 +188,17 @@ public final class MQTTClient: @unchecked Sendable {  // the mosquitto handle is
         try flush()
     }
 
-    /// Queues subscriptions (sent at the next `flush`); `.subscribed` comes from `read`.
+    /// Queues subscriptions (sent at the next `flush`); `.subscribed` comes from `read`. With MQTT
+    /// 5 the broker sends retained messages only for a subscription it did not have yet (a
+    /// resumed session's are not sent again on every reconnect).
     public func subscribe(_ filters: [(filter: String, qos: Int)]) throws(MQTTError) {
         for f in filters {
             var mid: Int32 = 0
-            try check("mosquitto_subscribe(\(f.filter))", mosquitto_subscribe(handle, &mid, f.filter, Int32(f.qos)))
+            if options.protocolVersion == 5 {
+                try check("mosquitto_subscribe_v5(\(f.filter))", mosquitto_subscribe_v5(handle, &mid, f.filter, Int32(f.qos), Int32(MQTT_SUB_OPT_SEND_RETAIN_NEW.rawValue), nil))
+            } else {
+                try check("mosquitto_subscribe(\(f.filter))", mosquitto_subscribe(handle, &mid, f.filter, Int32(f.qos)))
+            }
         }
     }
 
@@ -186,10 +212,16 @@ public final class MQTTClient: @unchecked Sendable {  // the mosquitto handle is
         return mid
     }
 
-    /// Waits up to `timeoutMillis` for the broker, then reads what it sent, up to `maxMessages`
-    /// messages. Their PUBACKs are queued, not sent: `flush()` sends them. Throws when the
-    /// connection is gone (reconnect with `connect()`).
-    public func read(timeoutMillis: Int, maxMessages: Int) throws(MQTTError) -> [Message] {
+    /// Waits up to `timeoutMillis` for the broker, then reads what it sent, up to about
+    /// `maxMessages` messages or `maxBytes` of payload (libmosquitto may read a few more packets
+    /// in one call). Their PUBACKs are queued, not sent: `flush()` sends them. Throws when the
+    /// connection is gone; what was read before is dropped with the connection (its PUBACKs
+    /// were not sent, so the broker sends it again).
+    public func read(timeoutMillis: Int, maxMessages: Int, maxBytes: Int = 16 << 20) throws(MQTTError) -> [Message] {
+        defer {
+            state.messages.removeAll(keepingCapacity: true)
+            state.bytes = 0
+        }
         let fd = mosquitto_socket(handle)
         guard fd >= 0 else { throw MQTTError(call: "mosquitto_socket", code: MOSQ_ERR_NO_CONN.rawValue, detail: "not connected") }
         let revents: Int16
@@ -203,12 +235,11 @@ public final class MQTTClient: @unchecked Sendable {  // the mosquitto handle is
             repeat {
                 try check("mosquitto_loop_read", mosquitto_loop_read(handle, 1))
                 rounds += 1
-                if state.messages.count >= maxMessages || rounds >= maxMessages * 4 { break }
+                if state.messages.count >= maxMessages || state.bytes >= maxBytes || rounds >= maxMessages * 4 { break }
                 let more = (try? SystemCall.poll(fd, Int16(POLLIN), timeoutMillis: 0, "poll(mqtt)")) ?? 0
                 if more == 0 || mosquitto_socket(handle) < 0 { break }
             } while true
         }
-        defer { state.messages.removeAll(keepingCapacity: true) }
         return state.messages
     }
 
@@ -245,6 +276,8 @@ public final class MQTTClient: @unchecked Sendable {  // the mosquitto handle is
         let fd = mosquitto_socket(handle)
         if fd >= 0 { _ = Glibc.shutdown(fd, Int32(SHUT_RDWR)) }
         _ = mosquitto_loop_read(handle, 1)
+        state.messages.removeAll()
+        state.bytes = 0
     }
 
     /// A clean DISCONNECT (sent at once).
@@ -265,7 +298,9 @@ public final class MQTTClient: @unchecked Sendable {  // the mosquitto handle is
 
     private func check(_ call: String, _ rc: Int32) throws(MQTTError) {
         guard rc != MOSQ_ERR_SUCCESS.rawValue else { return }
-        var detail = rc == MOSQ_ERR_ERRNO.rawValue ? String(cString: strerror(errno)) : String(cString: mosquitto_strerror(rc))
+        var detail = rc == MOSQ_ERR_ERRNO.rawValue ? String(cString: strerror(errno))
+            : rc == MOSQ_ERR_KEEPALIVE.rawValue ? "the broker did not answer within keepaliveSeconds (\(options.keepaliveSeconds) s)"
+            : String(cString: mosquitto_strerror(rc))
         if let extra = state.lastError, rc == MOSQ_ERR_TLS.rawValue || rc == MOSQ_ERR_ERRNO.rawValue { detail += " (\(extra))" }
         throw MQTTError(call: call, code: rc, detail: detail)
     }
@@ -276,6 +311,8 @@ public final class MQTTClient: @unchecked Sendable {  // the mosquitto handle is
         var events: [Event] = []
         var lastError: String?
         var everConnected = false
+        var maxPayload = Int.max
+        var bytes = 0
     }
 }
 

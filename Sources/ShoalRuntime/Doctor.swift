@@ -163,7 +163,7 @@ public enum Doctor {
     }
 
     /// Each MQTT broker of the site file: does its address accept a TCP connection now (within
-    /// 2 s)? A reach check only: TLS, credentials and the broker's ACL show in `shoal mqtt status`
+    /// 2 s)? A warning if not (the bridge reconnects on its own). A reach check only: TLS, credentials and the broker's ACL show in `shoal mqtt status`
     /// once the gateway runs.
     static func mqttChecks(_ site: SiteConfig) -> [Check] {
         site.mqtt.brokers.enumerated().map { i, b in
@@ -172,7 +172,7 @@ public enum Doctor {
             let fix = "start the broker (Debian: apt-get install mosquitto; systemctl start mosquitto), or correct mqtt.brokers[\(i)].url"
             let addresses: [String]
             do { addresses = try SystemCall.addresses(of: b.host) } catch {
-                return Check(name: name, outcome: .fail, detail: "\(b.host) does not resolve: \(error)", fix: fix)
+                return Check(name: name, outcome: .warn, detail: "\(b.host) does not resolve: \(error)", fix: fix)
             }
             var last = "no address"
             for a in addresses.prefix(4) {
@@ -184,7 +184,8 @@ public enum Doctor {
                     last = "\(error)"
                 }
             }
-            return Check(name: name, outcome: .fail, detail: "\(shown) does not accept connections: \(last)", fix: fix)
+            // A warning: the gateway runs without its broker and connects when the broker is up.
+            return Check(name: name, outcome: .warn, detail: "\(shown) does not accept connections: \(last) (the gateway runs and connects once it does)", fix: fix)
         }
     }
 

@@ -77,7 +77,8 @@ public struct GatewayMetrics: Sendable {
         }
         var dropped: [Sample] = []
         for b in mqtt {
-            for (reason, n) in b.dropped.sorted(by: { $0.key < $1.key }) { dropped.append(Sample([("broker", b.name), ("reason", reason)], Int(n))) }
+            for (reason, n) in b.dropped.sorted(by: { $0.key < $1.key }) { dropped.append(Sample([("broker", b.name), ("direction", "in"), ("reason", reason)], Int(n))) }
+            for (reason, n) in b.outDropped.sorted(by: { $0.key < $1.key }) { dropped.append(Sample([("broker", b.name), ("direction", "out"), ("reason", reason)], Int(n))) }
         }
         return [
             per("shoal_mqtt_connected", .gauge, "1 while the bridge is connected to the broker, else 0.") { $0.state == "connected" ? 1 : 0 },
@@ -86,7 +87,7 @@ public struct GatewayMetrics: Sendable {
             per("shoal_mqtt_received_total", .counter, "Messages received from the broker on the inbound rules' topics.") { $0.received },
             per("shoal_mqtt_committed_total", .counter, "Messages written to the store as documents (then acknowledged to the broker).") { $0.committed },
             per("shoal_mqtt_unchanged_total", .counter, "Messages that would not have changed their document (redeliveries, echoes): nothing written.") { $0.unchanged },
-            Family("shoal_mqtt_dropped_total", .counter, help: "Messages dropped, by reason (not_json, not_utf8, too_large, bad_id, bad_time, empty, no_rule, bad_topic, publish_refused).", dropped),
+            Family("shoal_mqtt_dropped_total", .counter, help: "Messages dropped, by direction and reason (in: not_json, not_utf8, too_large, bad_id, bad_time, empty, no_rule; out: bad_topic, publish_refused).", dropped),
             per("shoal_mqtt_expired_total", .counter, "Series documents deleted to keep their collection within the rule's keep.") { $0.expired },
             per("shoal_mqtt_published_total", .counter, "Changes published to the broker.") { $0.published },
             per("shoal_mqtt_acknowledged_total", .counter, "Published changes the broker acknowledged.") { $0.acknowledged },

@@ -26,6 +26,8 @@ public final class MQTTBoard: Sendable {
         public var published: Int64 = 0
         public var acknowledged: Int64 = 0
         public var skippedLoops: Int64 = 0
+        /// Changes not delivered, by reason (bad_topic, publish_refused).
+        public var outDropped: [String: Int64] = [:]
         public var inFlight: Int64 = 0
         /// Changes in the outbound collections not yet acknowledged by the broker.
         public var outboundLag: Int64 = 0
@@ -41,7 +43,7 @@ public final class MQTTBoard: Sendable {
                 "in": ["received": .int(received), "committed": .int(committed), "unchanged": .int(unchanged),
                        "dropped": .object(dropped.mapValues { .int($0) }), "expired": .int(expired)],
                 "out": ["published": .int(published), "acknowledged": .int(acknowledged), "skippedLoops": .int(skippedLoops),
-                        "inFlight": .int(inFlight), "lag": .int(outboundLag)],
+                        "inFlight": .int(inFlight), "lag": .int(outboundLag), "dropped": .object(outDropped.mapValues { .int($0) })],
             ]
         }
     }
@@ -58,7 +60,17 @@ public final class MQTTBoard: Sendable {
         }
     }
 
-    func register(_ broker: Broker) { brokers.withLock { $0[broker.name] = broker } }
+    /// A broker's entry; one that exists (its child restarted) keeps its counters, so /metrics'
+    /// counters do not fall back to 0 and `connects`/`disconnects` show the flapping.
+    func register(_ broker: Broker) {
+        brokers.withLock { all in
+            guard var b = all[broker.name] else { all[broker.name] = broker; return }
+            b.url = broker.url
+            b.protocolVersion = broker.protocolVersion
+            b.state = broker.state
+            all[broker.name] = b
+        }
+    }
 
     public var snapshot: [Broker] { brokers.withLock { $0.values.sorted { $0.name < $1.name } } }
 

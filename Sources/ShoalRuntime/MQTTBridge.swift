@@ -58,6 +58,7 @@ final class MQTTBridge: @unchecked Sendable {  // loop state is touched only by 
 
     private var client: MQTTClient?
     private var connected = false
+    private var subscribedThisRun = false
     private var backoffMillis: Int64 = 0
     private var arrivalClock = MQTTArrivalClock()
 
@@ -107,17 +108,18 @@ final class MQTTBridge: @unchecked Sendable {  // loop state is touched only by 
     /// failed attempt, having waited the backoff.
     private func connectedClient() -> MQTTClient? {
         if let client, client.isConnected { return client }
+        // A new client for each connection: libmosquitto would otherwise send its own queue of
+        // unacknowledged publishes again while the bridge publishes again from its checkpoint.
+        client = nil
         do throws(MQTTError) {
-            let c: MQTTClient
-            if let existing = client { c = existing } else { c = try MQTTClient(clientOptions) }
+            let c = try MQTTClient(clientOptions)
             client = c
             board.update(name) { $0.state = "connecting"; $0.sinceMillis = MQTTBridge.nowMillis() }
             try c.connect()
             return c
         } catch {
-            let first = board.snapshot.first { $0.name == name }?.lastError != "\(error)"
             board.update(name) { $0.state = "disconnected"; $0.lastError = "\(error)"; $0.sinceMillis = MQTTBridge.nowMillis() }
-            if first {
+            if noteError("\(error)") {
                 logger.warning(.mqtt, "\(name): cannot connect to \(clientOptions.host):\(clientOptions.port): \(error); trying again with backoff up to \(broker.reconnectMaxMillis) ms")
                 event(connected: false, error: "\(error)")
             } else {
@@ -126,6 +128,17 @@ final class MQTTBridge: @unchecked Sendable {  // loop state is touched only by 
             waitBackoff()
             return nil
         }
+    }
+
+    /// The last error logged at warning level: the same error again is verbose (a broker down
+    /// for a day must not write a line per attempt), a different one is a warning again.
+    private var lastLoggedError: String?
+
+    /// Whether `error` is new (log it as a warning and raise an event) or the one logged last.
+    private func noteError(_ error: String) -> Bool {
+        guard error != lastLoggedError else { return false }
+        lastLoggedError = error
+        return true
     }
 
     private func waitBackoff() {
@@ -148,9 +161,13 @@ final class MQTTBridge: @unchecked Sendable {  // loop state is touched only by 
             if wasConnected { $0.disconnects += 1 }
             $0.inFlight = 0
         }
-        if wasConnected {
-            logger.warning(.mqtt, "\(name): connection lost: \(reason); reconnecting")
+        client.abort()
+        self.client = nil
+        if wasConnected || noteError(reason) {
+            logger.warning(.mqtt, "\(name): \(wasConnected ? "connection lost" : "connection failed"): \(reason); reconnecting with backoff up to \(broker.reconnectMaxMillis) ms")
             event(connected: false, error: reason)
+        } else {
+            logger.verbose(.mqtt, "\(name): still failing: \(reason)")
         }
         waitBackoff()
     }
@@ -160,9 +177,15 @@ final class MQTTBridge: @unchecked Sendable {  // loop state is touched only by 
             switch e {
             case .connected(let sessionPresent):
                 connected = true
+                lastLoggedError = nil
                 backoffMillis = broker.reconnectMinMillis
                 let filters = broker.subscriptions.map { (filter: $0.filter, qos: $0.qos) }
-                if !filters.isEmpty { try client.subscribe(filters) }
+                // A resumed session keeps its subscriptions; subscribing again would make a 3.1.1
+                // broker send every retained message again (MQTT 5 subscribes "retained for new
+                // subscriptions only"). The first connection of a run always subscribes: the site
+                // file's rules may have changed.
+                if !filters.isEmpty && !(sessionPresent && subscribedThisRun) { try client.subscribe(filters) }
+                subscribedThisRun = true
                 board.update(name) {
                     $0.state = "connected"; $0.lastError = nil; $0.connects += 1; $0.sinceMillis = MQTTBridge.nowMillis()
                     $0.subscriptions = filters.map(\.filter)
@@ -171,19 +194,22 @@ final class MQTTBridge: @unchecked Sendable {  // loop state is touched only by 
                 event(connected: true, error: nil)
             case .refused(let code, let reason):
                 connected = false
-                board.update(name) { $0.state = "refused"; $0.lastError = "refused by the broker: \(reason) (\(code))" }
-                logger.warning(.mqtt, "\(name): the broker refused the connection: \(reason) (code \(code)); check username/passwordFile and the broker's ACL")
-                event(connected: false, error: "refused: \(reason)")
+                let why = "refused by the broker: \(reason) (\(code))"
+                board.update(name) { $0.state = "refused"; $0.lastError = why }
+                if noteError(why) {
+                    logger.warning(.mqtt, "\(name): the broker refused the connection: \(reason) (code \(code)); check username/passwordFile and the broker's ACL")
+                    event(connected: false, error: "refused: \(reason)")
+                }
+                // The next call on the client throws (no connection): `lost` waits the backoff once.
                 client.abort()
-                waitBackoff()
             case .disconnected:
                 break  // the next call on the client throws; `lost` handles it
             case .subscribed(_, let granted):
                 if let bad = granted.first(where: { $0 > 1 }) {
                     logger.warning(.mqtt, "\(name): the broker refused a subscription (granted QoS \(bad)); check its ACL")
                 }
-            case .published(let mid):
-                acknowledged(mid)
+            case .published(let mid, let reason):
+                acknowledged(mid, reasonCode: reason)
             }
         }
     }
@@ -216,6 +242,11 @@ final class MQTTBridge: @unchecked Sendable {  // loop state is touched only by 
         prepared.reserveCapacity(messages.count)
         let now = MQTTBridge.nowMillis()
         for m in messages {
+            if m.isOversize {
+                let rule = broker.inbound.firstIndex { $0.filter.match(m.topic) != nil } ?? -1
+                drop(rule: rule, topic: m.topic, reason: MQTTDropReason.tooLarge.rawValue, detail: "a payload of \(m.size) bytes, over the \(clientOptions.maxPayloadBytes) this bridge reads (4 × the store's body limit)")
+                continue
+            }
             if m.payload.isEmpty {
                 // An empty payload is how MQTT clears a retained message: nothing to write.
                 drop(rule: -1, topic: m.topic, reason: "empty", detail: "an empty payload (a cleared retained message) writes nothing")
@@ -275,7 +306,9 @@ final class MQTTBridge: @unchecked Sendable {  // loop state is touched only by 
     }
 
     private func drop(rule: Int, topic: String, reason: String, detail: String) {
-        board.update(name) { $0.dropped[reason, default: 0] += 1 }
+        board.update(name) {
+            if rule <= -2 { $0.outDropped[reason, default: 0] += 1 } else { $0.dropped[reason, default: 0] += 1 }
+        }
         let now = ContinuousClock.now
         if let seen = dropLog[rule], now - seen.last < .seconds(60) {
             dropLog[rule]?.since += 1
@@ -387,16 +420,33 @@ final class MQTTBridge: @unchecked Sendable {  // loop state is touched only by 
             guard o.cursor < last else { o.hasMore = false; continue }
             let room = MQTTBridge.window - inFlight
             guard room > 0 else { return }
-            guard let changes = try? store.changes(in: o.rule.collection, since: o.cursor, limit: room), !changes.isEmpty else {
+            // A store error ends the round where it is (the cursor does not move over what could
+            // not be read) and is retried next round.
+            let changes: [Change]
+            let sources: [Int64: String]
+            do throws(StoreError) {
+                changes = try store.changes(in: o.rule.collection, since: o.cursor, limit: room)
+                sources = changes.isEmpty ? [:] : try store.sources(bridge: name, in: changes.first!.sequence...changes.last!.sequence)
+            } catch {
+                storeTrouble("reading the changes of \(o.rule.collection)", error)
+                return
+            }
+            guard !changes.isEmpty else {
                 o.cursor = last
                 o.hasMore = false
                 settle(&o)
                 continue
             }
-            let sources = (try? store.sources(bridge: name, in: changes.first!.sequence...changes.last!.sequence)) ?? [:]
             for ch in changes {
+                guard let id = try? DocumentID(ch.id) else { o.cursor = ch.sequence; o.pending.append((ch.sequence, nil)); continue }
+                let doc: StoredDocument?
+                do throws(StoreError) { doc = try store.get(o.rule.collection, id: id) } catch {
+                    storeTrouble("reading \(o.rule.collection)/\(id.rawValue)", error)
+                    o.hasMore = true
+                    settle(&o)
+                    return
+                }
                 o.cursor = ch.sequence
-                guard let id = try? DocumentID(ch.id) else { o.pending.append((ch.sequence, nil)); continue }
                 guard let topic = o.rule.publishTopic(collection: o.rule.collection, id: id) else {
                     drop(rule: -2 - i, topic: o.rule.topic.text, reason: "bad_topic", detail: "the id \(id.rawValue) would put +, # or NUL in the topic, or make it too long")
                     o.pending.append((ch.sequence, nil))
@@ -408,7 +458,6 @@ final class MQTTBridge: @unchecked Sendable {  // loop state is touched only by 
                     continue
                 }
                 if ch.deleted && !o.rule.deletes { o.pending.append((ch.sequence, nil)); continue }
-                let doc = try? store.get(o.rule.collection, id: id)
                 // Changed again since: its newer change comes later in the feed.
                 guard let doc, doc.sequence == ch.sequence else { o.pending.append((ch.sequence, nil)); continue }
                 let payload = MQTTBridge.payload(doc, envelope: o.rule.envelope)
@@ -429,10 +478,28 @@ final class MQTTBridge: @unchecked Sendable {  // loop state is touched only by 
         board.update(name) { [inFlight] in $0.inFlight = Int64(inFlight) }
     }
 
-    private func acknowledged(_ mid: Int32) {
+    private var lastStoreTrouble: ContinuousClock.Instant?
+
+    /// A store error on the way out: logged at most once a minute; the round ends and the same
+    /// changes are read again next round.
+    private func storeTrouble(_ what: String, _ error: StoreError) {
+        board.update(name) { $0.lastError = "store: \(what): \(error)" }
+        if let t = lastStoreTrouble, ContinuousClock.now - t < .seconds(60) { return }
+        lastStoreTrouble = .now
+        logger.warning(.mqtt, "\(name): \(what) for the outbound rules failed: \(error); trying again")
+    }
+
+    private func acknowledged(_ mid: Int32, reasonCode: Int) {
         guard let i = byMID.removeValue(forKey: mid) else { return }
         if let k = outbound[i].pending.firstIndex(where: { $0.mid == mid }) { outbound[i].pending[k].mid = nil }
-        board.update(name) { $0.acknowledged += 1 }
+        if reasonCode >= 128 {
+            // An MQTT 5 broker took the PUBLISH and refused it (135: not authorized by its ACL):
+            // not delivered, and publishing it again would be refused again.
+            drop(rule: -2 - i, topic: outbound[i].rule.topic.text, reason: "publish_refused",
+                 detail: "the broker refused a publish with reason code \(reasonCode) (135: its ACL does not let this client publish there)")
+        } else {
+            board.update(name) { $0.acknowledged += 1 }
+        }
         settle(&outbound[i])
     }
 

@@ -44,7 +44,13 @@ struct MQTTService: Service {
             if ContinuousClock.now - bridge.lastBeat < .seconds(150) { context.heartbeat() }
         }
         bridge.stop()
-        _ = await ended.wait()
+        // The thread sees `stop` within a round (≤ 100 ms), unless it is inside a blocking
+        // connect to a host that does not answer (the kernel gives up after ~2 min): then it is
+        // abandoned after 3 s, and finds the stop when the connect returns.
+        guard await ended.wait(timeout: .seconds(3)) else {
+            gateway.logger.warning(.mqtt, "\(broker.name): stopping: the bridge's thread is still inside a connect to \(broker.host):\(broker.port) after 3 s; abandoned")
+            return
+        }
         let abandoned = (try? await gateway.workThread.run { workers.join(timeoutMillis: 3000) }) ?? []
         if !abandoned.isEmpty { gateway.logger.warning(.mqtt, "\(broker.name): stopping: abandoned \(abandoned.joined(separator: ", ")) after 3 s") }
     }
@@ -57,6 +63,9 @@ struct MQTTService: Service {
         o.protocolVersion = broker.protocolVersion == .v5 ? 5 : 4
         o.keepaliveSeconds = Int(broker.keepaliveSeconds)
         o.cleanSession = broker.cleanSession
+        // What the rules could take at all (4 × the store's body limit, as they measure it): a
+        // larger payload is dropped as too_large without being copied.
+        o.maxPayloadBytes = opened.store.options.maxBodyBytes * MQTTInboundRule.payloadSlack
         o.username = broker.username
         if let file = broker.passwordFile {
             guard let text = try Files.read(file, max: 4096) else { throw MQTTServiceError.passwordFile(file) }

@@ -38,6 +38,8 @@ enum MQTTText {
         lines.append("  in             \(n(i?["received"])) received, \(n(i?["committed"])) written, \(n(i?["unchanged"])) unchanged, \(n(i?["expired"])) expired (series keep)")
         let dropped = (i?["dropped"]?.objectValue ?? [:]).compactMapValues(\.int64Value).filter { $0.value > 0 }
         lines.append("  dropped        \(dropped.isEmpty ? "none" : dropped.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))")
+        let outDropped = (o?["dropped"]?.objectValue ?? [:]).compactMapValues(\.int64Value).filter { $0.value > 0 }
+        if !outDropped.isEmpty { lines.append("  not delivered  " + outDropped.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")) }
         lines.append("  out            \(n(o?["published"])) published, \(n(o?["acknowledged"])) acknowledged, \(n(o?["inFlight"])) in flight, \(n(o?["skippedLoops"])) not sent back to their topic")
         lines.append("  lag            \(n(o?["lag"])) change(s) not yet acknowledged by the broker")
         return lines.joined(separator: "\n")

@@ -52,6 +52,65 @@ extension ProcessSuites {
             #expect(bad.isRunning && up == 0)
             #expect(bad.documentsCount("sensors.state") == 0)
         }
+
+        @Test("MQTT 5: a publish the broker's ACL refuses (PUBACK reason 135) is counted publish_refused, not acknowledged")
+        func refusedPublish() throws {
+            let base = TemporaryDirectory(prefix: "shoal-mqtt-acl")
+            defer { base.remove() }
+            let passwd = base.path + "/mosquitto.passwd", acl = base.path + "/mosquitto.acl"
+            #expect(try MQTTTools.run(["/usr/bin/mosquitto_passwd", "-b", "-c", passwd, "shoal", "s3cret"]).status == 0)
+            try "user shoal\ntopic read sensors/#\ntopic write allowed/#\n".write(toFile: acl, atomically: true, encoding: .utf8)
+            var options = Mosquitto.Options()
+            options.extraConfig = ["allow_anonymous false", "password_file \(passwd)", "acl_file \(acl)"]
+            let broker = try Mosquitto(options)
+            defer { broker.remove() }
+            try "s3cret\n".write(toFile: base.path + "/pass", atomically: true, encoding: .utf8)
+            let site = base.path + "/site.yaml"
+            try MQTTSiteFile.write(site, collections: ["ok.docs", "no.docs"], brokers: [
+                .init(url: broker.url, clientID: "shoal-acl", outbound: [
+                    #"{ collection: ok.docs, topic: "allowed/{id}" }"#,
+                    #"{ collection: no.docs, topic: "denied/{id}" }"#,
+                ], more: ["username: shoal", "passwordFile: \(base.path)/pass", #"protocol: "5""#]),
+            ], extra: "http: {enabled: false}\n")
+            let g = try MQTTGateway(dataDir: base.path + "/gw", site: site)
+            defer { g.kill() }
+            #expect(eventuallyBlocking(within: 20) { g.state() == "connected" }, "\(String(describing: g.mqttStatus())) \(g.log().suffix(2000))")
+            for id in ["a", "b"] {
+                #expect(try g.cli(["doc", "put", "ok.docs", id, #"{"v":1}"#]).status == 0)
+                #expect(try g.cli(["doc", "put", "no.docs", id, #"{"v":1}"#]).status == 0)
+            }
+            #expect(eventuallyBlocking(within: 20) { g.counter("out.dropped.publish_refused") == 2 && g.counter("out.acknowledged") == 2 },
+                    "\(String(describing: g.mqttStatus())) \(g.log().suffix(2000))")
+            #expect(g.log().contains("reason code 135"), "\(g.log().suffix(2000))")
+        }
+
+        @Test("a resumed session is not subscribed again: a broker restart does not bring retained messages back into a series (3.1.1 and 5)")
+        func retainedNotAgain() throws {
+            for version in ["3.1.1", "5"] {
+                let base = TemporaryDirectory(prefix: "shoal-mqtt-retained")
+                defer { base.remove() }
+                let broker = try Mosquitto()
+                defer { broker.remove() }
+                for i in 1...5 {
+                    #expect(try MQTTTools.publish(broker, topic: "series/dev\(i)", message: #"{"v":\#(i)}"#, retain: true).status == 0)
+                }
+                let site = base.path + "/site.yaml"
+                try MQTTSiteFile.write(site, collections: ["dev.series"], brokers: [
+                    .init(url: broker.url, clientID: "shoal-retained", inbound: [#"{ topic: "series/+dev", collection: dev.series, id: "{dev}", mode: series }"#],
+                          more: [#"protocol: "\#(version)""#]),
+                ], extra: "http: {enabled: false}\n")
+                let g = try MQTTGateway(dataDir: base.path + "/gw", site: site)
+                defer { g.kill() }
+                #expect(eventuallyBlocking(within: 20) { g.documentsCount("dev.series") == 5 }, "MQTT \(version): \(String(describing: g.mqttStatus()))")
+                // The broker goes away and comes back with the session (persistence): the bridge
+                // reconnects, the session is resumed, and the retained messages stay where they are.
+                try broker.restart()
+                #expect(eventuallyBlocking(within: 30) { g.counter("connects") >= 2 && g.state() == "connected" }, "MQTT \(version): \(String(describing: g.mqttStatus())) \(g.log().suffix(2000))")
+                Thread.sleep(forTimeInterval: 1)
+                #expect(g.documentsCount("dev.series") == 5, "MQTT \(version): \((try? g.documents("dev.series"))?.keys.sorted() ?? [])")
+                #expect(g.counter("in.received") == 5, "MQTT \(version): \(String(describing: g.mqttStatus()))")
+            }
+        }
     }
 }
 

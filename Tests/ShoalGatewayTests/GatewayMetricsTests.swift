@@ -35,13 +35,20 @@ struct GatewayMetricsTests {
         let report = SupervisionReport()
         report.record("root/store", state: .running, restarts: 2, lastError: "disk \"full\"")
         report.record("root/replication", state: .running, restarts: 0, lastError: nil)
-        return GatewayMetrics(
+        var m = GatewayMetrics(
             state: .running, version: "0.1.0", board: "sim", group: "plant-7", counters: counters, mesh: mesh, children: report.snapshot,
             ledPattern: "connected: 1 short blink", peerID: String(repeating: "ef", count: 32), identityLabel: "gw",
             identityNotAfterSeconds: 1_900_000_000,
             collections: storeOpen ? [.init(name: "_default._default", documents: 0, tombstones: 0), .init(name: "sensors.readings", documents: 12, tombstones: 3)] : nil,
             lastSequence: storeOpen ? 15 : nil, storeBytes: 8192, uptimeSeconds: 61, startTimeSeconds: 1_800_000_000, residentBytes: 12_000_000,
             nowMillis: 12_500)
+        var broker = MQTTBoard.Broker(name: "local", url: "mqtt://127.0.0.1:1883", protocolVersion: "3.1.1")
+        broker.state = "connected"
+        broker.received = 10
+        broker.dropped = ["not_json": 1]
+        broker.outDropped = ["publish_refused": 2]
+        m.mqtt = [broker]
+        return m
     }
 
     @Test("the seed's counters are counters named …_total with their values")
