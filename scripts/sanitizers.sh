@@ -12,9 +12,10 @@
 # SHOAL_SANITIZE_FILTER: a --filter regex of the tests run (`all`: the whole suite). Default: the
 # in-process suites (codecs, store, replication, mesh and simulator, TLS, config, the library) and
 # process tests (a running gateway, two gateways replicating, the HTTP API, the MQTT bridge against
-# a real mosquitto); under ASan also the fuzz corpus and hostile peers. Left out, as README.md ("Proof") says: the supervision tests and hostile peers
-# under TSan (their assertions are about timing, and TSan slows everything 5–15×), and the long
-# process tests (crash campaign, network lab, soak, console).
+# a real mosquitto); under ASan also the fuzz corpus and hostile peers. Left out, as README.md
+# ("Proof") says: the supervision tests and hostile peers under TSan (their assertions are about
+# timing, and TSan slows everything 5–15×), and the long process tests (crash campaign, network
+# lab, soak, console, the MQTT bridge under faults and in the lab).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 kinds=${*:-thread address}
