@@ -59,6 +59,9 @@ final class MQTTBridge: @unchecked Sendable {  // loop state is touched only by 
     private var client: MQTTClient?
     private var connected = false
     private var subscribedThisRun = false
+    /// The broker's refusal of the connection being closed, which `lost` reports instead of the
+    /// read error that follows it.
+    private var refusedReason: String?
     private var backoffMillis: Int64 = 0
     private var arrivalClock = MQTTArrivalClock()
 
@@ -151,17 +154,25 @@ final class MQTTBridge: @unchecked Sendable {  // loop state is touched only by 
         backoffMillis = min(broker.reconnectMaxMillis, max(broker.reconnectMinMillis, backoffMillis * 2))
     }
 
-    private func lost(_ client: MQTTClient, reason: String) {
+    private func lost(_ client: MQTTClient, reason error: String) {
         let wasConnected = connected
         connected = false
         client.abort()
         resetOutbound()
+        // A refusal (CONNACK) is why this connection ended: the read error after it says less.
+        var reason = error
+        if let refusal = refusedReason {
+            reason = refusal
+        } else if !wasConnected && clientOptions.useTLS && clientOptions.certFile != nil {
+            reason += " (closed before the broker answered: does it trust this gateway's client certificate \(clientOptions.certFile ?? "")?)"
+        }
+        refusedReason = nil
+        let refused = board.snapshot.first { $0.name == name }?.state == "refused"
         board.update(name) {
-            $0.state = "disconnected"; $0.lastError = reason; $0.sinceMillis = MQTTBridge.nowMillis()
+            $0.state = refused ? "refused" : "disconnected"; $0.lastError = reason; $0.sinceMillis = MQTTBridge.nowMillis()
             if wasConnected { $0.disconnects += 1 }
             $0.inFlight = 0
         }
-        client.abort()
         self.client = nil
         if wasConnected || noteError(reason) {
             logger.warning(.mqtt, "\(name): \(wasConnected ? "connection lost" : "connection failed"): \(reason); reconnecting with backoff up to \(broker.reconnectMaxMillis) ms")
@@ -195,6 +206,7 @@ final class MQTTBridge: @unchecked Sendable {  // loop state is touched only by 
             case .refused(let code, let reason):
                 connected = false
                 let why = "refused by the broker: \(reason) (\(code))"
+                refusedReason = why
                 board.update(name) { $0.state = "refused"; $0.lastError = why }
                 if noteError(why) {
                     logger.warning(.mqtt, "\(name): the broker refused the connection: \(reason) (code \(code)); check username/passwordFile and the broker's ACL")
