@@ -172,7 +172,7 @@ public enum Doctor {
             let fix = "start the broker (Debian: apt-get install mosquitto; systemctl start mosquitto), or correct mqtt.brokers[\(i)].url"
             let addresses: [String]
             do { addresses = try SystemCall.addresses(of: b.host) } catch {
-                return Check(name: name, outcome: .warn, detail: "\(b.host) does not resolve: \(error)", fix: fix)
+                return Check(name: name, outcome: .warn, detail: "\(error)", fix: "correct the host of mqtt.brokers[\(i)].url, or make \(b.host) resolvable (DNS, /etc/hosts)")
             }
             var last = "no address"
             for a in addresses.prefix(4) {

@@ -104,7 +104,7 @@ final class MQTTBridge: @unchecked Sendable {  // loop state is touched only by 
             client.disconnect()
         }
         saveCheckpoints(force: true)
-        board.update(name) { $0.state = "stopped"; $0.sinceMillis = MQTTBridge.nowMillis() }
+        board.update(name) { MQTTBridge.move(&$0, to: "stopped") }
     }
 
     /// The client, connected at the TCP/TLS level (the CONNACK comes through `read`); nil after a
@@ -114,14 +114,22 @@ final class MQTTBridge: @unchecked Sendable {  // loop state is touched only by 
         // A new client for each connection: libmosquitto would otherwise send its own queue of
         // unacknowledged publishes again while the bridge publishes again from its checkpoint.
         client = nil
+        var options = clientOptions
+        if let file = broker.passwordFile {
+            // Read at each connection: a corrected password file takes effect without a restart.
+            do {
+                if let text = try Files.read(file, max: 4096) { options.password = MQTTBroker.password(fromFile: text) }
+            } catch {
+                if noteError("passwordFile \(file): \(error)") { logger.warning(.mqtt, "\(name): cannot read passwordFile \(file): \(error); using the password read before") }
+            }
+        }
         do throws(MQTTError) {
-            let c = try MQTTClient(clientOptions)
+            let c = try MQTTClient(options)
             client = c
-            board.update(name) { $0.state = "connecting"; $0.sinceMillis = MQTTBridge.nowMillis() }
             try c.connect()
             return c
         } catch {
-            board.update(name) { $0.state = "disconnected"; $0.lastError = "\(error)"; $0.sinceMillis = MQTTBridge.nowMillis() }
+            board.update(name) { MQTTBridge.move(&$0, to: "disconnected"); $0.lastError = "\(error)" }
             if noteError("\(error)") {
                 logger.warning(.mqtt, "\(name): cannot connect to \(clientOptions.host):\(clientOptions.port): \(error); trying again with backoff up to \(broker.reconnectMaxMillis) ms")
                 event(connected: false, error: "\(error)")
@@ -148,6 +156,7 @@ final class MQTTBridge: @unchecked Sendable {  // loop state is touched only by 
         var left = backoffMillis
         while left > 0 && !isStopping {
             beat.withLock { $0 = .now }
+            saveCheckpoints(force: false)  // keeps the outbound lag current while the broker is away
             SystemCall.pause(millis: Int(min(left, 100)))
             left -= 100
         }
@@ -169,7 +178,7 @@ final class MQTTBridge: @unchecked Sendable {  // loop state is touched only by 
         refusedReason = nil
         let refused = board.snapshot.first { $0.name == name }?.state == "refused"
         board.update(name) {
-            $0.state = refused ? "refused" : "disconnected"; $0.lastError = reason; $0.sinceMillis = MQTTBridge.nowMillis()
+            MQTTBridge.move(&$0, to: refused ? "refused" : "disconnected"); $0.lastError = reason
             if wasConnected { $0.disconnects += 1 }
             $0.inFlight = 0
         }
@@ -198,7 +207,7 @@ final class MQTTBridge: @unchecked Sendable {  // loop state is touched only by 
                 if !filters.isEmpty && !(sessionPresent && subscribedThisRun) { try client.subscribe(filters) }
                 subscribedThisRun = true
                 board.update(name) {
-                    $0.state = "connected"; $0.lastError = nil; $0.connects += 1; $0.sinceMillis = MQTTBridge.nowMillis()
+                    MQTTBridge.move(&$0, to: "connected"); $0.lastError = nil; $0.connects += 1
                     $0.subscriptions = filters.map(\.filter)
                 }
                 logger.info(.mqtt, "\(name): connected to \(clientOptions.host):\(clientOptions.port) (MQTT \(clientOptions.protocolVersion == 5 ? "5" : "3.1.1"), session \(sessionPresent ? "resumed" : "new")); \(filters.count) subscription(s), \(outbound.count) outbound rule(s)")
@@ -207,7 +216,7 @@ final class MQTTBridge: @unchecked Sendable {  // loop state is touched only by 
                 connected = false
                 let why = "refused by the broker: \(reason) (\(code))"
                 refusedReason = why
-                board.update(name) { $0.state = "refused"; $0.lastError = why }
+                board.update(name) { MQTTBridge.move(&$0, to: "refused"); $0.lastError = why }
                 if noteError(why) {
                     logger.warning(.mqtt, "\(name): the broker refused the connection: \(reason) (code \(code)); check username/passwordFile and the broker's ACL")
                     event(connected: false, error: "refused: \(reason)")
@@ -233,12 +242,24 @@ final class MQTTBridge: @unchecked Sendable {  // loop state is touched only by 
 
     static func nowMillis() -> Int64 { Int64(NodeClock.systemWallMillis()) }
 
+    /// A new state; `since` moves only when the state changes (a broker refusing every attempt
+    /// for an hour has been `refused` since the first).
+    static func move(_ b: inout MQTTBoard.Broker, to state: String) {
+        guard b.state != state else { return }
+        b.state = state
+        b.sinceMillis = nowMillis()
+    }
+
     // MARK: - In
 
+    /// A message turned into a write by one rule: a document, or (an empty payload under a
+    /// replace or merge rule) the deletion of one.
     private struct Prepared {
         let rule: Int
         let topic: String
-        let document: MQTTInboundDocument
+        let id: DocumentID
+        /// nil: delete.
+        let document: MQTTInboundDocument?
     }
 
     /// Dropped-message log lines: at most one per rule per minute, with the count since.
@@ -259,20 +280,31 @@ final class MQTTBridge: @unchecked Sendable {  // loop state is touched only by 
                 drop(rule: rule, topic: m.topic, reason: MQTTDropReason.tooLarge.rawValue, detail: "a payload of \(m.size) bytes, over the \(clientOptions.maxPayloadBytes) this bridge reads (4 × the store's body limit)")
                 continue
             }
-            if m.payload.isEmpty {
-                // An empty payload is how MQTT clears a retained message: nothing to write.
-                drop(rule: -1, topic: m.topic, reason: "empty", detail: "an empty payload (a cleared retained message) writes nothing")
-                continue
-            }
             // Every rule whose filter matches (overlapping filters may feed several collections).
             var matchedAny = false
             for (index, rule) in broker.inbound.enumerated() {
                 guard let fields = rule.filter.match(m.topic) else { continue }
                 matchedAny = true
+                if m.payload.isEmpty {
+                    // An empty payload is how MQTT clears a retained message, and how an outbound
+                    // rule publishes a deletion: under replace or merge it deletes the document.
+                    var all = fields
+                    all["topic"] = m.topic
+                    guard rule.mode != .series else {
+                        drop(rule: index, topic: m.topic, reason: "empty", detail: "an empty payload adds nothing to a series")
+                        continue
+                    }
+                    guard let id = try? DocumentID(rule.id.render(all)) else {
+                        drop(rule: index, topic: m.topic, reason: MQTTDropReason.badID.rawValue, detail: MQTTBridge.explain(.badID))
+                        continue
+                    }
+                    prepared.append(Prepared(rule: index, topic: m.topic, id: id, document: nil))
+                    continue
+                }
                 let arrival = arrivalClock.next(nowMillis: now)
                 switch rule.document(topic: m.topic, fields: fields, payload: m.payload, maxBodyBytes: store.options.maxBodyBytes,
                                      arrivalMillis: arrival.millis, counter: arrival.counter) {
-                case .success(let doc): prepared.append(Prepared(rule: index, topic: m.topic, document: doc))
+                case .success(let doc): prepared.append(Prepared(rule: index, topic: m.topic, id: doc.id, document: doc))
                 case .failure(let reason): drop(rule: index, topic: m.topic, reason: reason.rawValue, detail: MQTTBridge.explain(reason))
                 }
             }
@@ -289,15 +321,22 @@ final class MQTTBridge: @unchecked Sendable {  // loop state is touched only by 
                 var newDocs: [CollectionName: Int64] = [:]
                 for p in prepared {
                     let rule = broker.inbound[p.rule]
-                    let existing = try tx.get(rule.collection, id: p.document.id.rawValue)
-                    var text = p.document.bodyText
-                    if rule.mode == .merge, let old = existing?.body, let json = try? JSONValue.parse(old) {
-                        text = MQTTInboundRule.merged(existing: json, incoming: p.document.body).compactText
+                    let existing = try tx.get(rule.collection, id: p.id.rawValue)
+                    var text: String? = nil
+                    if let document = p.document {
+                        var t = document.bodyText
+                        if rule.mode == .merge, let old = existing?.body, let json = try? JSONValue.parse(old) {
+                            t = MQTTInboundRule.merged(existing: json, incoming: document.body).compactText
+                        }
+                        if let old = existing?.body, old == t { unchanged += 1; continue }
+                        if t.utf8.count > maxBytes { oversize.append(p); continue }
+                        text = t
+                    } else if existing == nil || existing?.isDeleted == true {
+                        unchanged += 1  // a deletion of what is not there
+                        continue
                     }
-                    if let old = existing?.body, old == text { unchanged += 1; continue }
-                    if text.utf8.count > maxBytes { oversize.append(p); continue }
-                    let change = try writer.write(tx, rule.collection, p.document.id, text, existing: existing)
-                    if existing == nil || existing?.isDeleted == true { newDocs[rule.collection, default: 0] += 1 }
+                    let change = try writer.write(tx, rule.collection, p.id, text, existing: existing)
+                    if text != nil && (existing == nil || existing?.isDeleted == true) { newDocs[rule.collection, default: 0] += 1 }
                     if recordSources.contains(rule.collection) {
                         try tx.recordSource(sequence: change.sequence, bridge: name, source: p.topic)
                     }
@@ -402,6 +441,8 @@ final class MQTTBridge: @unchecked Sendable {  // loop state is touched only by 
 
     private var outbound: [Outbound] = []
     private var byMID: [Int32: Int] = [:]
+    /// The topic of each publish in flight (for what a refusal names).
+    private var topicByMID: [Int32: String] = [:]
     private var lastSave = ContinuousClock.now
     private var inFlight: Int { byMID.count }
 
@@ -417,6 +458,7 @@ final class MQTTBridge: @unchecked Sendable {  // loop state is touched only by 
     /// acknowledged change (at least once).
     private func resetOutbound() {
         byMID = [:]
+        topicByMID = [:]
         for i in outbound.indices {
             outbound[i].pending = []
             outbound[i].cursor = outbound[i].checkpoint
@@ -477,6 +519,7 @@ final class MQTTBridge: @unchecked Sendable {  // loop state is touched only by 
                     let mid = try client.publish(topic: topic, payload: payload, qos: o.rule.qos, retain: o.rule.retain)
                     o.pending.append((ch.sequence, mid))
                     byMID[mid] = i
+                    topicByMID[mid] = topic
                     board.update(name) { $0.published += 1 }
                 } catch where !error.isConnectionLost {
                     // A topic the broker cannot take (too long, bad UTF-8): count it and go on.
@@ -503,11 +546,12 @@ final class MQTTBridge: @unchecked Sendable {  // loop state is touched only by 
 
     private func acknowledged(_ mid: Int32, reasonCode: Int) {
         guard let i = byMID.removeValue(forKey: mid) else { return }
+        let topic = topicByMID.removeValue(forKey: mid) ?? outbound[i].rule.topic.text
         if let k = outbound[i].pending.firstIndex(where: { $0.mid == mid }) { outbound[i].pending[k].mid = nil }
         if reasonCode >= 128 {
             // An MQTT 5 broker took the PUBLISH and refused it (135: not authorized by its ACL):
             // not delivered, and publishing it again would be refused again.
-            drop(rule: -2 - i, topic: outbound[i].rule.topic.text, reason: "publish_refused",
+            drop(rule: -2 - i, topic: topic, reason: "publish_refused",
                  detail: "the broker refused a publish with reason code \(reasonCode) (135: its ACL does not let this client publish there)")
         } else {
             board.update(name) { $0.acknowledged += 1 }

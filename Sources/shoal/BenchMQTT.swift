@@ -40,10 +40,10 @@ extension CLI {
             lines.append("  ingest → gateway, durability \(name)    \(fmt(g.rate)) msg/s committed\(partial)   \(ratio) (goal >= 0.5), absolute goal >= 5000 msg/s; the publisher's own rate \(fmt(g.publisherRate)) msg/s")
         }
         if r.baseline != nil || r.full != nil || r.normal != nil {
-            lines.append("  CPU seconds over each ingest run (\(sysconf(Int32(_SC_NPROCESSORS_ONLN))) cores):")
+            lines.append("  each ingest run: its wall time, then the CPU seconds of each part (\(sysconf(Int32(_SC_NPROCESSORS_ONLN))) cores):")
             let named = r.baselineRuns.enumerated().map { i, b in ("mosquitto_sub baseline" + (r.baselineRuns.count > 1 ? (i == 0 ? ", before" : ", after") : ""), b) } + [("gateway, full", r.full), ("gateway, normal", r.normal)].compactMap { n, g in g.map { (n, $0) } }
             for (name, run) in named {
-                lines.append("    \(name): \(fmt2(run.seconds)) s; " + run.cpu.map { "\($0.part) \(fmt2($0.seconds))" }.joined(separator: ", "))
+                lines.append("    \(name): \(fmt2(run.seconds)) s wall; CPU " + run.cpu.map { "\($0.part) \(fmt2($0.seconds))" }.joined(separator: ", "))
             }
         }
         if let o = r.outbound {

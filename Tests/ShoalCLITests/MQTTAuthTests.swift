@@ -51,6 +51,50 @@ extension ProcessSuites {
             let up = try bad.cli(["status"]).status
             #expect(bad.isRunning && up == 0)
             #expect(bad.documentsCount("sensors.state") == 0)
+            #expect(bad.state() == "refused", "\(String(describing: bad.mqttStatus()))")
+
+            // The password file corrected: the next attempt reads it, no restart.
+            try "s3cret\n".write(toFile: base.path + "/wrong.pass", atomically: true, encoding: .utf8)
+            #expect(eventuallyBlocking(within: 30) { bad.state() == "connected" }, "bad after the fix: \(String(describing: bad.mqttStatus())) \(bad.log().suffix(1500))")
+        }
+
+        @Test("an empty payload deletes under replace (how a deletion goes out), is dropped as empty in a series; the outbound lag counts while the broker is away")
+        func emptyDeletesAndLag() throws {
+            let base = TemporaryDirectory(prefix: "shoal-mqtt-empty")
+            defer { base.remove() }
+            let broker = try Mosquitto()
+            defer { broker.remove() }
+            let site = base.path + "/site.yaml"
+            try MQTTSiteFile.write(site, collections: ["dev.state", "dev.series", "dev.out"], brokers: [
+                .init(url: broker.url, clientID: "shoal-empty", inbound: [
+                    #"{ topic: "state/+dev", collection: dev.state, id: "{dev}" }"#,
+                    #"{ topic: "series/+dev", collection: dev.series, id: "{dev}", mode: series }"#,
+                ], outbound: [#"{ collection: dev.out, topic: "out/{id}" }"#]),
+            ], extra: "http: {enabled: false}\n")
+            let g = try MQTTGateway(dataDir: base.path + "/gw", site: site)
+            defer { g.kill() }
+            #expect(broker.waitForSubscription(clientID: "shoal-empty", filter: "state/+"), "\(broker.diagnostics())")
+            try MQTTTools.publish(broker, topic: "state/pump", message: #"{"on":true}"#, retain: true)
+            #expect(eventuallyBlocking(within: 20) { g.body("state", "pump") != nil || g.body("dev.state", "pump") != nil })
+            // Clearing the retained message deletes the document.
+            func publishEmpty(_ topic: String, retain: Bool) throws {
+                let r = try MQTTTools.run([MQTTTools.pub, "-h", "127.0.0.1", "-p", String(broker.port), "-q", "1", "-t", topic, "-n"] + (retain ? ["-r"] : []))
+                #expect(r.status == 0, "\(r.output)")
+            }
+            try publishEmpty("state/pump", retain: true)
+            #expect(eventuallyBlocking(within: 20) { (try? g.documents("dev.state", deleted: true))?["pump"]?["deleted"] as? Bool == true },
+                    "\(String(describing: try? g.documents("dev.state", deleted: true))) \(String(describing: g.mqttStatus()))")
+            try publishEmpty("series/pump", retain: false)
+            #expect(eventuallyBlocking(within: 20) { g.counter("in.dropped.empty") == 1 }, "\(String(describing: g.mqttStatus()))")
+            #expect(g.documentsCount("dev.series") == 0)
+
+            // The broker goes away; changes wait, and the lag says how many.
+            _ = broker.stop()
+            #expect(eventuallyBlocking(within: 20) { g.state() != "connected" })
+            for i in 1...5 { #expect(try g.cli(["doc", "put", "dev.out", "d\(i)", #"{"v":\#(i)}"#]).status == 0) }
+            #expect(eventuallyBlocking(within: 20) { g.counter("out.lag") == 5 }, "\(String(describing: g.mqttStatus()))")
+            try broker.start()
+            #expect(eventuallyBlocking(within: 60) { g.counter("out.lag") == 0 && g.counter("out.acknowledged") >= 5 }, "\(String(describing: g.mqttStatus()))")
         }
 
         @Test("MQTT 5: a publish the broker's ACL refuses (PUBACK reason 135) is counted publish_refused, not acknowledged")
