@@ -172,7 +172,9 @@ final class MQTTBridge: @unchecked Sendable {  // loop state is touched only by 
         var reason = error
         if let refusal = refusedReason {
             reason = refusal
-        } else if !wasConnected && clientOptions.useTLS && clientOptions.certFile != nil {
+        } else if !wasConnected && clientOptions.useTLS && clientOptions.certFile != nil && !error.contains("certificate verify failed") {
+            // Our check of the broker's certificate failing says so itself; a broker that drops
+            // the connection before CONNACK most often refused our certificate.
             reason += " (closed before the broker answered: does it trust this gateway's client certificate \(clientOptions.certFile ?? "")?)"
         }
         refusedReason = nil

@@ -32,10 +32,13 @@ struct Crash: Error, CustomStringConvertible {
 /// A child that records start/stop and crashes on the runs `crashOn` says.
 func child(_ name: String, journal: Journal, runs: Runs, restart: RestartPolicy = .permanent,
            crashOn: @escaping @Sendable (Int) -> Bool = { _ in false }) -> ChildSpec {
-    ChildSpec(name: name, restart: restart, shutdownTimeout: .milliseconds(500)) {
+    // Ready once it has written "start": the supervisor starts the next child only then, so the
+    // journal's order is the start order even when the test runs beside busy suites.
+    ChildSpec(name: name, restart: restart, shutdownTimeout: .milliseconds(500), readyTimeout: .seconds(20)) {
         ClosureService { ctx in
             let run = runs.next(name)
             journal.add("start \(name)")
+            ctx.markReady()
             if crashOn(run) {
                 try await Task.sleep(for: .milliseconds(5))
                 journal.add("crash \(name)")
@@ -159,10 +162,11 @@ struct SupervisorTests {
     func nestedSupervisorHeartbeats() async throws {
         let j = Journal(), runs = Runs()
         let report = SupervisionReport()
-        // As root/mqtt: a supervisor child whose own children heartbeat.
-        let inner = ChildSpec(name: "inner", heartbeatTimeout: .milliseconds(300)) {
+        // As root/mqtt: a supervisor child whose own children heartbeat. Timeouts long enough
+        // that a loaded test run (other suites holding the cooperative pool) stalls no loop past them.
+        let inner = ChildSpec(name: "inner", heartbeatTimeout: .milliseconds(1500)) {
             Supervisor(name: "inner", strategy: .oneForOne, intensity: fastIntensity, children: [
-                ChildSpec(name: "worker", heartbeatTimeout: .milliseconds(200)) {
+                ChildSpec(name: "worker", heartbeatTimeout: .milliseconds(1000)) {
                     ClosureService { ctx in
                         j.add("start worker \(runs.next("worker"))")
                         while await ctx.pause(for: .milliseconds(10)) { ctx.heartbeat() }
@@ -173,8 +177,8 @@ struct SupervisorTests {
         let sup = Supervisor(name: "root", strategy: .oneForOne, intensity: fastIntensity, children: [inner], report: report)
         let (ctx, task) = start(sup)
         try #require(await eventually(within: 20, every: 0.005) { j.all.contains("start worker 1") }, "worker started")
-        // Several heartbeat timeouts of the nested supervisor pass.
-        try await Task.sleep(for: .milliseconds(1500))
+        // The nested supervisor's heartbeat timeout passes more than twice.
+        try await Task.sleep(for: .milliseconds(4000))
         #expect(!j.all.contains("start worker 2"), "\(j.all)")
         #expect(report.snapshot.first { $0.path == "root/inner" }?.restarts == 0)
         ctx.requestShutdown()
