@@ -30,16 +30,18 @@ struct Crash: Error, CustomStringConvertible {
 }
 
 /// A child that records start/stop and crashes on the runs `crashOn` says.
+/// With `after`, a crash waits until the journal holds that entry (a sibling's start), so a
+/// loaded test run (other suites holding the cooperative pool) cannot reorder what the test reads.
+/// `ready`: the child says it is ready once it has written its start, so siblings start after it.
 func child(_ name: String, journal: Journal, runs: Runs, restart: RestartPolicy = .permanent,
-           crashOn: @escaping @Sendable (Int) -> Bool = { _ in false }) -> ChildSpec {
-    // Ready once it has written "start": the supervisor starts the next child only then, so the
-    // journal's order is the start order even when the test runs beside busy suites.
-    ChildSpec(name: name, restart: restart, shutdownTimeout: .milliseconds(500), readyTimeout: .seconds(20)) {
+           crashOn: @escaping @Sendable (Int) -> Bool = { _ in false }, after: String? = nil, ready: Bool = false) -> ChildSpec {
+    ChildSpec(name: name, restart: restart, shutdownTimeout: .milliseconds(500), readyTimeout: ready ? .seconds(20) : nil) {
         ClosureService { ctx in
             let run = runs.next(name)
             journal.add("start \(name)")
-            ctx.markReady()
+            if ready { ctx.markReady() }
             if crashOn(run) {
+                while let after, journal.count(after) == 0 { try await Task.sleep(for: .milliseconds(2)) }
                 try await Task.sleep(for: .milliseconds(5))
                 journal.add("crash \(name)")
                 throw Crash(name: name)
@@ -64,7 +66,7 @@ struct SupervisorTests {
     func oneForOne() async throws {
         let j = Journal(), runs = Runs()
         let sup = Supervisor(name: "root", strategy: .oneForOne, intensity: fastIntensity, children: [
-            child("a", journal: j, runs: runs), child("b", journal: j, runs: runs, crashOn: { $0 == 1 }), child("c", journal: j, runs: runs),
+            child("a", journal: j, runs: runs, ready: true), child("b", journal: j, runs: runs, crashOn: { $0 == 1 }, after: "start c", ready: true), child("c", journal: j, runs: runs, ready: true),
         ], report: SupervisionReport())
         let (ctx, task) = start(sup)
         try #require(await eventually(within: 20, every: 0.005) { j.count("start b") == 2 && j.count("start c") == 1 }, "b restarted")
@@ -80,7 +82,7 @@ struct SupervisorTests {
     func oneForAll() async throws {
         let j = Journal(), runs = Runs()
         let sup = Supervisor(name: "root", strategy: .oneForAll, intensity: fastIntensity, children: [
-            child("a", journal: j, runs: runs), child("b", journal: j, runs: runs, crashOn: { $0 == 1 }), child("c", journal: j, runs: runs),
+            child("a", journal: j, runs: runs, ready: true), child("b", journal: j, runs: runs, crashOn: { $0 == 1 }, after: "start c", ready: true), child("c", journal: j, runs: runs, ready: true),
         ], report: SupervisionReport())
         let (ctx, task) = start(sup)
         try #require(await eventually(within: 20, every: 0.005) { j.count("start c") == 2 }, "all restarted")
@@ -93,7 +95,7 @@ struct SupervisorTests {
     func restForOne() async throws {
         let j = Journal(), runs = Runs()
         let sup = Supervisor(name: "root", strategy: .restForOne, intensity: fastIntensity, children: [
-            child("a", journal: j, runs: runs), child("b", journal: j, runs: runs, crashOn: { $0 == 1 }), child("c", journal: j, runs: runs),
+            child("a", journal: j, runs: runs, ready: true), child("b", journal: j, runs: runs, crashOn: { $0 == 1 }, after: "start c", ready: true), child("c", journal: j, runs: runs, ready: true),
         ], report: SupervisionReport())
         let (ctx, task) = start(sup)
         try #require(await eventually(within: 20, every: 0.005) { j.count("start c") == 2 }, "b and c restarted")
