@@ -164,23 +164,29 @@ struct SupervisorTests {
     func nestedSupervisorHeartbeats() async throws {
         let j = Journal(), runs = Runs()
         let report = SupervisionReport()
-        // As root/mqtt: a supervisor child whose own children heartbeat. Timeouts long enough
-        // that a loaded test run (other suites holding the cooperative pool) stalls no loop past them.
+        // As root/mqtt: a supervisor child whose own children heartbeat. On a manual clock that
+        // moves only when every periodic task has gone round, so a loaded test run (other suites
+        // holding the cooperative pool) cannot make anyone look hung.
         let inner = ChildSpec(name: "inner", heartbeatTimeout: .milliseconds(1500)) {
             Supervisor(name: "inner", strategy: .oneForOne, intensity: fastIntensity, children: [
                 ChildSpec(name: "worker", heartbeatTimeout: .milliseconds(1000)) {
                     ClosureService { ctx in
                         j.add("start worker \(runs.next("worker"))")
-                        while await ctx.pause(for: .milliseconds(10)) { ctx.heartbeat() }
+                        while await ctx.pause(for: .milliseconds(50)) { ctx.heartbeat() }
                     }
                 },
             ], report: report)
         }
         let sup = Supervisor(name: "root", strategy: .oneForOne, intensity: fastIntensity, children: [inner], report: report)
-        let (ctx, task) = start(sup)
-        try #require(await eventually(within: 20, every: 0.005) { j.all.contains("start worker 1") }, "worker started")
-        // The nested supervisor's heartbeat timeout passes more than twice.
-        try await Task.sleep(for: .milliseconds(4000))
+        let clock = ManualClock()
+        let ctx = ServiceContext(name: "root", path: "root", logger: Logger(sink: MemoryLogSink(), level: .debug), clock: clock)
+        let task = Task { try await sup.run(context: ctx) }
+        // Three sleepers when all is quiet: the root's tick, the inner supervisor's tick, the worker's pause.
+        try #require(await eventually(within: 20, every: 0.005) { j.all.contains("start worker 1") && clock.sleeperCount >= 3 }, "worker started")
+        for _ in 0..<50 {  // 5 s of the clock: the inner supervisor's timeout three times over
+            clock.advance(by: .milliseconds(100))
+            try #require(await eventually(within: 20, every: 0.002) { clock.sleeperCount >= 3 }, "the periodic tasks went round")
+        }
         #expect(!j.all.contains("start worker 2"), "\(j.all)")
         #expect(report.snapshot.first { $0.path == "root/inner" }?.restarts == 0)
         ctx.requestShutdown()
