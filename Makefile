@@ -3,7 +3,7 @@ SHELL := /bin/bash
 SWIFT ?= swift
 # Debian packages the build needs (C libraries reached through modulemaps): all that `make build`,
 # `make demo` and `make release` install.
-DEB_PACKAGES := libsqlite3-dev libmbedtls-dev libavahi-client-dev libbluetooth-dev libgpiod-dev libyaml-dev libmicrohttpd-dev libmosquitto-dev pkg-config
+DEB_PACKAGES := libsqlite3-dev libmbedtls-dev libavahi-client-dev libbluetooth-dev libgpiod-dev libyaml-dev libmicrohttpd-dev libmosquitto-dev libnats-dev pkg-config
 # Tests only (`make deps`, `make test`): openssl for the TLS interop tests; the network lab's (avahi-daemon runs only inside namespaces the tests make), and the
 # deploy check's (lintian; dpkg-dev for dpkg-shlibdeps; systemd for systemd-analyze).
 # And the hardware lab's (QEMU with Debian's kernel; scripts/qemu-lab.sh adds the kernel headers; bluez and
@@ -14,11 +14,11 @@ DEB_PACKAGES := libsqlite3-dev libmbedtls-dev libavahi-client-dev libbluetooth-d
 # with a config of their own) and its clients mosquitto_pub/mosquitto_sub; paho-mqtt from PyPI
 # (Tests/MQTT/requirements.txt).
 LAB_PACKAGES := openssl avahi-daemon avahi-utils dbus iproute2 lintian dpkg-dev systemd qemu-system-x86 busybox-static cpio kmod gpiod bluez bluez-test-tools debootstrap \
-	curl python3-pip prometheus chromium wrk mosquitto mosquitto-clients
+	curl python3-pip prometheus chromium wrk mosquitto mosquitto-clients nats-server
 # Packages whose Debian service must not run for the tests: started by no install (policy-rc.d
 # below) and, when this run installed them, disabled so that no boot starts them either (Debian's
 # mosquitto would hold port 1883; the tests never use it, but a gateway owner's broker is theirs).
-NO_SERVICE_PACKAGES := mosquitto
+NO_SERVICE_PACKAGES := mosquitto nats-server
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: all deps build-deps install-missing boards build release deb demo demo-gateways example test fresh-check sim-check soak lab-soak crash sanitizers fuzz bench bench-sim size clean

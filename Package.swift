@@ -21,6 +21,7 @@ let package = Package(
         .systemLibrary(name: "CYAML", path: "Sources/CYAML"),
         .systemLibrary(name: "CMicroHTTPD", path: "Sources/CMicroHTTPD"),
         .systemLibrary(name: "CMosquitto", path: "Sources/CMosquitto"),
+        .systemLibrary(name: "CNATS", path: "Sources/CNATS"),
 
         // Pure modules: no C module, fast to test, reused by the simulator.
         // Threads and locks over pthreads (ThreadSanitizer sees them): the one place they are made.
@@ -40,6 +41,8 @@ let package = Package(
         .target(name: "ShoalHTTP", dependencies: ["ShoalThreads", "ShoalCore", "ShoalLinux", "CMicroHTTPD"]),
         // The MQTT bridge's client (libmosquitto): one connection, driven by one thread.
         .target(name: "ShoalMQTT", dependencies: ["ShoalCore", "ShoalLinux", "CMosquitto"]),
+        // The uplink's client (libnats): one connection to a NATS JetStream server or cluster.
+        .target(name: "ShoalUplink", dependencies: ["ShoalCore", "ShoalLinux", "CNATS"]),
 
         // Replication: the sans-IO protocol state machine over the store and the wire codec.
         .target(name: "ShoalReplication", dependencies: ["ShoalThreads", "ShoalCore", "ShoalWire", "ShoalStore"]),
@@ -55,7 +58,7 @@ let package = Package(
         // Composition root.
         .target(name: "ShoalRuntime", dependencies: ["ShoalThreads", 
             "ShoalCore", "ShoalWire", "ShoalSupervision", "ShoalConfig", "ShoalYAML", "ShoalStatus",
-            "ShoalStore", "ShoalTLS", "ShoalLinux", "ShoalReplication", "ShoalMesh", "ShoalGateway", "ShoalHTTP", "ShoalMQTT",
+            "ShoalStore", "ShoalTLS", "ShoalLinux", "ShoalReplication", "ShoalMesh", "ShoalGateway", "ShoalHTTP", "ShoalMQTT", "ShoalUplink",
         ]),
         .target(name: "ShoalTesting", dependencies: ["ShoalThreads", "ShoalCore", "ShoalSupervision"]),
         // The in-process medium in real time, as a transport: `import Shoal`'s simulated medium,
