@@ -28,6 +28,8 @@ public struct SiteConfig: Sendable, Equatable {
     public var http = HTTPSettings()
     /// The MQTT bridge (`mqtt:`); no brokers, no bridge.
     public var mqtt = MQTTSettings()
+    /// The NATS JetStream uplink (`uplink:`); no servers, no uplink.
+    public var uplink = UplinkSettings()
     /// Days of validity for an identity the gateway creates for itself.
     public var identityValidDays: Int64 = 365
     /// The site's `mesh:` and `log:` mappings, applied over the board's.

@@ -1,0 +1,398 @@
+import CNATS
+import Glibc
+import ShoalCore
+import ShoalThreads
+
+/// What went wrong talking to a NATS server: the call, libnats's status text and, for a JetStream
+/// API error, the server's error code (10071 is a failed compare-and-set, 10059 a missing stream).
+public struct NATSError: Error, Sendable, CustomStringConvertible {
+    public let call: String
+    public let status: String
+    public let jetStreamCode: Int
+    public var description: String {
+        jetStreamCode == 0 ? "\(call): \(status)" : "\(call): \(status) (JetStream error \(jetStreamCode))"
+    }
+    /// The server refused for lack of permission (a subject the account may not use).
+    public var isPermission: Bool { status.lowercased().contains("permission") || status.lowercased().contains("authorization") }
+
+    init(_ call: String, _ s: natsStatus, _ js: jsErrCode = jsErrCode(rawValue: 0)) {
+        self.call = call
+        var text = String(cString: natsStatus_GetText(s))
+        // libnats keeps a per-thread detail of the last error (the server's -ERR text, a TLS failure).
+        if let detail = nats_GetLastError(nil), detail.pointee != 0 {
+            let d = String(cString: detail)
+            if !d.isEmpty, d != text { text += ": " + d }
+        }
+        status = text
+        jetStreamCode = Int(js.rawValue)
+    }
+
+    public init(call: String, status: String, jetStreamCode: Int = 0) {
+        self.call = call
+        self.status = status
+        self.jetStreamCode = jetStreamCode
+    }
+}
+
+/// A message as JetStream stored it: the subject, the headers (first value of each), the payload
+/// and the stream sequence; for a consumer's message, how many more the stream holds after it.
+public struct HubMessage: Sendable {
+    public let subject: String
+    public let headers: [String: String]
+    public let payload: [UInt8]
+    public let streamSequence: UInt64
+    public let pending: UInt64
+}
+
+/// One JetStream publish: `expectedLastSubjectSequence` makes it a compare-and-set (0: the
+/// subject must hold no message yet).
+public struct PublishRequest: Sendable {
+    public var subject: String
+    public var headers: [(String, String)]
+    public var payload: [UInt8]
+    public var expectedLastSubjectSequence: UInt64?
+
+    public init(subject: String, headers: [(String, String)], payload: [UInt8], expectedLastSubjectSequence: UInt64?) {
+        self.subject = subject
+        self.headers = headers
+        self.payload = payload
+        self.expectedLastSubjectSequence = expectedLastSubjectSequence
+    }
+}
+
+public enum PublishResult: Sendable, Equatable {
+    case stored(sequence: UInt64)
+    /// The compare-and-set failed: the subject's last sequence is not the one expected.
+    case wrongLastSequence
+    case failed(String)
+}
+
+/// A stream as the server reports it.
+public struct StreamState: Sendable {
+    public var messages: UInt64
+    public var lastSequence: UInt64
+    public var replicas: Int
+    public var created: Bool
+}
+
+/// One connection to a NATS server or cluster (libnats, the one importer of CNATS). libnats's
+/// connection is thread-safe and reconnects by itself (to any server of the cluster it learned);
+/// this wrapper is used by the uplink's two threads (push and pull).
+public final class NATSClient: @unchecked Sendable {  // owns libnats handles; libnats locks them itself
+    public struct Options: Sendable {
+        public var servers: [String]
+        public var name: String
+        public var connectTimeoutMillis: Int64 = 5000
+        /// JetStream API calls and publish acknowledgements.
+        public var requestTimeoutMillis: Int64 = 10_000
+        public var username: String?
+        public var password: String?
+        public var credentialsFile: String?
+        public var nkeyPublic: String?
+        public var nkeySeedFile: String?
+        public var secure = false
+        public var caFile: String?
+        public var certFile: String?
+        public var keyFile: String?
+        /// PEM text of a client certificate chain and key (the gateway's identity).
+        public var certPEM: String?
+        public var keyPEM: String?
+
+        public init(servers: [String], name: String) {
+            self.servers = servers
+            self.name = name
+        }
+    }
+
+    private let nc: OpaquePointer
+    private let js: OpaquePointer
+    private let acks: AckCollector
+    private let timeout: Int64
+
+    public static var libraryVersion: String { String(cString: nats_GetVersion()) }
+
+    /// Connects (one attempt over the servers in order); afterwards libnats reconnects by itself.
+    public static func connect(_ o: Options) throws(NATSError) -> NATSClient {
+        var opts: OpaquePointer?
+        var s = natsOptions_Create(&opts)
+        guard s == NATS_OK, let opts else { throw NATSError("natsOptions_Create", s) }
+        defer { natsOptions_Destroy(opts) }
+        func check(_ call: String, _ s: natsStatus) throws(NATSError) { if s != NATS_OK { throw NATSError(call, s) } }
+        var cStrings = o.servers.map { strdup($0) }
+        defer { cStrings.forEach { free($0) } }
+        s = cStrings.withUnsafeMutableBufferPointer { buf in
+            buf.baseAddress!.withMemoryRebound(to: UnsafePointer<CChar>?.self, capacity: buf.count) {
+                natsOptions_SetServers(opts, $0, Int32(buf.count))
+            }
+        }
+        try check("natsOptions_SetServers(\(o.servers.joined(separator: ",")))", s)
+        try check("natsOptions_SetName", natsOptions_SetName(opts, o.name))
+        try check("natsOptions_SetTimeout", natsOptions_SetTimeout(opts, o.connectTimeoutMillis))
+        try check("natsOptions_SetNoRandomize", natsOptions_SetNoRandomize(opts, true))
+        try check("natsOptions_SetMaxReconnect", natsOptions_SetMaxReconnect(opts, -1))
+        try check("natsOptions_SetReconnectWait", natsOptions_SetReconnectWait(opts, 1000))
+        try check("natsOptions_SetReconnectJitter", natsOptions_SetReconnectJitter(opts, 500, 1000))
+        try check("natsOptions_SetPingInterval", natsOptions_SetPingInterval(opts, 10_000))
+        try check("natsOptions_SetMaxPingsOut", natsOptions_SetMaxPingsOut(opts, 3))
+        // What is published while reconnecting fails at once instead of waiting in a buffer: the
+        // uplink republishes from its checkpoint, with compare-and-set, so nothing is lost or doubled.
+        try check("natsOptions_SetReconnectBufSize", natsOptions_SetReconnectBufSize(opts, 0))
+        try check("natsOptions_SetFailRequestsOnDisconnect", natsOptions_SetFailRequestsOnDisconnect(opts, true))
+        if let u = o.username { try check("natsOptions_SetUserInfo", natsOptions_SetUserInfo(opts, u, o.password ?? "")) }
+        if let c = o.credentialsFile {
+            try check("natsOptions_SetUserCredentialsFromFiles(\(c))", natsOptions_SetUserCredentialsFromFiles(opts, c, nil))
+        }
+        if let pub = o.nkeyPublic, let seed = o.nkeySeedFile {
+            try check("natsOptions_SetNKeyFromSeed(\(seed))", natsOptions_SetNKeyFromSeed(opts, pub, seed))
+        }
+        let secure = o.secure || o.servers.contains { $0.hasPrefix("tls://") }
+        if secure {
+            try check("natsOptions_SetSecure", natsOptions_SetSecure(opts, true))
+            let ca = o.caFile ?? "/etc/ssl/certs/ca-certificates.crt"
+            try check("natsOptions_LoadCATrustedCertificates(\(ca))", natsOptions_LoadCATrustedCertificates(opts, ca))
+            if let cert = o.certFile, let key = o.keyFile {
+                try check("natsOptions_LoadCertificatesChain(\(cert), \(key))", natsOptions_LoadCertificatesChain(opts, cert, key))
+            } else if let cert = o.certPEM, let key = o.keyPEM {
+                try check("natsOptions_SetCertificatesChain", natsOptions_SetCertificatesChain(opts, cert, key))
+            }
+        }
+        var conn: OpaquePointer?
+        s = natsConnection_Connect(&conn, opts)
+        guard s == NATS_OK, let conn else { throw NATSError("connect to \(o.servers.joined(separator: ", "))", s) }
+        let acks = AckCollector()
+        var jsOpts = jsOptions()
+        jsOptions_Init(&jsOpts)
+        jsOpts.Wait = o.requestTimeoutMillis
+        jsOpts.PublishAsync.MaxPending = 4096
+        jsOpts.PublishAsync.AckHandler = natsPublishAcknowledged
+        jsOpts.PublishAsync.AckHandlerClosure = Unmanaged.passUnretained(acks).toOpaque()
+        var ctx: OpaquePointer?
+        s = natsConnection_JetStream(&ctx, conn, &jsOpts)
+        guard s == NATS_OK, let ctx else {
+            natsConnection_Destroy(conn)
+            throw NATSError("natsConnection_JetStream", s)
+        }
+        return NATSClient(nc: conn, js: ctx, acks: acks, timeout: o.requestTimeoutMillis)
+    }
+
+    private init(nc: OpaquePointer, js: OpaquePointer, acks: AckCollector, timeout: Int64) {
+        self.nc = nc
+        self.js = js
+        self.acks = acks
+        self.timeout = timeout
+    }
+
+    deinit {
+        jsCtx_Destroy(js)
+        natsConnection_Close(nc)
+        natsConnection_Destroy(nc)
+    }
+
+    public var isConnected: Bool { natsConnection_Status(nc) == NATS_CONN_STATUS_CONNECTED }
+    public var isClosed: Bool { natsConnection_IsClosed(nc) }
+
+    /// The server this connection is on now ("" while reconnecting).
+    public var connectedURL: String {
+        var buf = [CChar](repeating: 0, count: 256)
+        guard natsConnection_GetConnectedUrl(nc, &buf, buf.count) == NATS_OK else { return "" }
+        return String(cString: buf)
+    }
+
+    /// The last asynchronous error the server sent (a permissions violation, for one), if any.
+    public var lastError: String? {
+        var text: UnsafePointer<CChar>?
+        let s = natsConnection_GetLastError(nc, &text)
+        guard s != NATS_OK else { return nil }
+        return text.map { String(cString: $0) } ?? String(cString: natsStatus_GetText(s))
+    }
+
+    /// The stream, created with these settings when it does not exist; an existing stream is used
+    /// as it is (its administrator may have set it up differently on purpose).
+    public func ensureStream(name: String, subjects: [String], replicas: Int, maxMessageBytes: Int) throws(NATSError) -> StreamState {
+        var info: UnsafeMutablePointer<jsStreamInfo>?
+        var jerr = jsErrCode(rawValue: 0)
+        var s = js_GetStreamInfo(&info, js, name, nil, &jerr)
+        if s == NATS_OK, let info {
+            defer { jsStreamInfo_Destroy(info) }
+            return StreamState(messages: info.pointee.State.Msgs, lastSequence: info.pointee.State.LastSeq,
+                               replicas: Int(info.pointee.Config?.pointee.Replicas ?? 1), created: false)
+        }
+        guard jerr == JSStreamNotFoundErr else { throw NATSError("stream info \(name)", s, jerr) }
+        var cfg = jsStreamConfig()
+        jsStreamConfig_Init(&cfg)
+        var subjectStrings: [UnsafePointer<CChar>?] = subjects.map { UnsafePointer(strdup($0)) }
+        defer { subjectStrings.forEach { free(UnsafeMutablePointer(mutating: $0)) } }
+        s = name.withCString { cname in
+            subjectStrings.withUnsafeMutableBufferPointer { subs in
+                cfg.Name = cname
+                cfg.Subjects = subs.baseAddress
+                cfg.SubjectsLen = Int32(subs.count)
+                cfg.Storage = js_FileStorage
+                cfg.Replicas = Int64(replicas)
+                cfg.MaxMsgsPerSubject = 1
+                cfg.MaxMsgSize = Int32(clamping: maxMessageBytes)
+                cfg.AllowDirect = true
+                jerr = jsErrCode(rawValue: 0)
+                return js_AddStream(&info, js, &cfg, nil, &jerr)
+            }
+        }
+        guard s == NATS_OK, let info else { throw NATSError("create stream \(name)", s, jerr) }
+        defer { jsStreamInfo_Destroy(info) }
+        return StreamState(messages: info.pointee.State.Msgs, lastSequence: info.pointee.State.LastSeq, replicas: replicas, created: true)
+    }
+
+    /// The stream's current last sequence (what a consumer at `lastSequence` has yet to see).
+    public func streamState(_ name: String) throws(NATSError) -> StreamState {
+        var info: UnsafeMutablePointer<jsStreamInfo>?
+        var jerr = jsErrCode(rawValue: 0)
+        let s = js_GetStreamInfo(&info, js, name, nil, &jerr)
+        guard s == NATS_OK, let info else { throw NATSError("stream info \(name)", s, jerr) }
+        defer { jsStreamInfo_Destroy(info) }
+        return StreamState(messages: info.pointee.State.Msgs, lastSequence: info.pointee.State.LastSeq,
+                           replicas: Int(info.pointee.Config?.pointee.Replicas ?? 1), created: false)
+    }
+
+    /// The last message on `subject` in `stream`, nil when it holds none.
+    public func lastMessage(stream: String, subject: String) throws(NATSError) -> HubMessage? {
+        var msg: OpaquePointer?
+        var jerr = jsErrCode(rawValue: 0)
+        let s = js_GetLastMsg(&msg, js, stream, subject, nil, &jerr)
+        if jerr == JSNoMessageFoundErr || s == NATS_NOT_FOUND { return nil }
+        guard s == NATS_OK, let msg else { throw NATSError("last message of \(subject)", s, jerr) }
+        defer { natsMsg_Destroy(msg) }
+        return NATSClient.read(msg, sequence: natsMsg_GetSequence(msg), pending: 0)
+    }
+
+    /// Publishes every request at once (pipelined) and waits for all acknowledgements. Subjects
+    /// must differ within a batch (the acknowledgements are matched by subject).
+    public func publish(_ batch: [PublishRequest]) -> [PublishResult] {
+        acks.begin()
+        var results = [PublishResult?](repeating: nil, count: batch.count)
+        var pubOpts = jsPubOptions()
+        jsPubOptions_Init(&pubOpts)
+        pubOpts.MaxWait = timeout
+        for (i, r) in batch.enumerated() {
+            var msg: OpaquePointer?
+            var s = r.payload.withUnsafeBufferPointer { p in
+                natsMsg_Create(&msg, r.subject, nil, p.baseAddress.map { UnsafeRawPointer($0).assumingMemoryBound(to: CChar.self) }, Int32(p.count))
+            }
+            guard s == NATS_OK, msg != nil else { results[i] = .failed(NATSError("natsMsg_Create", s).description); continue }
+            for (k, v) in r.headers where s == NATS_OK { s = natsMsgHeader_Set(msg, k, v) }
+            if s == NATS_OK, let expected = r.expectedLastSubjectSequence {
+                s = natsMsgHeader_Set(msg, "Nats-Expected-Last-Subject-Sequence", String(expected))
+            }
+            if s == NATS_OK { s = js_PublishMsgAsync(js, &msg, &pubOpts) }
+            if s != NATS_OK {
+                results[i] = .failed(NATSError("publish \(r.subject)", s).description)
+                if msg != nil { natsMsg_Destroy(msg) }
+            }
+        }
+        var waitOpts = jsPubOptions()
+        jsPubOptions_Init(&waitOpts)
+        waitOpts.MaxWait = timeout + 2000
+        let s = js_PublishAsyncComplete(js, &waitOpts)
+        if s != NATS_OK {
+            // What is still unacknowledged is given back to us: it failed (and is published again
+            // from the checkpoint later, with compare-and-set).
+            var pending = natsMsgList()
+            if js_PublishAsyncGetPendingList(&pending, js) == NATS_OK { natsMsgList_Destroy(&pending) }
+        }
+        let got = acks.end()
+        for (i, r) in batch.enumerated() where results[i] == nil {
+            results[i] = got[r.subject] ?? .failed(s == NATS_OK ? "no acknowledgement" : NATSError("wait for acknowledgements", s).description)
+        }
+        return results.map { $0! }
+    }
+
+    /// An ordered consumer of `stream` from `startSequence` (JetStream's ordered push consumer:
+    /// flow control and heartbeats; libnats recreates it after a gap or a reconnect).
+    public func orderedConsumer(stream: String, filter: String, startSequence: UInt64) throws(NATSError) -> NATSSubscription {
+        var so = jsSubOptions()
+        jsSubOptions_Init(&so)
+        so.Ordered = true
+        so.Config.DeliverPolicy = js_DeliverByStartSequence
+        so.Config.OptStartSeq = max(1, startSequence)
+        var sub: OpaquePointer?
+        var jerr = jsErrCode(rawValue: 0)
+        let s = stream.withCString { cs in
+            so.Stream = cs
+            return js_SubscribeSync(&sub, js, filter, nil, &so, &jerr)
+        }
+        guard s == NATS_OK, let sub else { throw NATSError("ordered consumer on \(stream)", s, jerr) }
+        return NATSSubscription(sub)
+    }
+
+    static func read(_ msg: OpaquePointer, sequence: UInt64, pending: UInt64) -> HubMessage {
+        let subject = String(cString: natsMsg_GetSubject(msg))
+        var headers: [String: String] = [:]
+        var keys: UnsafeMutablePointer<UnsafePointer<CChar>?>?
+        var count: Int32 = 0
+        if natsMsgHeader_Keys(msg, &keys, &count) == NATS_OK, let keys {
+            for i in 0..<Int(count) {
+                guard let k = keys[i] else { continue }
+                var v: UnsafePointer<CChar>?
+                if natsMsgHeader_Get(msg, k, &v) == NATS_OK, let v { headers[String(cString: k)] = String(cString: v) }
+            }
+            free(keys)
+        }
+        let n = Int(natsMsg_GetDataLength(msg))
+        let payload: [UInt8] = n == 0 ? [] : natsMsg_GetData(msg).withMemoryRebound(to: UInt8.self, capacity: n) { Array(UnsafeBufferPointer(start: $0, count: n)) }
+        return HubMessage(subject: subject, headers: headers, payload: payload, streamSequence: sequence, pending: pending)
+    }
+}
+
+/// A consumer's subscription; `next` is called from one thread.
+public final class NATSSubscription: @unchecked Sendable {  // one libnats subscription, read by one thread
+    private let sub: OpaquePointer
+
+    init(_ sub: OpaquePointer) { self.sub = sub }
+    deinit {
+        natsSubscription_Unsubscribe(sub)
+        natsSubscription_Destroy(sub)
+    }
+
+    /// The next message, or nil when none came within `timeoutMillis`.
+    public func next(timeoutMillis: Int64) throws(NATSError) -> HubMessage? {
+        var msg: OpaquePointer?
+        let s = natsSubscription_NextMsg(&msg, sub, timeoutMillis)
+        if s == NATS_TIMEOUT { return nil }
+        guard s == NATS_OK, let msg else { throw NATSError("next message", s) }
+        defer { natsMsg_Destroy(msg) }
+        var meta: UnsafeMutablePointer<jsMsgMetaData>?
+        var seq: UInt64 = 0
+        var pending: UInt64 = 0
+        if natsMsg_GetMetaData(&meta, msg) == NATS_OK, let meta {
+            seq = meta.pointee.Sequence.Stream
+            pending = meta.pointee.NumPending
+            jsMsgMetaData_Destroy(meta)
+        }
+        return NATSClient.read(msg, sequence: seq, pending: pending)
+    }
+}
+
+/// Publish acknowledgements by subject, filled by libnats's callback thread.
+final class AckCollector: Sendable {
+    private let results = Locked<[String: PublishResult]>([:])
+
+    func begin() { results.withLock { $0 = [:] } }
+    func end() -> [String: PublishResult] { results.withLock { r in defer { r = [:] }; return r } }
+    func record(_ subject: String, _ r: PublishResult) { results.withLock { $0[subject] = r } }
+}
+
+/// libnats's acknowledgement callback (a C function: it captures nothing).
+private let natsPublishAcknowledged: jsPubAckHandler = { _, msg, pa, pae, closure in
+    defer { natsMsg_Destroy(msg) }
+    guard let closure, let msg else { return }
+    let acks = Unmanaged<AckCollector>.fromOpaque(closure).takeUnretainedValue()
+    let subject = String(cString: natsMsg_GetSubject(msg))
+    if let pa {
+        acks.record(subject, .stored(sequence: pa.pointee.Sequence))
+    } else if let pae {
+        if pae.pointee.ErrCode == JSStreamWrongLastSequenceErr {
+            acks.record(subject, .wrongLastSequence)
+        } else {
+            let text = pae.pointee.ErrText.map { String(cString: $0) } ?? String(cString: natsStatus_GetText(pae.pointee.Err))
+            acks.record(subject, .failed(pae.pointee.ErrCode.rawValue == 0 ? text : "\(text) (JetStream error \(pae.pointee.ErrCode.rawValue))"))
+        }
+    }
+}
