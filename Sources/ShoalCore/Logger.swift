@@ -4,7 +4,7 @@ import ShoalThreads
 /// The parts of Shoal that log, as the Couchbase seed's `LogDomain` (peerDiscovery, multipeer) grown
 /// to the whole gateway. Levels are set per domain, from config and at run time.
 public enum LogDomain: String, Sendable, CaseIterable, Codable {
-    case peerDiscovery, mesh, replication, store, tls, board, status, supervision, control, runtime, http, mqtt
+    case peerDiscovery, mesh, replication, store, tls, board, status, supervision, control, runtime, http, mqtt, uplink
 }
 
 /// The Couchbase seed's levels. `none` silences a domain.

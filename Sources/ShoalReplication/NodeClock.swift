@@ -35,12 +35,12 @@ public final class NodeClock: Sendable {
     }
 
     /// Folds in a remote timestamp; false if the remote is too far ahead (not applied).
-    func observe(_ remote: HLCTimestamp) -> Bool {
+    public func observe(_ remote: HLCTimestamp) -> Bool {
         let now = wall()
         return clock.withLock { $0.observe(remote, wallMillis: now) }
     }
 
-    func persist(in tx: StoreTransaction) throws(StoreError) {
+    public func persist(in tx: StoreTransaction) throws(StoreError) {
         try tx.setMetadata(NodeClock.metadataKey, String(last.rawValue))
     }
 

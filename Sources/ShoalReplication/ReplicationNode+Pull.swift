@@ -146,82 +146,17 @@ extension ReplicationNode {
         return actions
     }
 
-    struct ApplyOutcome {
-        var remoteCurrent: HLCTimestamp?
-        var error: String?
-        /// The local sequence of a write that took the sender's version as it was (no merge): the
-        /// sender need not hear of it again.
-        var tookSenderVersionAt: Int64?
-    }
+    typealias ApplyOutcome = RemoteApply.Outcome
 
     /// Resolves one incoming document against the local one and writes the result, in `tx`.
     func apply(_ tx: StoreTransaction, _ policy: CollectionPolicy, from peerID: PeerID, _ checked: CheckedDocument,
                purgeHorizon horizon: UInt64, conflicts: inout [ConflictRecord]) throws(StoreError) -> ApplyOutcome {
-        let d = checked.raw
-        guard let remoteVersion = checked.version, let docID = checked.id, checked.problem == nil else {
-            return ApplyOutcome(remoteCurrent: checked.version?.vector.current?.timestamp, error: checked.problem ?? "unreadable document")
-        }
-        let remoteBody = checked.body
-        let remote = ReplicatedDocument(collection: policy.name, id: d.id, body: remoteBody, version: remoteVersion)
-        var outcome = ApplyOutcome(remoteCurrent: remoteVersion.vector.current?.timestamp)
-        if let filter = policy.pullFilter, !filter(peerID, remote) {
-            outcome.error = "refused by the pull filter"
-            return outcome
-        }
-        // Same rule as at announce time: a purge may have happened since we asked for it. It only
-        // matters for a document we hold nothing of, and only an old one.
-        let beforeHorizon = horizon > 0 && (remoteVersion.vector.current?.timestamp.physicalMillis ?? 0) <= horizon
-        if !beforeHorizon,
-           let change = try tx.insertIfAbsent(DocumentWrite(collection: policy.name, id: docID, body: remoteBody, version: d.version), bodyValidated: true) {
-            outcome.tookSenderVersionAt = change.sequence
-            return outcome  // new here: stored in one statement
-        }
-        guard let localMeta = try tx.version(policy.name, id: d.id) else {
-            outcome.error = "refused: older than our purge horizon"
-            conflicts.append(ConflictRecord(collection: policy.name, id: d.id, localVersion: [], remoteVersion: d.version,
-                                            peer: peerID.description, resolver: "purgeHorizon", outcome: "refused: older than our purge horizon",
-                                            atMillis: Int64(clock.wallMillis), remoteBody: remoteBody))
-            return outcome
-        }
-        let localVersion = (try? DocumentVersion(decoding: localMeta.version)) ?? DocumentVersion(vector: VersionVector(), bodyDigest: 0)
-        switch remoteVersion.vector.compare(localVersion.vector) {
-        case .dominated:
-            return outcome
-        case .equal:
-            if remoteVersion.bodyDigest > localVersion.bodyDigest {
-                outcome.tookSenderVersionAt = try tx.write(DocumentWrite(collection: policy.name, id: docID, body: remoteBody, version: d.version), bodyValidated: true).sequence
-            }
-            return outcome
-        case .dominates:
-            outcome.tookSenderVersionAt = try tx.write(DocumentWrite(collection: policy.name, id: docID, body: remoteBody, version: d.version), bodyValidated: true).sequence
-            return outcome
-        case .concurrent:
-            // Only a conflict needs the local body.
-            guard let local = try tx.get(policy.name, id: d.id) else { return outcome }
-            let localDoc = ReplicatedDocument(collection: policy.name, id: d.id, body: local.body, version: localVersion)
-            let resolution = policy.resolver.resolve(peerID, localDoc, remote)
-            var body: String?
-            var label: String
-            switch resolution {
-            case .keepLocal: body = local.body; label = "local"
-            case .takeRemote: body = remoteBody; label = "remote"
-            case .delete: body = nil; label = "deleted"
-            case .merged(let merged):
-                do { try store.validateBody(merged); body = merged; label = "merged" } catch {
-                    body = local.body; label = "local (resolver returned an invalid body)"
-                }
-            }
-            let version = DocumentVersion(vector: localVersion.vector.merged(with: remoteVersion.vector), bodyDigest: DocumentVersion.digest(of: body))
-            try tx.write(DocumentWrite(collection: policy.name, id: docID, body: body, version: version.encoded), bodyValidated: true)
-            conflicts.append(ConflictRecord(collection: policy.name, id: d.id, localVersion: local.version, remoteVersion: d.version,
-                                            peer: peerID.description, resolver: policy.resolver.name, outcome: label,
-                                            atMillis: Int64(clock.wallMillis), localBody: local.body, remoteBody: remoteBody))
-            return outcome
-        }
+        try RemoteApply(store: store, wallMillis: clock.wallMillis)
+            .apply(tx, policy, from: peerID.description, peerID: peerID, checked, purgeHorizon: horizon, conflicts: &conflicts)
     }
 
     func purgeHorizon(_ tx: StoreTransaction) throws(StoreError) -> Int64 {
-        Int64(try tx.metadata(DocumentStore.purgeHorizonKey) ?? "0") ?? 0
+        try RemoteApply.purgeHorizon(tx)
     }
 
     /// Acknowledges, oldest first, every batch whose announced documents are all held, moving the

@@ -165,12 +165,13 @@ public enum ReplicationAction: Sendable {
 /// the size limit, matching its version's digest). `problem` says why it cannot be applied.
 public struct CheckedDocument: Sendable {
     public let raw: ReplicationMessage.DocumentBody
-    let version: DocumentVersion?
-    let id: DocumentID?
-    let body: String?
-    let problem: String?
+    public let version: DocumentVersion?
+    public let id: DocumentID?
+    public let body: String?
+    /// Why it cannot be applied; nil when it can.
+    public let problem: String?
 
-    init(checking d: ReplicationMessage.DocumentBody, maxBodyBytes: Int) {
+    public init(checking d: ReplicationMessage.DocumentBody, maxBodyBytes: Int) {
         raw = d
         id = try? DocumentID(d.id)
         guard !d.version.isEmpty else {

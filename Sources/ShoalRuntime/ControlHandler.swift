@@ -51,6 +51,9 @@ struct ControlHandler {
         case "mqtt":
             // The bridge's brokers (empty when the site has no mqtt: section).
             return ["brokers": gateway.mqtt.json["brokers"] ?? .array([]), "configured": .int(gateway.site.mqtt.brokers.count)]
+        case "uplink":
+            // The uplink's state (null when the site has no uplink: section).
+            return ["uplink": gateway.uplink.json, "configured": .bool(gateway.site.uplink.enabled)]
         case "changes":
             let store = try openStore()
             let since = r["since"]?.int64Value ?? 0

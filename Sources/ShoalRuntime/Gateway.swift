@@ -43,6 +43,8 @@ public final class Gateway: Sendable {
     public let meshEvents = MeshEventLog()
     /// The MQTT bridge's brokers (empty when the site has no `mqtt:` section).
     public let mqtt = MQTTBoard()
+    /// The uplink to a NATS JetStream hub (nil state when the site has no `uplink:` section).
+    public let uplink = UplinkBoard()
     /// The status LED's current pattern (its name), for `shoal status` and the console.
     public let ledPattern = Locked("booting: fast blink")
     /// What the radio manager sees now (nil until it has looked once).
@@ -145,6 +147,7 @@ public final class Gateway: Sendable {
         status.ledPattern = ledPattern.withLock { $0 }
         status.httpAddresses = httpAddresses
         status.mqtt = mqtt.json
+        status.uplink = uplink.json
         status.sync = mesh.sync
         status.transports = mesh.transports.keys.sorted().compactMap { transportStatus($0, in: mesh) }
         return status

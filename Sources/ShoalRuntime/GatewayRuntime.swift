@@ -63,6 +63,11 @@ public enum GatewayRuntime {
                 ChildSpec(name: "mqtt", heartbeatTimeout: .seconds(30), readyTimeout: .seconds(60)) {
                     MQTTService.supervisor(gateway: gateway, settings: config.site.mqtt, store: { try provided.store.value() })
                 },
+            ] : []) + (config.site.uplink.enabled ? [
+                // The uplink to a NATS JetStream hub; while the hub is away it reconnects on its own.
+                ChildSpec(name: "uplink", heartbeatTimeout: .seconds(30), readyTimeout: .seconds(60)) {
+                    UplinkService(gateway: gateway, opened: try provided.store.value(), settings: config.site.uplink)
+                },
             ] : []),
             report: gateway.report)
     }

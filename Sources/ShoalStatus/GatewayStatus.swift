@@ -51,6 +51,8 @@ public struct GatewayStatus: Sendable {
     public var httpAddresses: [String] = []
     /// The MQTT bridge's brokers as `MQTTBoard` writes them (`{"brokers": [...]}`), null without one.
     public var mqtt: JSONValue = .null
+    /// The uplink's state (null without an `uplink:` section).
+    public var uplink: JSONValue = .null
     /// Per transport (the Couchbase seed's status per transport): active or not, its last error, and
     /// how discovery runs on it (for Wi-Fi: the DNS-SD service and whether avahi-daemon answers).
     public struct Transport: Sendable {
@@ -143,6 +145,7 @@ public struct GatewayStatus: Sendable {
         for t in transports { lines.append("\(t.name.padding(to: 11)) \(t.summary)") }
         if !httpAddresses.isEmpty { lines.append("http        \(httpAddresses.joined(separator: ", "))") }
         for b in mqtt["brokers"]?.arrayValue ?? [] { lines.append("mqtt        \(GatewayStatus.mqttLine(b))") }
+        if uplink != .null { lines.append("uplink      \(GatewayStatus.uplinkLine(uplink))") }
         lines.append("store       \(storePath) (durability \(durability))")
         lines.append("documents   \(documents) live, \(tombstones.counted("tombstone")), last sequence \(lastSequence)")
         if let sync { lines.append("syncing     \(sync.text) (received/announced so far)") }
@@ -179,6 +182,7 @@ public struct GatewayStatus: Sendable {
             "sync": sync?.json ?? .null,
             "http": .array(httpAddresses.map(JSONValue.string)),
             "mqtt": mqtt,
+            "uplink": uplink,
             "identity": [
                 "label": .string(identityLabel), "notAfter": identityNotAfter.map { .string($0) } ?? .null,
                 "problem": identityProblem.map { .string($0) } ?? .null,
@@ -217,6 +221,7 @@ public struct GatewayStatus: Sendable {
         sync = SyncProgress(json: s["sync"])
         httpAddresses = (s["http"]?.arrayValue ?? []).compactMap(\.stringValue)
         mqtt = s["mqtt"] ?? .null
+        uplink = s["uplink"] ?? .null
         transports = (s["transports"]?.objectValue ?? [:]).sorted { $0.key < $1.key }.map { name, t in Transport(name: name, json: t) }
     }
 
@@ -228,6 +233,21 @@ public struct GatewayStatus: Sendable {
         line += ", in \(i?["received"]?.int64Value ?? 0) (\(i?["committed"]?.int64Value ?? 0) written, \(i?["unchanged"]?.int64Value ?? 0) unchanged, \(dropped) dropped)"
         line += ", out \(o?["acknowledged"]?.int64Value ?? 0)/\(o?["published"]?.int64Value ?? 0) acknowledged, lag \(o?["lag"]?.int64Value ?? 0)"
         if let e = b["lastError"]?.stringValue { line += "; last error: \(e)" }
+        return line
+    }
+
+    /// The uplink in a line: `connected to nats://10.0.0.5:4222, push 120 (lag 0), pull 80 (lag 0), 1 conflict`.
+    public static func uplinkLine(_ u: JSONValue) -> String {
+        let push = u["push"], pull = u["pull"]
+        let state = u["state"]?.stringValue ?? "?"
+        let server = u["server"]?.stringValue ?? ""
+        var line = state == "connected" && !server.isEmpty ? "connected to \(server)" : "\(state) (\((u["servers"]?.arrayValue ?? []).compactMap(\.stringValue).joined(separator: ", ")))"
+        let skipped = (pull?["skipped"]?.objectValue ?? [:]).values.compactMap(\.int64Value).reduce(0, +)
+        line += ", push \(push?["published"]?.int64Value ?? 0) (lag \(push?["lag"]?.int64Value ?? 0))"
+        line += ", pull \(pull?["applied"]?.int64Value ?? 0) applied (lag \(pull?["lag"]?.int64Value ?? 0))"
+        line += ", \((u["conflicts"]?.int64Value ?? 0).counted("conflict"))"
+        if skipped > 0 { line += ", \(skipped) skipped" }
+        if let e = u["lastError"]?.stringValue { line += "; last error: \(e)" }
         return line
     }
 

@@ -359,6 +359,19 @@ extension DocumentStore {
         }
     }
 
+    /// How many changes of `collection` come after `since`, and the wall time (ms) of the oldest
+    /// of them (0 when none): a bridge's lag behind the change feed.
+    public func changeBacklog(in collection: CollectionName, since: Int64) throws(StoreError) -> (count: Int64, oldestMillis: Int64) {
+        try locked { db throws(StoreError) in
+            let s = try db.statement("SELECT count(*), min(updated_at) FROM documents WHERE collection_id = ? AND sequence > ?")
+            try s.bind(0, try collectionID(collection))
+            try s.bind(1, since)
+            let out = try s.step() ? (s.int64(0), s.int64(1)) : (0, 0)
+            try s.run()
+            return out
+        }
+    }
+
     /// The conflict log's bounds: at most this many entries (the newest)…
     public static let conflictLogMaxEntries = 10_000
     /// …whose bodies add up to at most this many bytes (older entries go first); and none older

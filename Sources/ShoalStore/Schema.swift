@@ -85,6 +85,19 @@ enum Schema {
             source   TEXT NOT NULL
         );
         """),
+        (7, """
+        -- What the uplink knows a hub holds of each document: the hub's stream sequence of the
+        -- document's last message and the version it carries. A push whose version is already
+        -- there is not sent again; a publish expects that sequence (compare-and-set).
+        CREATE TABLE hub_heads(
+            hub          TEXT NOT NULL,
+            collection   TEXT NOT NULL,
+            doc_id       TEXT NOT NULL,
+            hub_sequence INTEGER NOT NULL,
+            version      BLOB NOT NULL,
+            PRIMARY KEY(hub, collection, doc_id)
+        ) WITHOUT ROWID;
+        """),
     ]
 
     static var latestVersion: Int { migrations.last!.version }

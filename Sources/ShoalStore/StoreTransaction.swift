@@ -99,6 +99,40 @@ public final class StoreTransaction {
         try s.run()
     }
 
+    /// What `hub` holds of a document, as the uplink last learned it (see `setHubHead`).
+    public func hubHead(hub: String, collection: CollectionName, id: String) throws(StoreError) -> (sequence: UInt64, version: [UInt8])? {
+        let s = try db.statement("SELECT hub_sequence, version FROM hub_heads WHERE hub = ? AND collection = ? AND doc_id = ?")
+        try s.bind(0, hub)
+        try s.bind(1, collection.description)
+        try s.bind(2, id)
+        let head = try s.step() ? (UInt64(s.int64(0)), s.blob(1)) : nil
+        try s.run()
+        return head
+    }
+
+    /// Notes that `hub`'s last message for the document is at `sequence` and carries `version`.
+    public func setHubHead(hub: String, collection: CollectionName, id: String, sequence: UInt64, version: [UInt8]) throws(StoreError) {
+        let s = try db.statement("""
+            INSERT INTO hub_heads(hub, collection, doc_id, hub_sequence, version) VALUES (?, ?, ?, ?, ?)
+            ON CONFLICT(hub, collection, doc_id) DO UPDATE SET hub_sequence = excluded.hub_sequence, version = excluded.version
+            WHERE excluded.hub_sequence >= hub_heads.hub_sequence
+            """)
+        try s.bind(0, hub)
+        try s.bind(1, collection.description)
+        try s.bind(2, id)
+        try s.bind(3, Int64(sequence))
+        try s.bind(4, blob: version)
+        try s.run()
+    }
+
+    /// Forgets what `hub` held of `collection` (its stream was made anew).
+    public func forgetHubHeads(hub: String, collection: CollectionName) throws(StoreError) {
+        let s = try db.statement("DELETE FROM hub_heads WHERE hub = ? AND collection = ?")
+        try s.bind(0, hub)
+        try s.bind(1, collection.description)
+        try s.run()
+    }
+
     public func setMetadata(_ key: String, _ value: String) throws(StoreError) {
         let s = try db.statement("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value")
         try s.bind(0, key)

@@ -72,7 +72,10 @@ public struct StreamState: Sendable {
     public var messages: UInt64
     public var lastSequence: UInt64
     public var replicas: Int
+    /// This call made the stream.
     public var created: Bool
+    /// When the server made it (ns since the epoch): a stream made anew holds nothing of before.
+    public var createdNanos: Int64
 }
 
 /// One connection to a NATS server or cluster (libnats, the one importer of CNATS). libnats's
@@ -94,9 +97,9 @@ public final class NATSClient: @unchecked Sendable {  // owns libnats handles; l
         public var caFile: String?
         public var certFile: String?
         public var keyFile: String?
-        /// PEM text of a client certificate chain and key (the gateway's identity).
-        public var certPEM: String?
-        public var keyPEM: String?
+        /// The largest document body: publishes larger than the server's max_payload fail with
+        /// the server's limit named.
+        public var maxPayloadHint = 0
 
         public init(servers: [String], name: String) {
             self.servers = servers
@@ -152,8 +155,6 @@ public final class NATSClient: @unchecked Sendable {  // owns libnats handles; l
             try check("natsOptions_LoadCATrustedCertificates(\(ca))", natsOptions_LoadCATrustedCertificates(opts, ca))
             if let cert = o.certFile, let key = o.keyFile {
                 try check("natsOptions_LoadCertificatesChain(\(cert), \(key))", natsOptions_LoadCertificatesChain(opts, cert, key))
-            } else if let cert = o.certPEM, let key = o.keyPEM {
-                try check("natsOptions_SetCertificatesChain", natsOptions_SetCertificatesChain(opts, cert, key))
             }
         }
         var conn: OpaquePointer?
@@ -215,7 +216,7 @@ public final class NATSClient: @unchecked Sendable {  // owns libnats handles; l
         if s == NATS_OK, let info {
             defer { jsStreamInfo_Destroy(info) }
             return StreamState(messages: info.pointee.State.Msgs, lastSequence: info.pointee.State.LastSeq,
-                               replicas: Int(info.pointee.Config?.pointee.Replicas ?? 1), created: false)
+                               replicas: Int(info.pointee.Config?.pointee.Replicas ?? 1), created: false, createdNanos: info.pointee.Created)
         }
         guard jerr == JSStreamNotFoundErr else { throw NATSError("stream info \(name)", s, jerr) }
         var cfg = jsStreamConfig()
@@ -238,7 +239,8 @@ public final class NATSClient: @unchecked Sendable {  // owns libnats handles; l
         }
         guard s == NATS_OK, let info else { throw NATSError("create stream \(name)", s, jerr) }
         defer { jsStreamInfo_Destroy(info) }
-        return StreamState(messages: info.pointee.State.Msgs, lastSequence: info.pointee.State.LastSeq, replicas: replicas, created: true)
+        return StreamState(messages: info.pointee.State.Msgs, lastSequence: info.pointee.State.LastSeq, replicas: replicas, created: true,
+                           createdNanos: info.pointee.Created)
     }
 
     /// The stream's current last sequence (what a consumer at `lastSequence` has yet to see).
@@ -249,7 +251,7 @@ public final class NATSClient: @unchecked Sendable {  // owns libnats handles; l
         guard s == NATS_OK, let info else { throw NATSError("stream info \(name)", s, jerr) }
         defer { jsStreamInfo_Destroy(info) }
         return StreamState(messages: info.pointee.State.Msgs, lastSequence: info.pointee.State.LastSeq,
-                           replicas: Int(info.pointee.Config?.pointee.Replicas ?? 1), created: false)
+                           replicas: Int(info.pointee.Config?.pointee.Replicas ?? 1), created: false, createdNanos: info.pointee.Created)
     }
 
     /// The last message on `subject` in `stream`, nil when it holds none.
@@ -305,21 +307,35 @@ public final class NATSClient: @unchecked Sendable {  // owns libnats handles; l
     }
 
     /// An ordered consumer of `stream` from `startSequence` (JetStream's ordered push consumer:
-    /// flow control and heartbeats; libnats recreates it after a gap or a reconnect).
-    public func orderedConsumer(stream: String, filter: String, startSequence: UInt64) throws(NATSError) -> NATSSubscription {
+    /// flow control and heartbeats; libnats recreates it after a gap or a reconnect). Each message
+    /// goes to `deliver` on libnats's delivery thread, in stream order; while `deliver` blocks,
+    /// flow control holds the server back.
+    public func orderedConsumer(stream: String, filter: String, startSequence: UInt64,
+                                deliver: @escaping @Sendable (HubMessage) -> Void) throws(NATSError) -> NATSSubscription {
         var so = jsSubOptions()
         jsSubOptions_Init(&so)
         so.Ordered = true
         so.Config.DeliverPolicy = js_DeliverByStartSequence
         so.Config.OptStartSeq = max(1, startSequence)
+        so.Config.Heartbeat = 5_000_000_000
+        let box = DeliveryBox(deliver)
         var sub: OpaquePointer?
         var jerr = jsErrCode(rawValue: 0)
+        // libnats may run the handler once more after an unsubscribe from another thread: the
+        // box is released by the completion callback, after the last delivery returned.
+        let context = Unmanaged.passRetained(box).toOpaque()
         let s = stream.withCString { cs in
             so.Stream = cs
-            return js_SubscribeSync(&sub, js, filter, nil, &so, &jerr)
+            return js_Subscribe(&sub, js, filter, natsConsumerDelivered, context, nil, &so, &jerr)
         }
-        guard s == NATS_OK, let sub else { throw NATSError("ordered consumer on \(stream)", s, jerr) }
-        return NATSSubscription(sub)
+        guard s == NATS_OK, let sub else {
+            Unmanaged<DeliveryBox>.fromOpaque(context).release()
+            throw NATSError("ordered consumer on \(stream)", s, jerr)
+        }
+        if natsSubscription_SetOnCompleteCB(sub, natsConsumerCompleted, context) != NATS_OK {
+            box.leaked = true  // cannot know when the last delivery ends: keep the box (a few bytes)
+        }
+        return NATSSubscription(sub, box: box)
     }
 
     static func read(_ msg: OpaquePointer, sequence: UInt64, pending: UInt64) -> HubMessage {
@@ -341,33 +357,60 @@ public final class NATSClient: @unchecked Sendable {  // owns libnats handles; l
     }
 }
 
-/// A consumer's subscription; `next` is called from one thread.
-public final class NATSSubscription: @unchecked Sendable {  // one libnats subscription, read by one thread
+/// A consumer's subscription. Closing it waits until no delivery is running.
+public final class NATSSubscription: @unchecked Sendable {  // one libnats subscription; closed once
     private let sub: OpaquePointer
+    private let box: DeliveryBox
+    private let closed = Locked(false)
 
-    init(_ sub: OpaquePointer) { self.sub = sub }
-    deinit {
+    init(_ sub: OpaquePointer, box: DeliveryBox) {
+        self.sub = sub
+        self.box = box
+    }
+
+    /// Unsubscribes; afterwards `deliver` is not called again.
+    public func close() {
+        guard closed.withLock({ c in defer { c = true }; return !c }) else { return }
         natsSubscription_Unsubscribe(sub)
+        box.shut()
+    }
+
+    deinit {
+        close()
         natsSubscription_Destroy(sub)
     }
+}
 
-    /// The next message, or nil when none came within `timeoutMillis`.
-    public func next(timeoutMillis: Int64) throws(NATSError) -> HubMessage? {
-        var msg: OpaquePointer?
-        let s = natsSubscription_NextMsg(&msg, sub, timeoutMillis)
-        if s == NATS_TIMEOUT { return nil }
-        guard s == NATS_OK, let msg else { throw NATSError("next message", s) }
-        defer { natsMsg_Destroy(msg) }
-        var meta: UnsafeMutablePointer<jsMsgMetaData>?
-        var seq: UInt64 = 0
-        var pending: UInt64 = 0
-        if natsMsg_GetMetaData(&meta, msg) == NATS_OK, let meta {
-            seq = meta.pointee.Sequence.Stream
-            pending = meta.pointee.NumPending
-            jsMsgMetaData_Destroy(meta)
-        }
-        return NATSClient.read(msg, sequence: seq, pending: pending)
+/// The consumer's Swift callback, for libnats's C one.
+final class DeliveryBox: @unchecked Sendable {  // `leaked` is set once, before it is shared
+    private let deliver: @Sendable (HubMessage) -> Void
+    private let open = Locked(true)
+    var leaked = false
+    init(_ deliver: @escaping @Sendable (HubMessage) -> Void) { self.deliver = deliver }
+    /// Holding the lock while delivering: `shut` returns only once no delivery runs.
+    func handle(_ m: HubMessage) { open.withLock { if $0 { deliver(m) } } }
+    func shut() { open.withLock { $0 = false } }
+}
+
+private let natsConsumerCompleted: natsOnCompleteCB = { closure in
+    guard let closure else { return }
+    Unmanaged<DeliveryBox>.fromOpaque(closure).release()
+}
+
+private let natsConsumerDelivered: natsMsgHandler = { _, _, msg, closure in
+    guard let msg else { return }
+    defer { natsMsg_Destroy(msg) }
+    guard let closure else { return }
+    var meta: UnsafeMutablePointer<jsMsgMetaData>?
+    var seq: UInt64 = 0
+    var pending: UInt64 = 0
+    if natsMsg_GetMetaData(&meta, msg) == NATS_OK, let meta {
+        seq = meta.pointee.Sequence.Stream
+        pending = meta.pointee.NumPending
+        jsMsgMetaData_Destroy(meta)
     }
+    guard seq > 0 else { return }  // not a stream message (a status or heartbeat libnats let through)
+    Unmanaged<DeliveryBox>.fromOpaque(closure).takeUnretainedValue().handle(NATSClient.read(msg, sequence: seq, pending: pending))
 }
 
 /// Publish acknowledgements by subject, filled by libnats's callback thread.

@@ -227,7 +227,7 @@ struct DocumentStoreTests {
         let store = try DocumentStore.open(StoreOptions(path: path), logger: Logger(sink: log))
         defer { store.close() }
         #expect(store.openReport.schemaVersionFound == 1)
-        #expect(store.openReport.schemaVersion == 6)
+        #expect(store.openReport.schemaVersion == 7)
         #expect(log.contains("migrated schema to version 2") && log.contains("migrated schema to version 3") && log.contains("migrated schema to version 4") && log.contains("migrated schema to version 5"))
         #expect(try store.get(.default, id: id("old"))?.body == #"{"kept":true}"#)
         #expect(store.lastSequence == 9)

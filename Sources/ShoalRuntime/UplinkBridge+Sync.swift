@@ -1,0 +1,308 @@
+import ShoalConfig
+import ShoalCore
+import ShoalReplication
+import ShoalStore
+import ShoalUplink
+import ShoalWire
+
+/// A hub message read as a document version.
+struct HubDocument {
+    let id: String
+    let version: [UInt8]
+    let origin: PeerID
+    let checked: CheckedDocument
+}
+
+enum ParsedHubMessage {
+    case document(HubDocument)
+    /// Not Shoal's (or damaged): why.
+    case foreign(String)
+}
+
+extension UplinkBridge {
+    // MARK: - Pull
+
+    /// Applies what the consumers delivered, a batch per collection in one transaction each.
+    func pullRound() throws -> Bool {
+        let batch = inbox.take(max: Self.batchMax)
+        guard !batch.isEmpty else { return false }
+        var byLane: [Int: [HubMessage]] = [:]
+        for (i, m) in batch where i < lanes.count { byLane[i, default: []].append(m) }
+        for (i, messages) in byLane.sorted(by: { $0.key < $1.key }) { try applyFromHub(lane: i, messages) }
+        succeeded()
+        return true
+    }
+
+    private func applyFromHub(lane i: Int, _ messages: [HubMessage]) throws {
+        let lane = lanes[i]
+        let fresh = messages.filter { $0.streamSequence > UInt64(lane.pullCheckpoint) }
+        guard let last = fresh.last else { return }
+        var docs: [(HubMessage, HubDocument)] = []
+        var foreign: [(HubMessage, String)] = []
+        for m in fresh {
+            switch parse(m, lane) {
+            case .document(let d): docs.append((m, d))
+            case .foreign(let why): foreign.append((m, why))
+            }
+        }
+        var conflicts: [ConflictRecord] = []
+        var applied: Int64 = 0, unchanged: Int64 = 0
+        var refused: [String] = []
+        let applier = RemoteApply(store: store, wallMillis: writer.clock.wallMillis)
+        let clock = writer.clock
+        try store.transaction { (tx) throws(StoreError) in
+            let horizon = UInt64(max(0, try RemoteApply.purgeHorizon(tx)))
+            for (m, d) in docs {
+                let before = conflicts.count
+                let outcome = try applier.apply(tx, lane.policy, from: "uplink:\(d.origin)", peerID: d.origin, d.checked,
+                                                purgeHorizon: horizon, conflicts: &conflicts)
+                if let ts = outcome.remoteCurrent { _ = clock.observe(ts) }
+                if let error = outcome.error {
+                    refused.append("\(d.id): \(error)")
+                    continue
+                }
+                try tx.setHubHead(hub: Self.hubKey, collection: lane.name, id: d.id, sequence: m.streamSequence, version: d.version)
+                if outcome.tookSenderVersionAt != nil || conflicts.count > before { applied += 1 } else { unchanged += 1 }
+            }
+            try clock.persist(in: tx)
+            try tx.logConflicts(conflicts)
+            try tx.setCheckpoint(peer: Self.hubKey, collection: lane.name, direction: .pull, sequence: Int64(last.streamSequence))
+        }
+        lanes[i].pullCheckpoint = Int64(last.streamSequence)
+        lanes[i].pullPending = last.pending
+        let received = Int64(fresh.count), conflicted = Int64(conflicts.count)
+        board.update {
+            $0.received += received
+            $0.applied += applied
+            $0.unchanged += unchanged
+            $0.conflicts += conflicted
+            if !foreign.isEmpty { $0.skipped["foreign", default: 0] += Int64(foreign.count) }
+            if !refused.isEmpty { $0.skipped["refused", default: 0] += Int64(refused.count) }
+        }
+        for (m, why) in foreign { noteSkipped(lane, "foreign", "\(m.subject) (stream sequence \(m.streamSequence)): \(why)") }
+        for why in refused { noteSkipped(lane, "refused", why) }
+    }
+
+    /// A hub message as a document of `lane`'s collection, or why it is not one.
+    func parse(_ m: HubMessage, _ lane: Lane) -> ParsedHubMessage {
+        guard let id = layout.documentID(subject: m.subject, in: lane.name) else {
+            return .foreign("the subject does not name a document of \(lane.name)")
+        }
+        guard let versionHex = m.headers[HubHeader.version] else { return .foreign("no \(HubHeader.version) header") }
+        guard let version = HubHeader.bytes(hex: versionHex) else { return .foreign("\(HubHeader.version) is not hex") }
+        guard let originHex = m.headers[HubHeader.origin], let origin = PeerID(hex: originHex) else {
+            return .foreign("no peer id in \(HubHeader.origin)")
+        }
+        let deleted = m.headers[HubHeader.deleted] == "true"
+        if deleted, !m.payload.isEmpty { return .foreign("a tombstone with a body") }
+        let checked = CheckedDocument(checking: ReplicationMessage.DocumentBody(id: id, deleted: deleted, version: version, body: m.payload),
+                                      maxBodyBytes: maxBodyBytes)
+        if let problem = checked.problem { return .foreign(problem) }
+        return .document(HubDocument(id: id, version: version, origin: origin, checked: checked))
+    }
+
+    // MARK: - Push
+
+    func pushRound(_ client: NATSClient) throws -> Bool {
+        var progress = false
+        for i in lanes.indices where lanes[i].push {
+            progress = try pushLane(i, client) || progress
+        }
+        return progress
+    }
+
+    private struct Pending {
+        let change: Change
+        let doc: StoredDocument?
+        let head: (sequence: UInt64, version: [UInt8])?
+    }
+
+    /// Publishes one batch of a collection's changes the hub does not hold, moving the checkpoint
+    /// over those it acknowledged or held already.
+    private func pushLane(_ i: Int, _ client: NATSClient) throws -> Bool {
+        let lane = lanes[i]
+        let changes = try store.changes(in: lane.name, since: lane.pushCheckpoint, limit: Self.batchMax)
+        guard !changes.isEmpty else { return false }
+        let items = try store.transaction { (tx) throws(StoreError) -> [Pending] in
+            try changes.map { (c) throws(StoreError) -> Pending in
+                Pending(change: c, doc: try tx.get(lane.name, id: c.id), head: try tx.hubHead(hub: Self.hubKey, collection: lane.name, id: c.id))
+            }
+        }
+        var requests: [PublishRequest] = []
+        var requestOf: [Int] = []
+        var alreadyThere: Int64 = 0
+        for (k, it) in items.enumerated() {
+            guard let doc = it.doc, !doc.version.isEmpty else { continue }  // purged since, or written without a version
+            if let h = it.head, h.version == doc.version { alreadyThere += 1; continue }
+            if let filter = lane.policy.pushFilter, let v = try? DocumentVersion(decoding: doc.version),
+               !filter(peerID, ReplicatedDocument(collection: lane.name, id: doc.id, body: doc.body, version: v)) { continue }
+            requests.append(request(lane, doc, expected: it.head?.sequence ?? 0))
+            requestOf.append(k)
+        }
+        let results = requests.isEmpty ? [] : client.publish(requests)
+        var done = [Bool](repeating: true, count: items.count)
+        var heads: [(String, UInt64, [UInt8])] = []
+        var published: Int64 = 0, retries: Int64 = 0
+        var firstError: String?
+        for (r, k) in zip(results, requestOf) {
+            let doc = items[k].doc!
+            switch r {
+            case .stored(let seq):
+                heads.append((doc.id, seq, doc.version))
+                published += 1
+            case .wrongLastSequence:
+                retries += 1
+                if firstError == nil {
+                    do { done[k] = try settleConflict(lane, id: doc.id, client) } catch { done[k] = false; firstError = "\(error)" }
+                } else {
+                    done[k] = false
+                }
+            case .failed(let why):
+                done[k] = false
+                firstError = firstError ?? "publishing \(doc.id) to \(lane.stream): \(why)"
+            }
+        }
+        var upTo = lane.pushCheckpoint
+        for (k, it) in items.enumerated() {
+            guard done[k] else { break }
+            upTo = it.change.sequence
+        }
+        let checkpoint = upTo
+        try store.transaction { (tx) throws(StoreError) in
+            for (id, seq, version) in heads {
+                try tx.setHubHead(hub: Self.hubKey, collection: lane.name, id: id, sequence: seq, version: version)
+            }
+            if checkpoint > lane.pushCheckpoint {
+                try tx.setCheckpoint(peer: Self.hubKey, collection: lane.name, direction: .push, sequence: checkpoint)
+            }
+        }
+        lanes[i].pushCheckpoint = checkpoint
+        board.update {
+            $0.published += published
+            $0.alreadyThere += alreadyThere
+            $0.casRetries += retries
+        }
+        if let firstError { throw UplinkSyncError(text: firstError) }
+        succeeded()
+        return true
+    }
+
+    /// The hub held a version of `id` this gateway had not seen (the compare-and-set failed): take
+    /// it in like a pull would, and publish the result if it differs from the hub's. True when the
+    /// hub holds this gateway's version, or one that includes it, or (push-only) one it leaves be.
+    private func settleConflict(_ lane: Lane, id: String, _ client: NATSClient) throws -> Bool {
+        let subject = layout.subject(lane.name, id: id)
+        for _ in 0..<5 {
+            let hub = try client.lastMessage(stream: lane.stream, subject: subject)
+            var expected: UInt64 = 0
+            if let hub {
+                expected = hub.streamSequence
+                switch parse(hub, lane) {
+                case .foreign(let why):
+                    // Not a version of ours: this gateway's replaces it.
+                    board.update { $0.skipped["foreign", default: 0] += 1 }
+                    noteSkipped(lane, "foreign", "\(hub.subject) (stream sequence \(hub.streamSequence)): \(why); replaced by this gateway's version")
+                case .document(let d):
+                    if let settled = try takeIn(lane, d, at: hub.streamSequence) { return settled }
+                }
+            }
+            guard let docID = try? DocumentID(id), let local = try store.get(lane.name, id: docID), !local.version.isEmpty else { return true }
+            let r = client.publish([request(lane, local, expected: expected)])
+            switch r.first {
+            case .stored(let seq)?:
+                try store.transaction { (tx) throws(StoreError) in
+                    try tx.setHubHead(hub: Self.hubKey, collection: lane.name, id: id, sequence: seq, version: local.version)
+                }
+                board.update { $0.published += 1 }
+                return true
+            case .wrongLastSequence?:
+                board.update { $0.casRetries += 1 }
+                continue
+            case .failed(let why)?:
+                throw UplinkSyncError(text: "publishing \(id) to \(lane.stream): \(why)")
+            case nil:
+                return false
+            }
+        }
+        return false
+    }
+
+    /// Brings the hub's version `d` (at `sequence`) in. Returns true when nothing more is to be
+    /// published, nil when this gateway's (now merged) version must go to the hub.
+    private func takeIn(_ lane: Lane, _ d: HubDocument, at sequence: UInt64) throws -> Bool? {
+        guard lane.pull else {
+            // Push only: the hub's version is not brought in. Publish only over a version ours includes.
+            guard let docID = d.checked.id, let local = try store.get(lane.name, id: docID), let lv = try? DocumentVersion(decoding: local.version),
+                  let hv = d.checked.version else { return true }
+            switch lv.vector.compare(hv.vector) {
+            case .dominates: return nil
+            case .equal where lv.bodyDigest > hv.bodyDigest: return nil
+            case .concurrent:
+                board.update { $0.skipped["concurrent", default: 0] += 1 }
+                noteSkipped(lane, "concurrent", "\(d.id): the hub holds a concurrent version and pull is off for \(lane.name): left as it is")
+                fallthrough
+            default:
+                try store.transaction { (tx) throws(StoreError) in
+                    try tx.setHubHead(hub: Self.hubKey, collection: lane.name, id: d.id, sequence: sequence, version: d.version)
+                }
+                return true
+            }
+        }
+        var conflicts: [ConflictRecord] = []
+        let applier = RemoteApply(store: store, wallMillis: writer.clock.wallMillis)
+        let clock = writer.clock
+        let refusedBy: String? = try store.transaction { (tx) throws(StoreError) -> String? in
+            let horizon = UInt64(max(0, try RemoteApply.purgeHorizon(tx)))
+            let outcome = try applier.apply(tx, lane.policy, from: "uplink:\(d.origin)", peerID: d.origin, d.checked,
+                                            purgeHorizon: horizon, conflicts: &conflicts)
+            if let ts = outcome.remoteCurrent { _ = clock.observe(ts) }
+            try clock.persist(in: tx)
+            try tx.logConflicts(conflicts)
+            if outcome.error == nil {
+                try tx.setHubHead(hub: Self.hubKey, collection: lane.name, id: d.id, sequence: sequence, version: d.version)
+            }
+            return outcome.error
+        }
+        let n = Int64(conflicts.count)
+        if n > 0 { board.update { $0.conflicts += n } }
+        if let refusedBy {
+            board.update { $0.skipped["refused", default: 0] += 1 }
+            noteSkipped(lane, "refused", "\(d.id): \(refusedBy); the hub keeps its version")
+            return true
+        }
+        guard let docID = d.checked.id, let local = try store.get(lane.name, id: docID) else { return true }
+        if local.version == d.version {
+            board.update { $0.alreadyThere += 1 }
+            return true
+        }
+        return nil
+    }
+
+    func request(_ lane: Lane, _ doc: StoredDocument, expected: UInt64) -> PublishRequest {
+        var headers = [(HubHeader.version, HubHeader.hex(doc.version)), (HubHeader.origin, peerID.description)]
+        if let v = try? DocumentVersion(decoding: doc.version), let current = v.vector.current {
+            headers.append((HubHeader.hlc, current.timestamp.description))
+        }
+        if doc.isDeleted { headers.append((HubHeader.deleted, "true")) }
+        return PublishRequest(subject: layout.subject(lane.name, id: doc.id), headers: headers,
+                              payload: Array((doc.body ?? "").utf8), expectedLastSubjectSequence: expected)
+    }
+
+    /// Logs a skipped message: the first of a kind per collection and minute, then a count.
+    func noteSkipped(_ lane: Lane, _ kind: String, _ detail: String) {
+        let key = "\(lane.name)/\(kind)"
+        let now = ContinuousClock.now
+        if let last = skipLog[key], now - last.at < .seconds(60) {
+            skipLog[key]!.since += 1
+            return
+        }
+        let since = skipLog[key]?.since ?? 0
+        skipLog[key] = (now, 0)
+        logger.warning(.uplink, "\(lane.name): skipped a hub message (\(kind)): \(detail)\(since > 0 ? "; \(since) more skipped in the last minute" : "") — counted in `shoal uplink status`")
+    }
+}
+
+struct UplinkSyncError: Error, CustomStringConvertible {
+    let text: String
+    var description: String { text }
+}

@@ -1,0 +1,66 @@
+import ShoalConfig
+import ShoalCore
+import ShoalLinux
+import ShoalReplication
+import ShoalSupervision
+import ShoalThreads
+import ShoalUplink
+
+/// The site's `uplink:` (`root/uplink`): runs the `UplinkBridge` on a thread of its own and stops
+/// it on shutdown. A hub that is down, unreachable or refusing is not a crash: the bridge
+/// reconnects with backoff and shows why in `shoal uplink status`, and the mesh goes on; only a
+/// store that is gone ends the child (the supervisor restarts it with backoff).
+struct UplinkService: Service {
+    let gateway: Gateway
+    let opened: OpenedStore
+    let settings: UplinkSettings
+
+    func run(context: ServiceContext) async throws {
+        guard let peer = gateway.identity?.peerID else { throw UplinkError.noIdentity }
+        let writer = LocalWriter(peer: peer, store: opened.store, clock: opened.clock)
+        let bridge = UplinkBridge(settings: settings, group: gateway.site.group, site: gateway.site.collections, writer: writer,
+                                  options: clientOptions(peer: peer), logger: gateway.logger, board: gateway.uplink, events: gateway.meshEvents)
+        let workers = WorkerGroup()
+        let ended = Latch()
+        guard workers.spawn("uplink", { bridge.run(); ended.open() }) else {
+            throw SystemError(call: "pthread_create(uplink)", code: 11)
+        }
+        context.markReady()
+        while await context.pause(for: .seconds(1)) {
+            if ended.isOpen { break }
+            if ContinuousClock.now - bridge.lastBeat < .seconds(150) { context.heartbeat() }
+        }
+        bridge.stop()
+        // The thread sees `stop` within a round, unless it waits on the hub (a connect: at most
+        // the 5 s connect timeout per server; a publish: at most the 10 s request timeout).
+        guard await ended.wait(timeout: .seconds(15)) else {
+            gateway.logger.warning(.uplink, "stopping: the uplink's thread still waits on the hub after 15 s; abandoned")
+            return
+        }
+        let abandoned = (try? await gateway.workThread.run { workers.join(timeoutMillis: 3000) }) ?? []
+        if !abandoned.isEmpty { gateway.logger.warning(.uplink, "stopping: abandoned \(abandoned.joined(separator: ", ")) after 3 s") }
+    }
+
+    /// The client's settings from the site file (the password file is read at each connection).
+    func clientOptions(peer: PeerID) -> NATSClient.Options {
+        var o = NATSClient.Options(servers: settings.servers, name: "shoal-\(peer.description.prefix(12))-\(gateway.site.identityLabel)")
+        o.maxPayloadHint = opened.store.options.maxBodyBytes
+        o.username = settings.username
+        o.credentialsFile = settings.credentialsFile
+        o.nkeyPublic = settings.nkey
+        o.nkeySeedFile = settings.nkeySeedFile
+        if let tls = settings.tls {
+            o.secure = true
+            o.caFile = tls.caFile
+            if tls.identity {
+                let dir = gateway.identityDirectory
+                o.certFile = "\(dir)/\(gateway.site.identityLabel).crt.pem"
+                o.keyFile = "\(dir)/\(gateway.site.identityLabel).key.pem"
+            } else {
+                o.certFile = tls.certFile
+                o.keyFile = tls.keyFile
+            }
+        }
+        return o
+    }
+}
