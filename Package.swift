@@ -87,7 +87,7 @@ let package = Package(
         .testTarget(name: "ShoalStoreTests", dependencies: ["ShoalThreads", "ShoalStore", "ShoalTesting"]),
         .testTarget(name: "ShoalConfigTests", dependencies: ["ShoalTesting", "ShoalConfig", "ShoalYAML", "ShoalRuntime", "ShoalTLS", "ShoalReplication"]),
         .testTarget(name: "ShoalMeshTests", dependencies: ["ShoalThreads", "ShoalMesh", "ShoalGateway", "ShoalSim", "ShoalCore", "ShoalConfig", "ShoalRuntime"]),
-        .testTarget(name: "ShoalGatewayTests", dependencies: ["ShoalGateway", "ShoalMedium", "ShoalRuntime", "ShoalSim", "ShoalMesh", "ShoalReplication", "ShoalStore", "ShoalTLS", "ShoalWire", "ShoalCore", "ShoalTesting"]),
+        .testTarget(name: "ShoalGatewayTests", dependencies: ["ShoalGateway", "ShoalMedium", "ShoalRuntime", "ShoalUplink", "ShoalConfig", "ShoalThreads", "ShoalSim", "ShoalMesh", "ShoalReplication", "ShoalStore", "ShoalTLS", "ShoalWire", "ShoalCore", "ShoalTesting"]),
         .testTarget(name: "ShoalReplicationTests", dependencies: ["ShoalThreads", "ShoalReplication", "ShoalStore", "ShoalWire", "ShoalTesting", "ShoalCore"]),
         .testTarget(name: "ShoalTLSTests", dependencies: ["ShoalThreads", "ShoalTLS", "ShoalLinux", "ShoalTesting", "ShoalCore"]),
         .testTarget(name: "ShoalLinuxTests", dependencies: ["ShoalThreads", "ShoalLinux", "ShoalCore", "ShoalTesting"]),

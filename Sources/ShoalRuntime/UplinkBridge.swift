@@ -118,6 +118,7 @@ final class UplinkBridge: @unchecked Sendable {  // loop state is touched only b
             events.append(["type": "uplink", "connected": .bool(true), "server": .string(client.connectedURL), "error": .null],
                           atMillis: Int64(writer.clock.wallMillis))
             let reason = session(client)
+            logger.debug(.uplink, "session ended: \(reason ?? "stopped")")
             unsubscribe()
             board.update {
                 $0.disconnects += 1

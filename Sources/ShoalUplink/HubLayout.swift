@@ -3,8 +3,10 @@ import ShoalCore
 /// Where and how a group's documents live on the hub (see README "When one site is not enough"):
 /// one stream per collection, named `SHOAL_<G>_<tok(collection)>`, holding the latest message of
 /// each document on `shoal.<G>.<tok(collection)>.<tok(id)>`. G is the first 6 bytes of SHA-256 of
-/// the group id in upper-case hex (the DNS-SD type's digits); tok keeps `[A-Za-z0-9_-]` and writes
-/// every other byte as `%XX`, so any collection or document id is one subject token.
+/// the group id in upper-case hex (the DNS-SD type's digits); tok keeps `[A-Za-z0-9-]` and writes
+/// every other byte (`_` too) as `_XX` (upper-case hex), so any collection or document id is one
+/// subject token and a valid stream name. Not `%XX`: nats-server 2.9 formats acknowledgement
+/// subjects with the stream name as a format string, and a `%` there garbles them.
 public struct HubLayout: Sendable, Equatable {
     public let groupToken: String
 
@@ -38,22 +40,22 @@ public struct HubLayout: Sendable, Equatable {
         for b in text.utf8 {
             switch b {
             case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
-                 UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "_"), UInt8(ascii: "-"):
+                 UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"):
                 out.unicodeScalars.append(Unicode.Scalar(b))
             default:
-                out += "%" + SHA256.hex([b], uppercase: true)
+                out += "_" + SHA256.hex([b], uppercase: true)
             }
         }
         return out
     }
 
-    /// The text a token stands for; nil when it is not one `token` makes (a stray `%`, a byte
+    /// The text a token stands for; nil when it is not one `token` makes (a stray `_`, a byte
     /// outside the kept set, invalid UTF-8).
     public static func untoken(_ token: String) -> String? {
         var bytes: [UInt8] = []
         var it = Array(token.utf8)[...]
         while let b = it.popFirst() {
-            if b == UInt8(ascii: "%") {
+            if b == UInt8(ascii: "_") {
                 guard it.count >= 2, let v = UInt8(String(decoding: it.prefix(2), as: UTF8.self), radix: 16) else { return nil }
                 bytes.append(v)
                 it = it.dropFirst(2)

@@ -137,9 +137,8 @@ public final class NATSClient: @unchecked Sendable {  // owns libnats handles; l
         try check("natsOptions_SetReconnectJitter", natsOptions_SetReconnectJitter(opts, 500, 1000))
         try check("natsOptions_SetPingInterval", natsOptions_SetPingInterval(opts, 10_000))
         try check("natsOptions_SetMaxPingsOut", natsOptions_SetMaxPingsOut(opts, 3))
-        // What is published while reconnecting fails at once instead of waiting in a buffer: the
-        // uplink republishes from its checkpoint, with compare-and-set, so nothing is lost or doubled.
-        try check("natsOptions_SetReconnectBufSize", natsOptions_SetReconnectBufSize(opts, 0))
+        // Requests (JetStream API calls, acknowledgements awaited) fail at once when the connection
+        // drops instead of waiting for their timeout: the uplink publishes again from its checkpoint.
         try check("natsOptions_SetFailRequestsOnDisconnect", natsOptions_SetFailRequestsOnDisconnect(opts, true))
         if let u = o.username { try check("natsOptions_SetUserInfo", natsOptions_SetUserInfo(opts, u, o.password ?? "")) }
         if let c = o.credentialsFile {
