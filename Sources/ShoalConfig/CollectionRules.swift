@@ -137,9 +137,13 @@ extension ConfigReader {
         }
     }
 
-    /// `pushFilter:` / `pullFilter:` — see `FilterSpec`.
-    mutating func filterSpec(_ key: String) throws(ConfigError) -> FilterSpec? {
+    /// `pushFilter:` / `pullFilter:` — see `FilterSpec`. `peersRefused`: why `peers:` has no
+    /// meaning here (the uplink's filters: the hub is no peer), nil where it applies.
+    mutating func filterSpec(_ key: String, peersRefused: String? = nil) throws(ConfigError) -> FilterSpec? {
         guard var r = try mapping(key) else { return nil }
+        if let peersRefused, let entry = r.node.entries?.first(where: { $0.key == "peers" }) {
+            throw ConfigError(mark: entry.keyMark, key: r.keyPath("peers"), message: peersRefused)
+        }
         var f = FilterSpec()
         f.idPrefixes = try r.stringList("idPrefix") ?? []
         if var fr = try r.mapping("field") {
@@ -177,7 +181,7 @@ extension ConfigReader {
         }
         try r.finish()
         if f == FilterSpec() {
-            throw ConfigError(mark: r.node.mark, key: r.path, message: "an empty filter: give idPrefix, field, fieldIn or peers")
+            throw ConfigError(mark: r.node.mark, key: r.path, message: "an empty filter: give \(peersRefused == nil ? "idPrefix, field, fieldIn or peers" : "idPrefix, field or fieldIn")")
         }
         return f
     }

@@ -304,6 +304,10 @@ public struct ConfigLoader: Sendable {
             guard var r = try top.mapping("mqtt") else { return }
             try site.mqtt.apply(&r, collections: site.collections.map(\.name))
         }
+        errors.attempt { () throws(ConfigError) in
+            guard var r = try top.mapping("uplink") else { return }
+            try site.uplink.apply(&r, collections: site.collections.map(\.name))
+        }
         site.meshNode = top.raw("mesh")
         site.logNode = top.raw("log")
         errors.attempt { () throws(ConfigError) in try top.finish() }

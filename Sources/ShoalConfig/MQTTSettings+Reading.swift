@@ -145,53 +145,23 @@ extension MQTTBroker {
             let hint = other == "tcp" ? " (tcp:// is written mqtt:// here)" : other == "ssl" || other == "tls" ? " (\(other):// is written mqtts:// here)" : ""
             return .failure(MQTTSyntaxError("\"\(other)://\" is not supported\(hint); expected mqtt:// or mqtts://, \(example)"))
         }
-        var rest = text[sep.upperBound...]
-        if rest.hasSuffix("/") { rest.removeLast() }
-        if rest.contains("@") {
-            return .failure(MQTTSyntaxError("no user or password in the url: write username: and passwordFile: beside it"))
+        let defaultPort = tls ? MQTTBroker.defaultTLSPort : MQTTBroker.defaultPort
+        switch HostPort.parseURLAuthority(text[sep.upperBound...], defaultPort: defaultPort, scheme: tls ? "mqtts" : "mqtt", what: "broker", example: example) {
+        case .success(let hp): return .success((hp.host, hp.port, tls))
+        case .failure(let why): return .failure(why)
         }
-        if rest.contains("/") || rest.contains("?") {
-            return .failure(MQTTSyntaxError("a broker url has no path or query, \(example)"))
-        }
-        guard !rest.isEmpty, !rest.hasPrefix(":") else { return .failure(MQTTSyntaxError("the url names no host, \(example)")) }
-        // Split off the port: after "]" for IPv6, else after the only ':'.
-        var hostPart = rest
-        var portText: Substring?
-        if rest.hasPrefix("[") {
-            guard let close = rest.firstIndex(of: "]") else { return .failure(MQTTSyntaxError("an IPv6 address with no closing ']', e.g. mqtt://[::1]:1883")) }
-            hostPart = rest[...close]
-            let after = rest[rest.index(after: close)...]
-            if !after.isEmpty {
-                guard after.hasPrefix(":") else { return .failure(MQTTSyntaxError("expected :port after the address, e.g. mqtt://[::1]:1883")) }
-                portText = after.dropFirst()
-            }
-        } else if let colon = rest.firstIndex(of: ":") {
-            guard rest[rest.index(after: colon)...].firstIndex(of: ":") == nil else {
-                return .failure(MQTTSyntaxError("an IPv6 address is written in brackets, e.g. mqtt://[::1]:1883"))
-            }
-            hostPart = rest[..<colon]
-            portText = rest[rest.index(after: colon)...]
-        }
-        var port = tls ? MQTTBroker.defaultTLSPort : MQTTBroker.defaultPort
-        if let portText {
-            guard let p = UInt16(portText), p != 0 else {
-                return .failure(MQTTSyntaxError("\"\(portText.prefix(20))\" is not a port; a port is 1 to 65535, \(example)"))
-            }
-            port = p
-        }
-        guard let hp = HostPort(parsing: "\(hostPart):\(port)") else {
-            return .failure(MQTTSyntaxError("\"\(hostPart.prefix(60))\" is not a host name or address, \(example)"))
-        }
-        return .success((hp.host, port, tls))
     }
 }
 
 extension MQTTTLSSettings {
-    static func read(_ r: inout ConfigReader, files: inout [MQTTFileReference]) throws(ConfigError) -> MQTTTLSSettings {
+    /// Also the uplink's `tls:` (`insecureAllowed` false: there `insecure` is an unknown key;
+    /// `caExample` names its CA file in the examples).
+    static func read(_ r: inout ConfigReader, files: inout [MQTTFileReference], insecureAllowed: Bool = true,
+                     caExample: String = "/etc/shoal/mqtt-ca.pem") throws(ConfigError) -> MQTTTLSSettings {
         var errors = ConfigErrors()
         var tls = MQTTTLSSettings()
         let pathKeys: [(String, MQTTFileReference.Kind, WritableKeyPath<MQTTTLSSettings, String?>, String)] = [
-            ("caFile", .caFile, \.caFile, "caFile: /etc/shoal/mqtt-ca.pem"),
+            ("caFile", .caFile, \.caFile, "caFile: \(caExample)"),
             ("certFile", .certFile, \.certFile, "certFile: /etc/shoal/client.pem"),
             ("keyFile", .keyFile, \.keyFile, "keyFile: /etc/shoal/client.key"),
         ]
@@ -203,7 +173,9 @@ extension MQTTTLSSettings {
             }
         }
         errors.attempt { () throws(ConfigError) in if let b = try r.bool("identity") { tls.identity = b } }
-        errors.attempt { () throws(ConfigError) in if let b = try r.bool("insecure") { tls.insecure = b } }
+        if insecureAllowed {
+            errors.attempt { () throws(ConfigError) in if let b = try r.bool("insecure") { tls.insecure = b } }
+        }
         errors.attempt { () throws(ConfigError) in try r.finish() }
         try errors.check()
         if (tls.certFile == nil) != (tls.keyFile == nil) {

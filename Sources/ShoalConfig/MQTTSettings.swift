@@ -239,6 +239,8 @@ public struct MQTTOutboundRule: Sendable, Equatable {
 public struct MQTTFileReference: Sendable, Equatable {
     public enum Kind: String, Sendable, Equatable {
         case caFile, certFile, keyFile, passwordFile
+        /// The uplink's: a NATS credentials file (user JWT and NKey seed), an NKey seed file.
+        case credentialsFile, nkeySeedFile
     }
     public var kind: Kind
     public var path: String
@@ -258,10 +260,12 @@ extension MQTTFileReference.Kind {
     /// What the file should hold, for "no such file".
     var what: String {
         switch self {
-        case .caFile: "the PEM of the CA that signs the broker's certificate"
+        case .caFile: "the PEM of the CA that signs the server's certificate (the broker's, the hub's)"
         case .certFile: "this gateway's client certificate, PEM"
         case .keyFile: "the client certificate's private key, PEM"
-        case .passwordFile: "its first line is the broker password"
+        case .passwordFile: "its first line is the password"
+        case .credentialsFile: "a NATS credentials file: the user JWT and its NKey seed, as `nsc generate creds` writes it"
+        case .nkeySeedFile: "the user's NKey seed (SU…), as `nk -gen user` writes it"
         }
     }
 
@@ -276,6 +280,27 @@ extension MQTTFileReference.Kind {
                 : "no private key in it (expected a PEM block such as \"-----BEGIN PRIVATE KEY-----\")"
         case .passwordFile:
             MQTTBroker.password(fromFile: text).isEmpty ? "its first line is empty; write the password on the first line" : nil
+        case .credentialsFile:
+            Self.credentialsProblem(text)
+        case .nkeySeedFile:
+            Self.seedProblem(text)
         }
+    }
+
+    static let credentialsBlocks = ["-----BEGIN NATS USER JWT-----", "-----BEGIN USER NKEY SEED-----"]
+
+    private static func credentialsProblem(_ text: String) -> String? {
+        let missing = credentialsBlocks.filter { !text.contains($0) }
+        guard !missing.isEmpty else { return nil }
+        return "not a NATS credentials file: no \(missing.map { "\"\($0)\"" }.joined(separator: " and ")) block in it (`nsc generate creds` writes one; a bare seed goes in nkeySeedFile with nkey)"
+    }
+
+    private static func seedProblem(_ text: String) -> String? {
+        let start = text.drop { $0 == " " || $0 == "\t" || $0 == "\n" || $0 == "\r" }
+        if start.hasPrefix("SU") { return nil }
+        let hint = start.hasPrefix("-----BEGIN") ? "; a credentials file (JWT and seed) goes in credentialsFile instead"
+            : start.hasPrefix("U") ? "; that is the public key (it goes in nkey:), the seed starts with SU"
+            : start.hasPrefix("S") ? "; that seed is not a user's (a user seed starts with SU)" : ""
+        return "not a user NKey seed: it does not start with SU\(hint)"
     }
 }

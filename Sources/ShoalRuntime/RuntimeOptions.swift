@@ -135,6 +135,7 @@ public enum ConfigurationLoading {
         var errors = ConfigErrors()
         errors.attempt { () throws(ConfigError) in _ = try trustedRoots(site) }
         if let e = site.mqtt.fileProblems(read: { path throws in try Files.read(path) }) { errors.add(e) }
+        if let e = site.uplink.fileProblems(read: { path throws in try Files.read(path) }) { errors.add(e) }
         return errors.combined
     }
 
