@@ -166,6 +166,10 @@ final class UplinkBridge: @unchecked Sendable {  // loop state is touched only b
                     board.update { Self.move(&$0, to: "reconnecting"); $0.server = "" }
                     logger.warning(.uplink, "connection to the hub lost; libnats reconnects (changes wait in the store)")
                 }
+                if ContinuousClock.now - lastStatus > .seconds(1) {
+                    lastStatus = .now
+                    publishLag()  // what waits grows while the hub is away
+                }
                 _ = inbox.wait(timeoutMillis: 200)
                 continue
             }
