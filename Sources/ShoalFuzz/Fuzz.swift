@@ -25,6 +25,9 @@ enum FuzzTarget: String, CaseIterable {
     case certificate
     /// A control-socket request frame.
     case control
+    /// A message on the uplink's hub: a subject line, header lines up to an empty line, then the
+    /// payload (anyone allowed on the stream may put anything there).
+    case hub
 
     func run(_ bytes: [UInt8]) {
         switch self {
@@ -67,10 +70,40 @@ enum FuzzTarget: String, CaseIterable {
                 guard let frame = try? decoder.next() else { break }
                 _ = ControlMessage.decode(frame)
             }
+        case .hub:
+            let (subject, headers, payload) = FuzzTarget.hubMessage(bytes)
+            let layout = HubLayout(group: "com.example.gateways")
+            let collection = try! CollectionName(parsing: "sensors.readings")
+            _ = HubDocument.read(subject: subject, headers: headers, payload: payload, collection: collection, layout: layout, maxBodyBytes: 4096)
+            // Any id a subject token decodes to must survive encode + decode.
+            let token = String(subject.split(separator: ".", omittingEmptySubsequences: false).last ?? "")
+            if let id = HubLayout.untoken(token), HubLayout.untoken(HubLayout.token(id)) != id {
+                fatalError("a hub document id did not survive encode + decode")
+            }
         }
     }
 
     static let loader = ConfigLoader(parse: YAMLParser.parse, source: OneBoard(text: ""))
+
+    /// `subject\nKey: value\n…\n\npayload`.
+    static func hubMessage(_ bytes: [UInt8]) -> (String, [String: String], [UInt8]) {
+        var lines: [[UInt8]] = []
+        var rest = bytes[...]
+        while let nl = rest.firstIndex(of: 0x0A) {
+            let line = Array(rest[..<nl])
+            rest = rest[(nl + 1)...]
+            if line.isEmpty, !lines.isEmpty { break }
+            lines.append(line)
+        }
+        if lines.isEmpty { return (String(decoding: bytes, as: UTF8.self), [:], []) }
+        var headers: [String: String] = [:]
+        for line in lines.dropFirst() {
+            let text = String(decoding: line, as: UTF8.self)
+            guard let colon = text.firstIndex(of: ":") else { continue }
+            headers[String(text[..<colon])] = String(text[text.index(after: colon)...].drop { $0 == " " })
+        }
+        return (String(decoding: lines[0], as: UTF8.self), headers, Array(rest))
+    }
 }
 
 /// The fuzzed text as board `fuzz`, over a base like board-configs/base.yaml (the fuzz target

@@ -46,6 +46,15 @@ enum Seeds {
                              #"{"op": "changes", "since": 0, "follow": true}"#].enumerated() {
             if let f = try? ControlMessage.encode(try JSONValue.parse(request)) { put("control", "seed-\(i)", f) }
         }
+        let layout = HubLayout(group: "com.example.gateways")
+        let collection = try! CollectionName(parsing: "sensors.readings")
+        let body = #"{"t":71.5}"#
+        let version = DocumentVersion(vector: (try? VersionVector(entries: [.init(peer: PeerID(bytes: Array(repeating: 0xA1, count: 32)), timestamp: HLCTimestamp(physicalMillis: 1_700_000_000_000, logical: 0))])) ?? VersionVector(),
+                                      bodyDigest: DocumentVersion.digest(of: body))
+        let origin = PeerID(bytes: Array(repeating: 0xA1, count: 32)).description
+        put("hub", "seed-0", Array("\(layout.subject(collection, id: "boiler-1"))\n\(HubHeader.version): \(HubHeader.hex(version.encoded))\n\(HubHeader.origin): \(origin)\n\n\(body)".utf8))
+        put("hub", "seed-1", Array("\(layout.subject(collection, id: "boiler 2/ü"))\n\(HubHeader.version): \(HubHeader.hex(version.encoded))\n\(HubHeader.origin): \(origin)\n\(HubHeader.deleted): true\n\n".utf8))
+        put("hub", "seed-2", Array("\(layout.subject(collection, id: "x"))\nContent-Type: text/plain\n\nnot shoal's".utf8))
         if let identity = try? Identity.createSelfSigned(.init(commonName: "fuzz-seed")) {
             put("certificate", "seed-der", identity.certificate.der)
             put("certificate", "seed-pem", Array(identity.certificate.pem.utf8))

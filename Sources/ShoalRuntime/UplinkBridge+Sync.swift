@@ -5,17 +5,9 @@ import ShoalStore
 import ShoalUplink
 import ShoalWire
 
-/// A hub message read as a document version.
-struct HubDocument {
-    let id: String
-    let version: [UInt8]
-    let origin: PeerID
-    let checked: CheckedDocument
-}
-
+/// A hub message read as a document version, or why it is not one.
 enum ParsedHubMessage {
     case document(HubDocument)
-    /// Not Shoal's (or damaged): why.
     case foreign(String)
 }
 
@@ -85,20 +77,10 @@ extension UplinkBridge {
 
     /// A hub message as a document of `lane`'s collection, or why it is not one.
     func parse(_ m: HubMessage, _ lane: Lane) -> ParsedHubMessage {
-        guard let id = layout.documentID(subject: m.subject, in: lane.name) else {
-            return .foreign("the subject does not name a document of \(lane.name)")
+        switch HubDocument.read(subject: m.subject, headers: m.headers, payload: m.payload, collection: lane.name, layout: layout, maxBodyBytes: maxBodyBytes) {
+        case .success(let d): .document(d)
+        case .failure(let why): .foreign(why.reason)
         }
-        guard let versionHex = m.headers[HubHeader.version] else { return .foreign("no \(HubHeader.version) header") }
-        guard let version = HubHeader.bytes(hex: versionHex) else { return .foreign("\(HubHeader.version) is not hex") }
-        guard let originHex = m.headers[HubHeader.origin], let origin = PeerID(hex: originHex) else {
-            return .foreign("no peer id in \(HubHeader.origin)")
-        }
-        let deleted = m.headers[HubHeader.deleted] == "true"
-        if deleted, !m.payload.isEmpty { return .foreign("a tombstone with a body") }
-        let checked = CheckedDocument(checking: ReplicationMessage.DocumentBody(id: id, deleted: deleted, version: version, body: m.payload),
-                                      maxBodyBytes: maxBodyBytes)
-        if let problem = checked.problem { return .foreign(problem) }
-        return .document(HubDocument(id: id, version: version, origin: origin, checked: checked))
     }
 
     // MARK: - Push

@@ -5,6 +5,7 @@ import ShoalReplication
 import ShoalStore
 import ShoalThreads
 import ShoalUplink
+import ShoalWire
 
 /// The uplink, run on a thread of its own (`run`): the hub (a NATS JetStream server or cluster) is
 /// a virtual peer of this gateway.

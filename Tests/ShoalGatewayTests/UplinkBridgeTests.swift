@@ -8,6 +8,7 @@ import ShoalStore
 import ShoalThreads
 import ShoalTesting
 import ShoalUplink
+import ShoalWire
 import Testing
 
 /// The uplink's bridge in-process against a real nats-server (JetStream on, a free loopback port):
