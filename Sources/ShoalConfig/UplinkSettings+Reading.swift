@@ -18,6 +18,16 @@ extension UplinkSettings {
                 replicas = Int(n)
             }
         }
+        errors.attempt { () throws(ConfigError) in
+            // A JetStream domain: the hub's JetStream seen through a leaf node at the site.
+            guard let d = try r.string("domain") else { return }
+            guard !d.isEmpty, d.utf8.count <= 64,
+                  d.utf8.allSatisfy({ ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x41 && $0 <= 0x5A) || ($0 >= 0x61 && $0 <= 0x7A) || $0 == 0x5F || $0 == 0x2D }) else {
+                throw ConfigError(mark: r.mark(of: "domain"), key: r.keyPath("domain"),
+                                  message: "\"\(d.prefix(64))\" is not a JetStream domain (1 to 64 of A-Z a-z 0-9 _ -: the hub's `jetstream { domain: … }`)")
+            }
+            domain = d
+        }
         errors.attempt { () throws(ConfigError) in try readLogin(&r, files: &files) }
         errors.attempt { () throws(ConfigError) in
             guard var t = try r.mapping("tls") else { return }

@@ -9,6 +9,9 @@ public struct UplinkSettings: Sendable, Equatable {
     public var servers: [String] = []
     /// Replicas of each stream the gateway creates (3 on an R3 cluster); existing streams are used as they are.
     public var replicas = 1
+    /// The hub's JetStream domain, when the gateway reaches it through a leaf node at the site
+    /// (the leaf's own JetStream, if any, is another domain); nil: the server's own.
+    public var domain: String?
     public var username: String?
     /// The password is the file's first line, read at each connection.
     public var passwordFile: String?

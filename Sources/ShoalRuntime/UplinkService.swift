@@ -45,6 +45,7 @@ struct UplinkService: Service {
     func clientOptions(peer: PeerID) -> NATSClient.Options {
         var o = NATSClient.Options(servers: settings.servers, name: "shoal-\(peer.description.prefix(12))-\(gateway.site.identityLabel)")
         o.maxPayloadHint = opened.store.options.maxBodyBytes
+        o.domain = settings.domain
         o.username = settings.username
         o.credentialsFile = settings.credentialsFile
         o.nkeyPublic = settings.nkey

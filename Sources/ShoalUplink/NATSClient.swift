@@ -100,6 +100,8 @@ public final class NATSClient: @unchecked Sendable {  // owns libnats handles; l
         /// The largest document body: publishes larger than the server's max_payload fail with
         /// the server's limit named.
         public var maxPayloadHint = 0
+        /// The JetStream domain of the hub (through a leaf node); nil: the server's own.
+        public var domain: String?
 
         public init(servers: [String], name: String) {
             self.servers = servers
@@ -167,7 +169,9 @@ public final class NATSClient: @unchecked Sendable {  // owns libnats handles; l
         jsOpts.PublishAsync.AckHandler = natsPublishAcknowledged
         jsOpts.PublishAsync.AckHandlerClosure = Unmanaged.passUnretained(acks).toOpaque()
         var ctx: OpaquePointer?
-        s = natsConnection_JetStream(&ctx, conn, &jsOpts)
+        // libnats copies the domain while making the context.
+        s = o.domain.map { d in d.withCString { jsOpts.Domain = $0; return natsConnection_JetStream(&ctx, conn, &jsOpts) } }
+            ?? natsConnection_JetStream(&ctx, conn, &jsOpts)
         guard s == NATS_OK, let ctx else {
             natsConnection_Destroy(conn)
             throw NATSError("natsConnection_JetStream", s)
