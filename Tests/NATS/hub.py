@@ -32,7 +32,8 @@ Commands (each prints JSON lines on standard output; errors as {"error": ..., "c
                                 error text}}
 
 Connection options (before the command): --server URL (repeatable; default nats://127.0.0.1:4222),
---user/--password, --ca/--cert/--key (TLS: the server's CA; a client certificate), --timeout S.
+--user/--password, --ca/--cert/--key (TLS: the server's CA; a client certificate), --timeout S,
+--domain D (JetStream domain D's API, $JS.D.API: a hub's JetStream through a leaf node).
 Exit status: 0 done, 1 refused or failed (the JSON line says why), 2 bad arguments / no connection.
 """
 import argparse
@@ -244,6 +245,7 @@ def main():
     p.add_argument("--key")
     p.add_argument("--tls-hostname")
     p.add_argument("--timeout", type=float, default=10)
+    p.add_argument("--domain", help="a JetStream domain ($JS.<domain>.API: the hub's, through a leaf node)")
     p.add_argument("--debug", action="store_true", help="a traceback on standard error for a failure")
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("dump")
@@ -276,7 +278,7 @@ def main():
         except Exception as e:
             out({**describe(e), "connected": False, "serverErrors": errors})
             return 2
-        js, jsm = nc.jetstream(timeout=a.timeout), nc.jsm()
+        js, jsm = nc.jetstream(timeout=a.timeout, domain=a.domain), (nc.jsm(prefix=f"$JS.{a.domain}.API") if a.domain else nc.jsm())
         try:
             if a.command == "gateway-check":
                 return await gateway_check(js, jsm, a, nc, errors)

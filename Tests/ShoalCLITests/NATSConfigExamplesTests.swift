@@ -81,7 +81,7 @@ extension ProcessSuites {
             print("NATS config examples: single.conf \(String(format: "%.1f", Date().timeIntervalSince(started))) s")
         }
 
-        @Test("cluster-node.conf ×3 form a JetStream cluster with an R3 stream; leaf-site.conf connects to it and a client of the leaf creates, writes and reads the hub's R3 stream through it")
+        @Test("cluster-node.conf ×3 form a JetStream cluster with an R3 stream; leaf-site.conf connects to it and a client of the leaf creates, writes and reads the hub's R3 stream through it with the hub's JetStream domain")
         func clusterAndLeaf() throws {
             guard NATSFixtureTests.requireNATSPy() else { return }
             let started = Date()
@@ -110,8 +110,11 @@ extension ProcessSuites {
             let leaf = try Started(leafConfig, log: base.path + "/leaf.log")
             #expect(eventuallyBlocking(within: 60, every: 0.2) { leaf.text().contains("Leafnode connection created") }, "\(leaf.text().suffix(2000))")
             let viaLeaf: ([String]) throws -> NATSHubResult = {
-                try NATSHubResult.run($0, servers: ["nats://127.0.0.1:\(ports[3].client)"], connection: [], ns: nil, timeout: 60)
+                try NATSHubResult.run(["--domain", "hub"] + $0, servers: ["nats://127.0.0.1:\(ports[3].client)"], connection: [], ns: nil, timeout: 60)
             }
+            // Without the domain, the leaf offers no JetStream API (see leaf-site.conf).
+            let plain = try NATSHubResult.run(["--timeout", "3", "streams"], servers: ["nats://127.0.0.1:\(ports[3].client)"], connection: [], ns: nil, timeout: 60)
+            #expect(!plain.ok, "\(plain)")
             var result: NATSHubResult?
             // Until the leaf's connection carries the hub's JetStream API.
             #expect(eventuallyBlocking(within: 60, every: 0.5) {
