@@ -274,8 +274,10 @@ def main():
     async def run():
         errors = []
         try:
-            nc = await connect(a, errors)
-        except Exception as e:
+            # nats-py keeps trying an unreachable address (ENETUNREACH) past connect_timeout: a
+            # deadline of our own.
+            nc = await asyncio.wait_for(connect(a, errors), a.timeout + 1)
+        except (Exception, asyncio.TimeoutError) as e:
             out({**describe(e), "connected": False, "serverErrors": errors})
             return 2
         js, jsm = nc.jetstream(timeout=a.timeout, domain=a.domain), (nc.jsm(prefix=f"$JS.{a.domain}.API") if a.domain else nc.jsm())

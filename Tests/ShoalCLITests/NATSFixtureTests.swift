@@ -193,6 +193,13 @@ extension ProcessSuites {
             defer { lab.teardown() }
             let (hubHost, hub) = try lab.startHub()
             defer { hub.remove() }
+            var phases: [String] = []
+            var mark = Date()
+            func phase(_ name: String) {
+                phases.append("\(name) \(String(format: "%.1f", Date().timeIntervalSince(mark))) s")
+                mark = Date()
+            }
+            phase("lab and hub up (since the test's start: \(String(format: "%.1f", Date().timeIntervalSince(started))) s)")
             let a = lab.nodes(atSite: 0)[0], b = lab.nodes(atSite: 1)[0]
             #expect(a.address == "10.78.1.1" && b.address == "10.78.2.2" && hubHost.addresses == [0: "10.78.1.254", 1: "10.78.2.254"])
             let urlA = hub.url(at: hubHost.addresses[0]!), urlB = hub.url(at: hubHost.addresses[1]!)
@@ -206,13 +213,16 @@ extension ProcessSuites {
             #expect(lab.canConnect(from: a.ns, to: hubHost.addresses[0]!, port: hub.port) && !lab.canConnect(from: a.ns, to: hubHost.addresses[1]!, port: hub.port))
             _ = try Self.writeDocument { try NATSHubResult.run($0, servers: [urlA], connection: [], ns: a.ns, timeout: 60) }
 
+            phase("reachability checks and a write")
             try lab.link(hubHost, site: 0, up: false)
             #expect(!reach(a, urlA) && reach(b, urlB))
+            phase("cut")
             try lab.link(hubHost, site: 0, up: true)
             #expect(eventuallyBlocking(within: 60, every: 0.5) { reach(a, urlA) })
+            phase("healed")
             let dump = try NATSHubResult.run(["dump", NATSUplinkNames.stream(group: Self.group, collection: "sensors.state")], servers: [urlB], connection: [], ns: b.ns, timeout: 60)
             #expect(dump.lines.count == 1, "\(dump)")
-            print("NATS fixture: two-site test \(String(format: "%.1f", Date().timeIntervalSince(started))) s")
+            print("NATS fixture: two-site test \(String(format: "%.1f", Date().timeIntervalSince(started))) s: \(phases.joined(separator: ", "))")
         }
     }
 }
