@@ -412,11 +412,12 @@ extension NetLab {
 
 /// The uplink's names on the hub (the contract in issue 22) and the least a gateway's user may do.
 enum NATSUplinkNames {
-    /// tok(x): bytes [A-Za-z0-9_-] kept, every other byte %XX (upper-case hex).
+    /// tok(x) as ShoalWire's HubLayout makes it: bytes [A-Za-z0-9-] kept, every other byte (`_`
+    /// too) `_XX` (upper-case hex). Not `%XX`: see NATSFixtureTests.percentInStreamName.
     static func token(_ s: String) -> String {
         s.utf8.map { b -> String in
             let c = Character(UnicodeScalar(b))
-            return (c.isASCII && (c.isLetter || c.isNumber)) || c == "_" || c == "-" ? String(c) : String(format: "%%%02X", b)
+            return (c.isASCII && (c.isLetter || c.isNumber)) || c == "-" ? String(c) : String(format: "_%02X", b)
         }.joined()
     }
 
