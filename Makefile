@@ -33,7 +33,7 @@ build-deps:
 
 deps:
 	@$(MAKE) --no-print-directory install-missing PACKAGES="$(DEB_PACKAGES) $(LAB_PACKAGES)"
-	@python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --break-system-packages -r Tests/HTTP/requirements.txt -r Tests/MQTT/requirements.txt
+	@python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --break-system-packages -r Tests/HTTP/requirements.txt -r Tests/MQTT/requirements.txt -r Tests/NATS/requirements.txt
 
 install-missing:
 	@missing=""; for p in $(PACKAGES); do \

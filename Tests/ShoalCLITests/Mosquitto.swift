@@ -287,14 +287,16 @@ struct TestPKI {
     var clientKey: String { directory + "/client.key" }
     var brokerClientCAs: String { directory + "/clients.pem" }
 
-    init(directory: String, clientTrust: [String] = []) throws {
+    /// `serverAddresses`: more IP addresses for the server certificate's subjectAltName (a
+    /// nats-server in a NetLab namespace, reached at 10.78.x.y).
+    init(directory: String, clientTrust: [String] = [], serverAddresses: [String] = []) throws {
         self.directory = directory
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
         try MQTTTools.openssl(["req", "-x509"] + ec + ["-keyout", caKey, "-out", caCert, "-days", "3", "-subj", "/CN=Shoal test MQTT CA",
                                                       "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign"])
         try issue(name: "server", subject: "/CN=127.0.0.1",
-                  extensions: "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\nbasicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\n")
+                  extensions: "subjectAltName=IP:127.0.0.1,DNS:localhost\(serverAddresses.map { ",IP:\($0)" }.joined())\nextendedKeyUsage=serverAuth\nbasicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\n")
         try issue(name: "client", subject: "/CN=shoal-test-client",
                   extensions: "extendedKeyUsage=clientAuth\nbasicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\n")
         var anchors = try String(contentsOfFile: caCert, encoding: .utf8)

@@ -12,7 +12,17 @@ import ShoalThreads
 ///
 /// Namespaces are `<prefix>-br` (the bridge `br0`) and `<prefix>-g<i>`, whose veth is named
 /// `wlan0` (the generic-linux board's Wi-Fi interface) with 10.77.0.<i>/24 and an IPv6 link-local
-/// address. Everything the lab starts it stops, and every namespace it made it deletes, in
+/// address.
+///
+/// A lab of several sites (`init(sites:)`, the NATS uplink's tests): one bridge per site, its own
+/// layer 2 (each node's avahi-daemon sees its site only, so gateways of one group mesh within a
+/// site and never across), site s (0-based) on the bridge namespace `<prefix>-br` (s = 0) or
+/// `<prefix>-br<s+1>`, subnet 10.78.<s+1>.0/24 (clear of the single-site 10.77.0.x); nodes are
+/// numbered across sites (g1–g3 at site 0, g4–g6 at site 1 for `sites: [3, 3]`), node i at
+/// 10.78.<s+1>.<i>. `addHost` adds a namespace without avahi (a nats-server's) with a leg `eth<s>`
+/// on each of the sites it names, at `.<octet>` of each site's subnet; it forwards nothing, so a
+/// hub on the legs of both sites is reachable from each while the sites cannot reach each other.
+/// `link(host, site:, up:)` cuts one leg (the hub's outage or a partition from it). Everything the lab starts it stops, and every namespace it made it deletes, in
 /// `teardown()` (also run from `deinit`); a lab left behind by a killed test run is removed by the
 /// next one (its prefix names a pid that is gone).
 final class NetLab: @unchecked Sendable {
@@ -33,31 +43,69 @@ final class NetLab: @unchecked Sendable {
         let index: Int
         let ns: String
         let dir: String
+        /// The site (bridge) it is on, and its IPv4 address there.
+        let site: Int
+        let address: String
         var dbus: ChildProcess?
         var avahi: ChildProcess?
         var gateway: LabGateway?
         var bus: String { "unix:path=\(dir)/bus.sock" }
-        init(index: Int, ns: String, dir: String) {
+        init(index: Int, ns: String, dir: String, site: Int = 0, address: String = "") {
             self.index = index
             self.ns = ns
             self.dir = dir
+            self.site = site
+            self.address = address
+        }
+    }
+
+    /// A namespace without avahi or D-Bus (a nats-server's), with a leg `eth<s>` on each of its
+    /// sites; `addresses[s]` is its IPv4 address at site s.
+    final class Host: @unchecked Sendable {
+        let name: String
+        let ns: String
+        let dir: String
+        let addresses: [Int: String]
+        init(name: String, ns: String, dir: String, addresses: [Int: String]) {
+            self.name = name
+            self.ns = ns
+            self.dir = dir
+            self.addresses = addresses
         }
     }
 
     let prefix: String
     let base: TemporaryDirectory
+    /// Each site's subnet, its first three octets ("10.78.1").
+    let subnets: [String]
     var nodes: [Node] = []
+    var hosts: [Host] = []
     private var tornDown = false
 
-    init(nodes count: Int) throws {
+    /// One site: `count` gateway nodes at 10.77.0.<i>.
+    convenience init(nodes count: Int) throws {
+        try self.init(sites: [count], subnets: ["10.77.0"])
+    }
+
+    /// One bridge per site, `sites[s]` gateway nodes on site s (numbered on across sites), at
+    /// `subnets[s]`.<index> (default 10.78.<s+1>).
+    init(sites: [Int], subnets: [String]? = nil) throws {
         NetLab.removeStale()
         prefix = "shl\(getpid())"
         base = TemporaryDirectory()
+        self.subnets = subnets ?? sites.indices.map { "10.78.\($0 + 1)" }
         do {
-            try NetLab.run(["ip", "netns", "add", "\(prefix)-br"])
-            try NetLab.run(["ip", "-n", "\(prefix)-br", "link", "add", "br0", "type", "bridge"])
-            try NetLab.run(["ip", "-n", "\(prefix)-br", "link", "set", "br0", "up"])
-            for i in 1...count { try addNode(i) }
+            var i = 0
+            for (site, count) in sites.enumerated() {
+                let br = bridgeNamespace(site)
+                try NetLab.run(["ip", "netns", "add", br])
+                try NetLab.run(["ip", "-n", br, "link", "add", "br0", "type", "bridge"])
+                try NetLab.run(["ip", "-n", br, "link", "set", "br0", "up"])
+                for _ in 0..<count {
+                    i += 1
+                    try addNode(i, site: site)
+                }
+            }
         } catch {
             teardown()
             throw error
@@ -66,15 +114,64 @@ final class NetLab: @unchecked Sendable {
 
     deinit { teardown() }
 
-    private func addNode(_ i: Int) throws {
-        let ns = "\(prefix)-g\(i)"
-        let node = Node(index: i, ns: ns, dir: base.path + "/g\(i)")
+    /// The namespace holding site `site`'s bridge `br0`.
+    func bridgeNamespace(_ site: Int) -> String { site == 0 ? "\(prefix)-br" : "\(prefix)-br\(site + 1)" }
+
+    /// The nodes at one site.
+    func nodes(atSite site: Int) -> [Node] { nodes.filter { $0.site == site } }
+
+    /// Adds a namespace `<prefix>-<name>` (name: up to 8 characters) with a leg `eth<s>` on each
+    /// site in `sites`, at `<subnet of s>.<octet>`; loopback up. It routes nothing between its legs.
+    @discardableResult
+    func addHost(_ name: String, sites: [Int], octet: Int) throws -> Host {
+        let ns = "\(prefix)-\(name)"
+        var addresses: [Int: String] = [:]
+        for s in sites { addresses[s] = "\(subnets[s]).\(octet)" }
+        let host = Host(name: name, ns: ns, dir: base.path + "/\(name)", addresses: addresses)
+        try FileManager.default.createDirectory(atPath: host.dir, withIntermediateDirectories: true)
+        hosts.append(host)
+        try NetLab.run(["ip", "netns", "add", ns])
+        try NetLab.run(["ip", "-n", ns, "link", "set", "lo", "up"])
+        for s in sites {
+            let peer = "x\(name)\(s)"
+            try NetLab.run(["ip", "link", "add", "eth\(s)", "netns", ns, "type", "veth", "peer", "name", peer, "netns", bridgeNamespace(s)])
+            try NetLab.run(["ip", "-n", bridgeNamespace(s), "link", "set", peer, "master", "br0", "up"])
+            try NetLab.run(["ip", "-n", ns, "addr", "add", "\(addresses[s]!)/24", "dev", "eth\(s)"])
+            try NetLab.run(["ip", "-n", ns, "link", "set", "eth\(s)", "up"])
+        }
+        return host
+    }
+
+    /// Takes a host's leg on `site` down (the host unreachable from that site: TCP connections
+    /// stall, no reset) or up again.
+    func link(_ host: Host, site: Int, up: Bool) throws {
+        try NetLab.run(["ip", "-n", host.ns, "link", "set", "eth\(site)", up ? "up" : "down"])
+    }
+
+    /// Runs a command in a namespace to completion; its exit status and output (never throws on
+    /// a non-zero status).
+    func exec(in ns: String, _ args: [String], timeout: Double = 30) -> (status: Int32, output: String) {
+        do {
+            return (0, try NetLab.run(["ip", "netns", "exec", ns] + args, timeout: timeout))
+        } catch {
+            return (1, "\(error)")
+        }
+    }
+
+    /// True when a TCP connection from namespace `ns` to address:port is accepted within 3 s.
+    func canConnect(from ns: String, to address: String, port: UInt16) -> Bool {
+        exec(in: ns, ["python3", "-c", "import socket; socket.create_connection(('\(address)', \(port)), timeout=3).close()"], timeout: 10).status == 0
+    }
+
+    private func addNode(_ i: Int, site: Int = 0) throws {
+        let ns = "\(prefix)-g\(i)", br = bridgeNamespace(site)
+        let node = Node(index: i, ns: ns, dir: base.path + "/g\(i)", site: site, address: "\(subnets[site]).\(i)")
         try FileManager.default.createDirectory(atPath: node.dir, withIntermediateDirectories: true)
         nodes.append(node)
         try NetLab.run(["ip", "netns", "add", ns])
-        try NetLab.run(["ip", "link", "add", "wlan0", "netns", ns, "type", "veth", "peer", "name", "p\(i)", "netns", "\(prefix)-br"])
-        try NetLab.run(["ip", "-n", "\(prefix)-br", "link", "set", "p\(i)", "master", "br0", "up"])
-        try NetLab.run(["ip", "-n", ns, "addr", "add", "10.77.0.\(i)/24", "dev", "wlan0"])
+        try NetLab.run(["ip", "link", "add", "wlan0", "netns", ns, "type", "veth", "peer", "name", "p\(i)", "netns", br])
+        try NetLab.run(["ip", "-n", br, "link", "set", "p\(i)", "master", "br0", "up"])
+        try NetLab.run(["ip", "-n", ns, "addr", "add", "\(node.address)/24", "dev", "wlan0"])
         try NetLab.run(["ip", "-n", ns, "link", "set", "wlan0", "up"])
         try NetLab.run(["ip", "-n", ns, "link", "set", "lo", "up"])
         try """
