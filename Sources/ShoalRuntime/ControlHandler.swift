@@ -219,6 +219,9 @@ struct ControlHandler {
         if let text = d.body { body = try JSONValue.parse(text) }
         return ["collection": .string(d.collection.description), "id": .string(d.id), "body": body,
                 "deleted": .bool(d.isDeleted), "revision": .int(d.revision), "sequence": .int(d.sequence),
-                "updatedAtMillis": .int(d.updatedAtMillis)]
+                "updatedAtMillis": .int(d.updatedAtMillis),
+                // The version (vector and body digest) as hex: equal on every gateway that holds
+                // the same version, and the hub's Shoal-Version header.
+                "version": .string(SHA256.hex(d.version))]
     }
 }
