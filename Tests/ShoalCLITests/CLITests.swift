@@ -14,7 +14,7 @@ extension ProcessSuites {
             }
         }
 
-        @Test("every command has its own --help", arguments: ["run", "status", "doc", "changes", "conflicts", "log", "identity", "board", "bench", "version"])
+        @Test("every command has its own --help", arguments: ["run", "status", "doc", "changes", "conflicts", "log", "identity", "board", "bench", "version", "uplink"])
         func subcommandHelp(_ command: String) throws {
             let r = try Shoal.run([command, "--help"])
             #expect(r.status == 0)
@@ -26,6 +26,7 @@ extension ProcessSuites {
             (["run", "--boad", "sim"], "unknown option --boad"), (["doc", "put", "x"], "missing arguments"),
             (["doc", "get", "a", "b", "c"], "unexpected argument"), (["doc", "fly"], "unknown subcommand"),
             (["changes", "--since", "-3"], "--since"), (["run", "--board"], "needs a value"), (["version", "--json=yes"], "takes no value"),
+            (["uplink"], "missing subcommand: status"), (["uplink", "stats"], "unknown subcommand \"stats\"; uplink has: status"),
         ])
         func usageErrors(_ args: [String], _ needle: String) throws {
             let r = try Shoal.run(args)
@@ -130,6 +131,7 @@ extension ProcessSuites {
         func jsonOutput() throws {
             let v = try Shoal.json(Shoal.run(["version", "--json"])) as? [String: String]
             #expect(v?["shoal"] != nil && v?["sqlite"]?.hasPrefix("3.") == true && v?["mbedtls"]?.hasPrefix("2.28") == true)
+            #expect(v?["libnats"]?.first?.isNumber == true, "\(v ?? [:])")
             let boards = try Shoal.json(Shoal.run(["board", "list", "--json", "--board-dir", "/nonexistent"])) as? [[String: Any]]
             let ids = boards?.compactMap { $0["id"] as? String } ?? []
             #expect(ids == ["base", "cm4", "generic-linux", "pi-zero-2w", "pi4b", "pi5", "sim"])
@@ -305,6 +307,11 @@ extension ProcessSuites {
             // The identity service made a self-signed identity on first boot; status shows its peer id.
             let peerID = try #require(status?["peerID"] as? String)
             #expect(peerID.count == 64)
+            // No uplink: section: the uplink has nothing to show, and says where to read about it.
+            let uplink = try gw.cli(["uplink", "status"])
+            #expect(uplink.status == 0 && uplink.stdout == "no uplink: the site file has no uplink: section (see README, \"When one site is not enough\")\n", "\(uplink)")
+            let uplinkJSON = try Shoal.json(gw.cli(["uplink", "status", "--json"])) as? [String: Any]
+            #expect(uplinkJSON?["configured"] as? Bool == false && uplinkJSON?["uplink"] is NSNull, "\(uplinkJSON ?? [:])")
             let shown = try Shoal.json(Shoal.run(["identity", "show", "--json", "--board", "sim", "--data-dir", gw.dir.path])) as? [String: Any]
             #expect(shown?["peerID"] as? String == peerID)
 
