@@ -1,4 +1,5 @@
 import Foundation
+import ShoalLinux
 import ShoalTesting
 import Testing
 
@@ -385,6 +386,31 @@ extension ProcessSuites {
             _ = 0
             #expect(end.stderr.contains("SIGTERM: stopping gracefully"))
             #expect(end.stderr.contains("stopped cleanly"))
+        }
+
+        @Test("an uplink whose hub does not answer: the gateway runs, and shoal uplink status says so and why")
+        func uplinkHubAway() throws {
+            let closed = try TCPListener(host: "127.0.0.1", port: 0)
+            let port = closed.port
+            closed.close()
+            let dir = TemporaryDirectory()
+            defer { dir.remove() }
+            let site = dir.path + "/site.yaml"
+            try "group: g\ncollections: [{name: sensors.state}]\nuplink:\n  servers: [nats://127.0.0.1:\(port)]\n"
+                .write(toFile: site, atomically: true, encoding: .utf8)
+            let gw = try RunningGateway(extraArgs: ["--config", site])
+            var text = ""
+            let failed = eventuallyBlocking(within: 60) {
+                text = (try? gw.cli(["uplink", "status"]).stdout) ?? ""
+                return text.contains("last error")
+            }
+            #expect(failed, "\(text)")
+            #expect(text.hasPrefix("uplink  nats://127.0.0.1:\(port)  NATS JetStream\n"), "\(text)")
+            #expect(text.contains("  last error     cannot connect to nats://127.0.0.1:\(port)"), "\(text)")
+            #expect(text.contains("  last success   never\n") && text.contains("_sensors_2Estate  push on, lag 0 (0 s), checkpoint seq 0  pull on"), "\(text)")
+            let json = try Shoal.json(gw.cli(["uplink", "status", "--json"])) as? [String: Any]
+            #expect(json?["configured"] as? Bool == true && (json?["uplink"] as? [String: Any])?["connects"] as? Int == 0, "\(json ?? [:])")
+            #expect(gw.stop().status == 0)
         }
 
         @Test("garbage on the control socket closes that connection only; the gateway keeps serving")
