@@ -49,6 +49,7 @@ public enum Doctor {
         checks.append(identityCheck(config, env))
         checks.append(linkCheck(config))
         checks.append(contentsOf: mqttChecks(config.site))
+        checks.append(contentsOf: uplinkChecks(config.site))
         checks.append(storeCheck(config.storePath))
         checks.append(clockCheck(env))
         checks.append(spaceCheck(config.storePath, env))
@@ -170,23 +171,73 @@ public enum Doctor {
             let name = "mqtt broker \(b.name)"
             let shown = b.host.contains(":") ? "[\(b.host)]:\(b.port)" : "\(b.host):\(b.port)"
             let fix = "start the broker (Debian: apt-get install mosquitto; systemctl start mosquitto), or correct mqtt.brokers[\(i)].url"
-            let addresses: [String]
-            do { addresses = try SystemCall.addresses(of: b.host) } catch {
-                return Check(name: name, outcome: .warn, detail: "\(error)", fix: "correct the host of mqtt.brokers[\(i)].url, or make \(b.host) resolvable (DNS, /etc/hosts)")
+            switch reach(host: b.host, port: b.port) {
+            case .unresolved(let why):
+                return Check(name: name, outcome: .warn, detail: why, fix: "correct the host of mqtt.brokers[\(i)].url, or make \(b.host) resolvable (DNS, /etc/hosts)")
+            case .accepts:
+                return Check(name: name, outcome: .pass, detail: "\(shown) accepts connections\(b.useTLS ? " (TLS, credentials and ACL are checked when the gateway connects: `shoal mqtt status`)" : "")")
+            case .refuses(let last):
+                // A warning: the gateway runs without its broker and connects when the broker is up.
+                return Check(name: name, outcome: .warn, detail: "\(shown) does not accept connections: \(last) (the gateway runs and connects once it does)", fix: fix)
             }
-            var last = "no address"
-            for a in addresses.prefix(4) {
-                do {
-                    let stream = try TCPStream.connect(host: a, port: b.port, timeoutMillis: 2000)
-                    stream.close()
-                    return Check(name: name, outcome: .pass, detail: "\(shown) accepts connections\(b.useTLS ? " (TLS, credentials and ACL are checked when the gateway connects: `shoal mqtt status`)" : "")")
-                } catch {
-                    last = "\(error)"
-                }
-            }
-            // A warning: the gateway runs without its broker and connects when the broker is up.
-            return Check(name: name, outcome: .warn, detail: "\(shown) does not accept connections: \(last) (the gateway runs and connects once it does)", fix: fix)
         }
+    }
+
+    /// The uplink's servers, as the MQTT brokers: each must resolve and accept a TCP connection
+    /// (within 2 s), a warning if not (the uplink reconnects on its own, and one server of a
+    /// cluster is enough to reach it). Then the files it reads: a failure if one cannot be read. A reach check only: TLS,
+    /// credentials and the hub's permissions show in `shoal uplink status` once the gateway runs.
+    static func uplinkChecks(_ site: SiteConfig, read: (String) throws -> String? = { path throws in try Files.read(path) }) -> [Check] {
+        let u = site.uplink
+        guard u.enabled else { return [] }
+        var checks: [Check] = u.servers.enumerated().map { i, url in
+            let authority = url.firstRange(of: "://").map { String(url[$0.upperBound...]) } ?? url
+            let name = "uplink \(authority)"
+            // The site file's reader normalised each server to scheme://host:port.
+            guard let hp = HostPort(parsing: authority) else {
+                return Check(name: name, outcome: .warn, detail: "\(url) names no host and port", fix: "correct uplink.servers[\(i)], e.g. nats://10.0.0.5:4222")
+            }
+            switch reach(host: hp.host, port: hp.port) {
+            case .unresolved(let why):
+                return Check(name: name, outcome: .warn, detail: why, fix: "correct uplink.servers[\(i)], or make \(hp.host) resolvable (DNS, /etc/hosts)")
+            case .accepts:
+                return Check(name: name, outcome: .pass, detail: "\(hp) accepts connections (the hub's TLS, login and JetStream are checked when the gateway connects: `shoal uplink status`)")
+            case .refuses(let last):
+                return Check(name: name, outcome: .warn, detail: "\(hp) does not accept connections: \(last) (the gateway runs and connects once it does)",
+                             fix: "start the hub's nats-server (with JetStream: -js), open the port in the firewalls between, or correct uplink.servers[\(i)]")
+            }
+        }
+        // The gateway refuses to start when one of these cannot be read, so a problem fails. The
+        // CLI's load of the site file already fails on it, naming the line (the config check);
+        // this says which files the uplink reads.
+        let files = u.referencedFiles.map { "\($0.key) \($0.path)" }
+        if let problem = u.fileProblems(read: read) {
+            checks.append(Check(name: "uplink files", outcome: .fail, detail: problem.description,
+                                fix: "make each file exist and readable by the gateway's user (mode 0600 for secrets), or correct the key named"))
+        } else {
+            checks.append(Check(name: "uplink files", outcome: .pass,
+                                detail: files.isEmpty ? "the uplink names no files to read" : "readable: " + files.joined(separator: ", ")))
+        }
+        return checks
+    }
+
+    enum Reach { case unresolved(String), accepts, refuses(String) }
+
+    /// Whether `host` resolves and one of its first four addresses accepts a TCP connection within 2 s.
+    static func reach(host: String, port: UInt16) -> Reach {
+        let addresses: [String]
+        do { addresses = try SystemCall.addresses(of: host) } catch { return .unresolved("\(error)") }
+        var last = "no address"
+        for a in addresses.prefix(4) {
+            do {
+                let stream = try TCPStream.connect(host: a, port: port, timeoutMillis: 2000)
+                stream.close()
+                return .accepts
+            } catch {
+                last = "\(error)"
+            }
+        }
+        return .refuses(last)
     }
 
     /// Whether this gateway can link to anyone: it must trust some peer (allowedPeers, roots, or

@@ -23,6 +23,7 @@ extension Gateway {
             uptimeSeconds: uptime, startTimeSeconds: (wallSeconds - uptime).rounded(), residentBytes: Gateway.residentBytes(),
             nowMillis: monotonicMillis())
         m.mqtt = mqtt.snapshot
+        m.uplink = uplink.snapshot
         return m
     }
 

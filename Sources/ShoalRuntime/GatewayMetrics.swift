@@ -43,6 +43,8 @@ public struct GatewayMetrics: Sendable {
     public var http: HTTP? = nil
     /// The MQTT bridge's brokers (empty without an `mqtt:` section).
     public var mqtt: [MQTTBoard.Broker] = []
+    /// The uplink to the hub (nil without an `uplink:` section, or before it first reports).
+    public var uplink: UplinkBoard.State? = nil
 
     /// What the local API holds now, over all its listeners.
     public struct HTTP: Sendable {
@@ -67,7 +69,40 @@ public struct GatewayMetrics: Sendable {
 
     /// Every family, in no particular order (the renderer sorts).
     public var families: [Family] {
-        gatewayFamilies + counterFamilies + meshFamilies + peerFamilies + storeFamilies + supervisionFamilies + httpFamilies + mqttFamilies
+        gatewayFamilies + counterFamilies + meshFamilies + peerFamilies + storeFamilies + supervisionFamilies + httpFamilies + mqttFamilies + uplinkFamilies
+    }
+
+    /// The reasons a hub message is skipped (`UplinkBoard.State.skipped`): each has a series from
+    /// the start, so a rate over it works before the first one.
+    static let uplinkSkipReasons = ["foreign", "refused", "concurrent"]
+
+    var uplinkFamilies: [Family] {
+        guard let u = uplink else { return [] }
+        func counter(_ name: String, _ help: String, _ v: Int64) -> Family { Family(name, .counter, help: help, value: Int(v)) }
+        func per(_ name: String, _ help: String, _ value: (UplinkBoard.Collection) -> Double) -> Family {
+            Family(name, .gauge, help: help, u.collections.map { Sample([("collection", $0.name)], value($0)) })
+        }
+        var reasons = u.skipped
+        for r in Self.uplinkSkipReasons where reasons[r] == nil { reasons[r] = 0 }
+        return [
+            Family("shoal_uplink_connected", .gauge, help: "1 while the uplink is connected to a hub server, else 0.", value: u.state == "connected" ? 1 : 0),
+            counter("shoal_uplink_connects_total", "Connections to the hub that were made (first ones and reconnections).", u.connects),
+            counter("shoal_uplink_disconnects_total", "Connections to the hub that were lost or closed.", u.disconnects),
+            counter("shoal_uplink_published_total", "Document versions published to the hub and stored by it.", u.published),
+            counter("shoal_uplink_already_there_total", "Document versions not published because the hub already held them (or a later one).", u.alreadyThere),
+            counter("shoal_uplink_cas_retries_total", "Publishes the hub refused by compare-and-set: it held a version this gateway had not seen.", u.casRetries),
+            counter("shoal_uplink_received_total", "Messages received from the hub's streams.", u.received),
+            counter("shoal_uplink_applied_total", "Hub messages that changed a document here.", u.applied),
+            counter("shoal_uplink_unchanged_total", "Hub messages this gateway already held: nothing written.", u.unchanged),
+            counter("shoal_uplink_conflicts_total", "Conflicts between a local and a hub version, resolved.", u.conflicts),
+            Family("shoal_uplink_skipped_total", .counter, help: "Hub messages not applied, by reason (foreign: not written by a Shoal gateway; refused: a filter or the purge horizon; concurrent: a push-only collection's hub version is concurrent).",
+                   reasons.sorted { $0.key < $1.key }.map { Sample([("reason", $0.key)], Int($0.value)) }),
+            per("shoal_uplink_push_lag_changes", "Local changes not yet on the hub, per collection (0 when push is off).") { Double($0.pushLag) },
+            per("shoal_uplink_push_lag_seconds", "Age of the oldest local change not yet on the hub, per collection (0 when none).") { $0.pushLagSeconds },
+            per("shoal_uplink_pull_lag_messages", "Hub messages not yet applied here, per collection (0 when pull is off).") { Double($0.pullLag) },
+            Family("shoal_uplink_last_success_timestamp_seconds", .gauge, help: "When a push or pull to the hub last completed without error (Unix time; 0: never).",
+                   value: Double(u.lastSuccessMillis) / 1000),
+        ]
     }
 
     var mqttFamilies: [Family] {

@@ -251,7 +251,8 @@ public struct GatewayStatus: Sendable {
         return line
     }
 
-    static func duration(_ s: Int64) -> String {
+    /// `42s`, `3m12s`, `2h5m`, `3d4h`: an uptime or an age.
+    public static func duration(_ s: Int64) -> String {
         if s < 60 { return "\(s)s" }
         if s < 3600 { return "\(s / 60)m\(s % 60)s" }
         if s < 86400 { return "\(s / 3600)h\(s % 3600 / 60)m" }

@@ -7,6 +7,7 @@ import ShoalRuntime
 import ShoalStatus
 import ShoalStore
 import ShoalTLS
+import ShoalUplink
 import ShoalWire
 import ShoalYAML
 
@@ -49,7 +50,7 @@ enum CLI {
         }
         let rest = Array(args.dropFirst())
         // Errors name the command as typed: `shoal doc put: …`.
-        let label = ["doc", "log", "board", "bench", "identity", "radios", "http", "mqtt"].contains(command) && rest.first.map({ !$0.hasPrefix("-") }) == true
+        let label = ["doc", "log", "board", "bench", "identity", "radios", "http", "mqtt", "uplink"].contains(command) && rest.first.map({ !$0.hasPrefix("-") }) == true
             ? "\(command) \(rest[0])" : command
         do {
             switch command {
@@ -81,6 +82,7 @@ enum CLI {
             case "identity": return try identity(rest)
             case "http": return try http(rest)
             case "mqtt": return try mqtt(rest)
+            case "uplink": return try uplink(rest)
             case "doctor": return try doctor(rest)
             case "conflicts": return try conflicts(rest)
             default:
@@ -414,7 +416,7 @@ enum CLI {
         let v: [(String, String)] = [
             ("shoal", ShoalVersion.current), ("sqlite", SQLiteLibrary.version), ("mbedtls", MbedTLSLibrary.version),
             ("libyaml", YAMLParser.libraryVersion), ("libgpiod", HardwareProbe.libgpiodVersion),
-            ("libmosquitto", MQTTClient.libraryVersion),
+            ("libmosquitto", MQTTClient.libraryVersion), ("libnats", NATSClient.libraryVersion),
         ]
         if a.flags.contains("--json") {
             var o: [String: JSONValue] = [:]

@@ -19,6 +19,7 @@ enum Help {
         ("identity", ["The gateway's TLS identity: create | show | delete"]),
         ("http", ["The local HTTP API: token (the bearer token other addresses than loopback need)"]),
         ("mqtt", ["The MQTT bridge: status (brokers, subscriptions, messages in and out, drops)"]),
+        ("uplink", ["The NATS JetStream uplink (the hub): status (connection, push, pull, lags, skipped)"]),
         ("doctor", ["Check this gateway before trusting it in the field (board, LED, radios, avahi,",
                     "identity, store, clock, free space)"]),
         ("board", ["Board files: list | show NAME | check FILE"]),
@@ -68,7 +69,9 @@ enum Help {
             (a GPIO line not held by another program, or a writable sysfs LED); the Wi-Fi interface
             and Bluetooth adapter are present; avahi-daemon answers (when Wi-Fi is a transport); the
             identity exists and is not near expiry (30 days); the gateway can link to someone (it
-            trusts a peer and can find or reach one: a warning otherwise); the store passes PRAGMA integrity_check
+            trusts a peer and can find or reach one: a warning otherwise); the MQTT brokers and the
+            uplink's servers resolve and accept connections (a warning otherwise: the gateway
+            connects once they do) and the files the uplink reads can be read; the store passes PRAGMA integrity_check
             (opened read-only); the clock is plausible; the data partition has free space. Each check
             passes, warns or fails and says what to do. Exit 0 if nothing failed, 1 otherwise.
             """,
@@ -151,6 +154,23 @@ enum Help {
             they came from, and the lag (changes the broker has not acknowledged yet). The same
             is under "mqtt" in `shoal status --json` and as shoal_mqtt_* in /metrics.
             """,
+        "uplink": """
+            Usage: shoal uplink status [--json] [--socket PATH]
+
+            The running gateway's uplink to its NATS JetStream hub (the site file's uplink:
+            section): its state (connecting, connected, reconnecting, disconnected, refused) since when,
+            the server it is connected to, connects and disconnects, the last error and when, the
+            last push or pull that succeeded; push: versions published, already on the hub, and
+            compare-and-set retries (the hub held a version this gateway had not seen), with the
+            lag (local changes not yet on the hub, and the age of the oldest); pull: hub messages
+            received, applied, unchanged, the lag (messages not yet applied) and those skipped by
+            reason (foreign: not written by a Shoal gateway; refused: a filter or the purge
+            horizon; concurrent: a push-only collection's hub version is concurrent); conflicts;
+            then each collection: its stream, push and pull on or off, their lags and checkpoints
+            (the change feed's sequence pushed up to, the stream's sequence pulled up to). The
+            same is under "uplink" in `shoal status --json` and as shoal_uplink_* in /metrics;
+            connections and disconnections are in `shoal events`.
+            """,
         "conflicts": """
             Usage: shoal conflicts [--limit N] [--json] [--socket PATH]
 
@@ -215,8 +235,9 @@ enum Help {
             Usage: shoal events [--since N] [--follow] [--json] [--socket PATH]
 
             The mesh's recent events (the last 1000), numbered: state changes, transport status,
-            peer discovery (online/offline per transport) and peer replicator status (connecting,
-            idle, busy, offline, stopped, with errors). --follow keeps printing new ones.
+            peer discovery (online/offline per transport), peer replicator status (connecting,
+            idle, busy, offline, stopped, with errors), and the MQTT brokers' and the uplink's
+            connections and disconnections (with why). --follow keeps printing new ones.
             """,
         "radios": """
             Usage: shoal radios [status] [--json] [--socket PATH]

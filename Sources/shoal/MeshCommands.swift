@@ -126,6 +126,7 @@ extension CLI {
         case "transport": text = "\(e["transport"]?.stringValue ?? "?") \(e["active"]?.boolValue == true ? "active" : "inactive")\(error)"
         case "peerDiscovery": text = "peer \(peer) \(e["online"]?.boolValue == true ? "discovered" : "lost") on \(e["transport"]?.stringValue ?? "?")"
         case "peerReplicator": text = "peer \(peer) \(e["direction"]?.stringValue ?? "?") \(e["transport"]?.stringValue ?? "?"): \(e["activity"]?.stringValue ?? "?")\(error)"
+        case "uplink": text = UplinkText.event(e)
         case "mqtt": text = "mqtt broker \(e["broker"]?.stringValue ?? "?") \(e["connected"]?.boolValue == true ? "connected" : "disconnected")\(error)"
         default: text = e.compactText
         }

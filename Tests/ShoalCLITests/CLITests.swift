@@ -1,4 +1,5 @@
 import Foundation
+import ShoalLinux
 import ShoalTesting
 import Testing
 
@@ -14,7 +15,7 @@ extension ProcessSuites {
             }
         }
 
-        @Test("every command has its own --help", arguments: ["run", "status", "doc", "changes", "conflicts", "log", "identity", "board", "bench", "version"])
+        @Test("every command has its own --help", arguments: ["run", "status", "doc", "changes", "conflicts", "log", "identity", "board", "bench", "version", "uplink"])
         func subcommandHelp(_ command: String) throws {
             let r = try Shoal.run([command, "--help"])
             #expect(r.status == 0)
@@ -26,6 +27,7 @@ extension ProcessSuites {
             (["run", "--boad", "sim"], "unknown option --boad"), (["doc", "put", "x"], "missing arguments"),
             (["doc", "get", "a", "b", "c"], "unexpected argument"), (["doc", "fly"], "unknown subcommand"),
             (["changes", "--since", "-3"], "--since"), (["run", "--board"], "needs a value"), (["version", "--json=yes"], "takes no value"),
+            (["uplink"], "missing subcommand: status"), (["uplink", "stats"], "unknown subcommand \"stats\"; uplink has: status"),
         ])
         func usageErrors(_ args: [String], _ needle: String) throws {
             let r = try Shoal.run(args)
@@ -130,6 +132,7 @@ extension ProcessSuites {
         func jsonOutput() throws {
             let v = try Shoal.json(Shoal.run(["version", "--json"])) as? [String: String]
             #expect(v?["shoal"] != nil && v?["sqlite"]?.hasPrefix("3.") == true && v?["mbedtls"]?.hasPrefix("2.28") == true)
+            #expect(v?["libnats"]?.first?.isNumber == true, "\(v ?? [:])")
             let boards = try Shoal.json(Shoal.run(["board", "list", "--json", "--board-dir", "/nonexistent"])) as? [[String: Any]]
             let ids = boards?.compactMap { $0["id"] as? String } ?? []
             #expect(ids == ["base", "cm4", "generic-linux", "pi-zero-2w", "pi4b", "pi5", "sim"])
@@ -305,6 +308,11 @@ extension ProcessSuites {
             // The identity service made a self-signed identity on first boot; status shows its peer id.
             let peerID = try #require(status?["peerID"] as? String)
             #expect(peerID.count == 64)
+            // No uplink: section: the uplink has nothing to show, and says where to read about it.
+            let uplink = try gw.cli(["uplink", "status"])
+            #expect(uplink.status == 0 && uplink.stdout == "no uplink: the site file has no uplink: section (see README, \"When one site is not enough\")\n", "\(uplink)")
+            let uplinkJSON = try Shoal.json(gw.cli(["uplink", "status", "--json"])) as? [String: Any]
+            #expect(uplinkJSON?["configured"] as? Bool == false && uplinkJSON?["uplink"] is NSNull, "\(uplinkJSON ?? [:])")
             let shown = try Shoal.json(Shoal.run(["identity", "show", "--json", "--board", "sim", "--data-dir", gw.dir.path])) as? [String: Any]
             #expect(shown?["peerID"] as? String == peerID)
 
@@ -378,6 +386,31 @@ extension ProcessSuites {
             _ = 0
             #expect(end.stderr.contains("SIGTERM: stopping gracefully"))
             #expect(end.stderr.contains("stopped cleanly"))
+        }
+
+        @Test("an uplink whose hub does not answer: the gateway runs, and shoal uplink status says so and why")
+        func uplinkHubAway() throws {
+            let closed = try TCPListener(host: "127.0.0.1", port: 0)
+            let port = closed.port
+            closed.close()
+            let dir = TemporaryDirectory()
+            defer { dir.remove() }
+            let site = dir.path + "/site.yaml"
+            try "group: g\ncollections: [{name: sensors.state}]\nuplink:\n  servers: [nats://127.0.0.1:\(port)]\n"
+                .write(toFile: site, atomically: true, encoding: .utf8)
+            let gw = try RunningGateway(extraArgs: ["--config", site])
+            var text = ""
+            let failed = eventuallyBlocking(within: 60) {
+                text = (try? gw.cli(["uplink", "status"]).stdout) ?? ""
+                return text.contains("last error")
+            }
+            #expect(failed, "\(text)")
+            #expect(text.hasPrefix("uplink  nats://127.0.0.1:\(port)  NATS JetStream\n"), "\(text)")
+            #expect(text.contains("  last error     cannot connect to nats://127.0.0.1:\(port)"), "\(text)")
+            #expect(text.contains("  last success   never\n") && text.contains("_sensors_2Estate  push on, lag 0 (0 s), checkpoint seq 0  pull on"), "\(text)")
+            let json = try Shoal.json(gw.cli(["uplink", "status", "--json"])) as? [String: Any]
+            #expect(json?["configured"] as? Bool == true && (json?["uplink"] as? [String: Any])?["connects"] as? Int == 0, "\(json ?? [:])")
+            #expect(gw.stop().status == 0)
         }
 
         @Test("garbage on the control socket closes that connection only; the gateway keeps serving")

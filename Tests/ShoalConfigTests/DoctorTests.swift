@@ -67,6 +67,43 @@ struct DoctorTests {
         withExtendedLifetime(listener) {}
     }
 
+    @Test("each uplink server that accepts connections passes, one that refuses warns naming uplink.servers[i]; the files it reads are named, a missing one fails")
+    func uplinkServers() throws {
+        let listener = try TCPListener(host: "127.0.0.1", port: 0)
+        let closed = try TCPListener(host: "127.0.0.1", port: 0)
+        let closedPort = closed.port
+        closed.close()
+        let dir = TemporaryDirectory(prefix: "shoal-doctor-uplink").path
+        try Files.write(dir + "/hub.pass", "secret\n")
+        let site = DoctorTests.linkedSite + """
+            collections: [{name: sensors.state}]
+            uplink:
+              servers: [nats://127.0.0.1:\(listener.port), nats://127.0.0.1:\(closedPort)]
+              username: gw1
+              passwordFile: \(dir)/hub.pass
+
+            """
+        let (config, env, _) = try setup(site: site)
+        let checks = Doctor.run(config: config, configError: nil, environment: env)
+        #expect(outcome(checks, "uplink 127.0.0.1:\(listener.port)") == .pass, "\(checks.map { "\($0.name): \($0.detail)" })")
+        let down = try #require(checks.first { $0.name == "uplink 127.0.0.1:\(closedPort)" })
+        #expect(down.outcome == .warn && down.detail.contains("does not accept connections") && down.fix?.contains("uplink.servers[1]") == true, "\(down)")
+        let files = try #require(checks.first { $0.name == "uplink files" })
+        #expect(files.outcome == .pass && files.detail == "readable: uplink.passwordFile \(dir)/hub.pass", "\(files)")
+
+        // Loaded without looking at its files (the CLI's load fails on them first): the check fails, as `shoal run` would.
+        unlink(dir + "/hub.pass")
+        let missing = try #require(Doctor.run(config: config, configError: nil, environment: env).first { $0.name == "uplink files" })
+        #expect(missing.outcome == .fail && missing.detail.contains("uplink.passwordFile") && missing.detail.contains("no such file"), "\(missing)")
+        withExtendedLifetime(listener) {}
+    }
+
+    @Test("without an uplink: section there is no uplink check")
+    func noUplink() throws {
+        let (config, env, _) = try setup()
+        #expect(!Doctor.run(config: config, configError: nil, environment: env).contains { $0.name.hasPrefix("uplink") })
+    }
+
     @Test("each check fails on a broken setup, and says what to do")
     func broken() throws {
         // A board file that did not load.

@@ -48,7 +48,34 @@ struct GatewayMetricsTests {
         broker.dropped = ["not_json": 1]
         broker.outDropped = ["publish_refused": 2]
         m.mqtt = [broker]
+        m.uplink = Self.uplink()
         return m
+    }
+
+    /// An uplink connected to its hub: two collections, one of them push-only and behind.
+    static func uplink() -> UplinkBoard.State {
+        var u = UplinkBoard.State()
+        u.servers = ["nats://10.0.0.5:4222"]
+        u.state = "connected"
+        u.server = "nats://10.0.0.5:4222"
+        u.connects = 2
+        u.disconnects = 1
+        u.published = 120
+        u.alreadyThere = 4
+        u.casRetries = 1
+        u.received = 80
+        u.applied = 77
+        u.unchanged = 1
+        u.conflicts = 1
+        u.skipped = ["foreign": 2]
+        u.lastSuccessMillis = 1_800_000_123_500
+        u.collections = [
+            UplinkBoard.Collection(name: "sensors.state", stream: "SHOAL_C17B206CE9F6_sensors_2Estate", push: true, pull: true,
+                                   pushLag: 0, pushLagSeconds: 0, pullLag: 3, pushCheckpoint: 120, pullCheckpoint: 80),
+            UplinkBoard.Collection(name: "sensors.readings", stream: "SHOAL_C17B206CE9F6_sensors_2Ereadings", push: true, pull: false,
+                                   pushLag: 5, pushLagSeconds: 2.5, pullLag: 0, pushCheckpoint: 40, pullCheckpoint: 0),
+        ]
+        return u
     }
 
     @Test("the seed's counters are counters named …_total with their values")
@@ -101,6 +128,40 @@ struct GatewayMetricsTests {
         let closed = metrics(storeOpen: false).text
         #expect(closed.contains("shoal_store_up 0\n"))
         #expect(!closed.contains("shoal_collection_documents"))
+    }
+
+    @Test("the uplink: connection, push and pull counters, skips by reason (every reason from the start), lags per collection, last success")
+    func uplink() {
+        let text = metrics().text
+        #expect(text.contains("# TYPE shoal_uplink_connected gauge\nshoal_uplink_connected 1\n"))
+        #expect(text.contains("shoal_uplink_connects_total 2\n"))
+        #expect(text.contains("shoal_uplink_disconnects_total 1\n"))
+        #expect(text.contains("shoal_uplink_published_total 120\n"))
+        #expect(text.contains("shoal_uplink_already_there_total 4\n"))
+        #expect(text.contains("shoal_uplink_cas_retries_total 1\n"))
+        #expect(text.contains("shoal_uplink_received_total 80\n"))
+        #expect(text.contains("shoal_uplink_applied_total 77\n"))
+        #expect(text.contains("shoal_uplink_unchanged_total 1\n"))
+        #expect(text.contains("shoal_uplink_conflicts_total 1\n"))
+        #expect(text.contains("shoal_uplink_skipped_total{reason=\"foreign\"} 2\n"))
+        #expect(text.contains("shoal_uplink_skipped_total{reason=\"concurrent\"} 0\n"))
+        #expect(text.contains("shoal_uplink_skipped_total{reason=\"refused\"} 0\n"))
+        #expect(text.contains("shoal_uplink_push_lag_changes{collection=\"sensors.readings\"} 5\n"))
+        #expect(text.contains("shoal_uplink_push_lag_seconds{collection=\"sensors.readings\"} 2.5\n"))
+        #expect(text.contains("shoal_uplink_pull_lag_messages{collection=\"sensors.state\"} 3\n"))
+        #expect(text.contains("shoal_uplink_pull_lag_messages{collection=\"sensors.readings\"} 0\n"))
+        #expect(text.contains("shoal_uplink_last_success_timestamp_seconds 1800000123.5\n"), "\(text)")
+    }
+
+    @Test("without an uplink (or before it reports) there is no shoal_uplink_ family; a reconnecting one shows 0")
+    func noUplink() {
+        var m = metrics()
+        m.uplink = nil
+        #expect(!m.text.contains("shoal_uplink_"))
+        var u = Self.uplink()
+        u.state = "reconnecting"
+        m.uplink = u
+        #expect(m.text.contains("shoal_uplink_connected 0\n"))
     }
 
     @Test("promtool check metrics finds no problem in the exposition", .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/promtool"), "needs promtool (Debian's prometheus package)"))
