@@ -105,7 +105,7 @@ final class UplinkBridge: @unchecked Sendable {  // loop state is touched only b
             do {
                 client = try NATSClient.connect(try connectOptions())
             } catch {
-                fail("cannot connect to \(settings.servers.joined(separator: ", ")): \(error)", state: refusal(error) ? "refused" : "disconnected")
+                fail("\(error)", state: refusal(error) ? "refused" : "disconnected")
                 pause()
                 continue
             }
@@ -183,6 +183,10 @@ final class UplinkBridge: @unchecked Sendable {  // loop state is touched only b
                 unsubscribe()
                 do { try subscribe(client) } catch { return "resubscribing after a reconnect: \(error)" }
             }
+            if ContinuousClock.now - lastStatus > .seconds(1) {
+                lastStatus = .now
+                publishLag()
+            }
             var progress = false
             var failed: String?
             do {
@@ -190,6 +194,11 @@ final class UplinkBridge: @unchecked Sendable {  // loop state is touched only b
                 progress = try pushRound(client) || progress
             } catch {
                 failed = "\(error)"
+            }
+            if var text = failed, let said = client.takeServerError(), !text.contains(said) {
+                // A refusal the server sent on the side (a permissions violation) is why.
+                text += " (the server said: \(said))"
+                failed = text
             }
             if let failed {
                 failures += 1
@@ -200,10 +209,6 @@ final class UplinkBridge: @unchecked Sendable {  // loop state is touched only b
             }
             if failures > 0 || lastErrorText != nil { failures = 0; clearError() }
             backoffMillis = settings.reconnectMinMillis
-            if ContinuousClock.now - lastStatus > .seconds(1) {
-                lastStatus = .now
-                publishLag()
-            }
             if !progress {
                 // Wait for a local commit or a hub message (the consumers wake the store).
                 if inbox.isEmpty { seen = store.waitForChange(after: seen, timeoutMillis: 250) }

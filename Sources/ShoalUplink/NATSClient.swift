@@ -18,10 +18,14 @@ public struct NATSError: Error, Sendable, CustomStringConvertible {
     init(_ call: String, _ s: natsStatus, _ js: jsErrCode = jsErrCode(rawValue: 0)) {
         self.call = call
         var text = String(cString: natsStatus_GetText(s))
-        // libnats keeps a per-thread detail of the last error (the server's -ERR text, a TLS failure).
+        // libnats keeps a per-thread detail of the last error (the server's -ERR text, a TLS
+        // failure), prefixed with where in libnats it was raised: kept when it says more.
         if let detail = nats_GetLastError(nil), detail.pointee != 0 {
-            let d = String(cString: detail)
-            if !d.isEmpty, d != text { text += ": " + d }
+            var d = String(cString: detail)
+            while d.hasPrefix("("), let close = d.firstIndex(of: ")"), d[d.index(after: close)...].hasPrefix(": ") {
+                d = String(d[d.index(close, offsetBy: 3)...])
+            }
+            if !d.isEmpty, d != text { text = d.hasPrefix(text) ? d : text + ": " + d }
         }
         status = text
         jetStreamCode = Int(js.rawValue)
@@ -142,6 +146,10 @@ public final class NATSClient: @unchecked Sendable {  // owns libnats handles; l
         // Requests (JetStream API calls, acknowledgements awaited) fail at once when the connection
         // drops instead of waiting for their timeout: the uplink publishes again from its checkpoint.
         try check("natsOptions_SetFailRequestsOnDisconnect", natsOptions_SetFailRequestsOnDisconnect(opts, true))
+        // The server's asynchronous errors (a permissions violation: the publish itself is just
+        // never acknowledged) are kept to be told with the failure they cause.
+        let serverErrors = AsyncErrors()
+        try check("natsOptions_SetErrorHandler", natsOptions_SetErrorHandler(opts, natsAsyncError, Unmanaged.passUnretained(serverErrors).toOpaque()))
         if let u = o.username { try check("natsOptions_SetUserInfo", natsOptions_SetUserInfo(opts, u, o.password ?? "")) }
         if let c = o.credentialsFile {
             try check("natsOptions_SetUserCredentialsFromFiles(\(c))", natsOptions_SetUserCredentialsFromFiles(opts, c, nil))
@@ -176,15 +184,22 @@ public final class NATSClient: @unchecked Sendable {  // owns libnats handles; l
             natsConnection_Destroy(conn)
             throw NATSError("natsConnection_JetStream", s)
         }
-        return NATSClient(nc: conn, js: ctx, acks: acks, timeout: o.requestTimeoutMillis)
+        return NATSClient(nc: conn, js: ctx, acks: acks, serverErrors: serverErrors, timeout: o.requestTimeoutMillis)
     }
 
-    private init(nc: OpaquePointer, js: OpaquePointer, acks: AckCollector, timeout: Int64) {
+    private let serverErrors: AsyncErrors
+
+    private init(nc: OpaquePointer, js: OpaquePointer, acks: AckCollector, serverErrors: AsyncErrors, timeout: Int64) {
         self.nc = nc
         self.js = js
         self.acks = acks
+        self.serverErrors = serverErrors
         self.timeout = timeout
     }
+
+    /// The server's last asynchronous error since the last call (e.g. "Permissions Violation for
+    /// Publish to …"), then forgotten.
+    public func takeServerError() -> String? { serverErrors.take() }
 
     deinit {
         jsCtx_Destroy(js)
@@ -414,6 +429,25 @@ private let natsConsumerDelivered: natsMsgHandler = { _, _, msg, closure in
     }
     guard seq > 0 else { return }  // not a stream message (a status or heartbeat libnats let through)
     Unmanaged<DeliveryBox>.fromOpaque(closure).takeUnretainedValue().handle(NATSClient.read(msg, sequence: seq, pending: pending))
+}
+
+/// The server's asynchronous errors, filled by libnats's callback thread. It lives as long as the
+/// client (which owns the connection that calls back into it).
+final class AsyncErrors: Sendable {
+    private let last = Locked<String?>(nil)
+    func record(_ text: String) { last.withLock { $0 = text } }
+    func take() -> String? { last.withLock { t in defer { t = nil }; return t } }
+}
+
+private let natsAsyncError: natsErrHandler = { nc, _, err, closure in
+    guard let closure else { return }
+    var text: UnsafePointer<CChar>?
+    var what = String(cString: natsStatus_GetText(err))
+    if let nc, natsConnection_GetLastError(nc, &text) != NATS_OK, let text {
+        let detail = String(cString: text)
+        if !detail.isEmpty { what = detail }
+    }
+    Unmanaged<AsyncErrors>.fromOpaque(closure).takeUnretainedValue().record(what)
 }
 
 /// Publish acknowledgements by subject, filled by libnats's callback thread.
