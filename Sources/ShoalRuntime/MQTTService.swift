@@ -33,26 +33,11 @@ struct MQTTService: Service {
         guard let peer = gateway.identity?.peerID else { throw MQTTServiceError.noIdentity }
         let writer = LocalWriter(peer: peer, store: opened.store, clock: opened.clock)
         let bridge = MQTTBridge(broker: broker, writer: writer, clientOptions: options, logger: gateway.logger, board: gateway.mqtt, events: gateway.meshEvents)
-        let workers = WorkerGroup()
-        let ended = Latch()
-        guard workers.spawn("mqtt-\(broker.name)", { bridge.run(); ended.open() }) else {
-            throw SystemError(call: "pthread_create(mqtt \(broker.name))", code: 11)
-        }
-        context.markReady()
-        while await context.pause(for: .seconds(1)) {
-            if ended.isOpen { break }
-            if ContinuousClock.now - bridge.lastBeat < .seconds(150) { context.heartbeat() }
-        }
-        bridge.stop()
         // The thread sees `stop` within a round (≤ 100 ms), unless it is inside a blocking
-        // connect to a host that does not answer (the kernel gives up after ~2 min): then it is
-        // abandoned after 3 s, and finds the stop when the connect returns.
-        guard await ended.wait(timeout: .seconds(3)) else {
-            gateway.logger.warning(.mqtt, "\(broker.name): stopping: the bridge's thread is still inside a connect to \(broker.host):\(broker.port) after 3 s; abandoned")
-            return
-        }
-        let abandoned = (try? await gateway.workThread.run { workers.join(timeoutMillis: 3000) }) ?? []
-        if !abandoned.isEmpty { gateway.logger.warning(.mqtt, "\(broker.name): stopping: abandoned \(abandoned.joined(separator: ", ")) after 3 s") }
+        // connect to a host that does not answer (the kernel gives up after ~2 min).
+        try await LoopThread(name: "mqtt-\(broker.name)", what: "mqtt \(broker.name) (\(broker.host):\(broker.port))", domain: .mqtt,
+                             stopWithin: .seconds(3), lastBeat: { bridge.lastBeat }, loop: { bridge.run() }, stop: { bridge.stop() })
+            .run(context: context, gateway: gateway)
     }
 
     /// The client's settings from the site file: the password read from its file, the identity's

@@ -20,25 +20,11 @@ struct UplinkService: Service {
         let writer = LocalWriter(peer: peer, store: opened.store, clock: opened.clock)
         let bridge = UplinkBridge(settings: settings, group: gateway.site.group, site: gateway.site.collections, writer: writer,
                                   options: clientOptions(peer: peer), logger: gateway.logger, board: gateway.uplink, events: gateway.meshEvents)
-        let workers = WorkerGroup()
-        let ended = Latch()
-        guard workers.spawn("uplink", { bridge.run(); ended.open() }) else {
-            throw SystemError(call: "pthread_create(uplink)", code: 11)
-        }
-        context.markReady()
-        while await context.pause(for: .seconds(1)) {
-            if ended.isOpen { break }
-            if ContinuousClock.now - bridge.lastBeat < .seconds(150) { context.heartbeat() }
-        }
-        bridge.stop()
         // The thread sees `stop` within a round, unless it waits on the hub (a connect: at most
         // the 5 s connect timeout per server; a publish: at most the 10 s request timeout).
-        guard await ended.wait(timeout: .seconds(15)) else {
-            gateway.logger.warning(.uplink, "stopping: the uplink's thread still waits on the hub after 15 s; abandoned")
-            return
-        }
-        let abandoned = (try? await gateway.workThread.run { workers.join(timeoutMillis: 3000) }) ?? []
-        if !abandoned.isEmpty { gateway.logger.warning(.uplink, "stopping: abandoned \(abandoned.joined(separator: ", ")) after 3 s") }
+        try await LoopThread(name: "uplink", what: "uplink", domain: .uplink, stopWithin: .seconds(15),
+                             lastBeat: { bridge.lastBeat }, loop: { bridge.run() }, stop: { bridge.stop() })
+            .run(context: context, gateway: gateway)
     }
 
     /// The client's settings from the site file (the password file is read at each connection).
