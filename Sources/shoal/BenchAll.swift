@@ -28,12 +28,12 @@ extension CLI {
         defer { _ = system("rm -rf '\(dir)'") }
         let started = ContinuousClock.now
 
-        out("1/8 store writes: 20,000 × ~1 KB documents in batches of 100, durability full, 3 rounds, against a bare SQLite C-API loop")
+        out("1/9 store writes: 20,000 × ~1 KB documents in batches of 100, durability full, 3 rounds, against a bare SQLite C-API loop")
         let store = try StoreBenchmark.run(directory: dir, documents: 20_000, batch: 100, durability: .full, rounds: 3, logger: quiet)
         rows.append(BenchRow(figure: "store writes (docs/s)", shoal: fmt(store.storeMedian), baseline: "\(fmt(store.baselineMedian)) bare SQLite",
                              ratio: store.ratio, goal: ">= 0.70"))
 
-        out("2/8 TLS bulk: 32 MiB × 3 rounds through Shoal's TLS session against bare mbedtls_ssl_write/read on the same sessions")
+        out("2/9 TLS bulk: 32 MiB × 3 rounds through Shoal's TLS session against bare mbedtls_ssl_write/read on the same sessions")
         let tls = try TLSBenchmark.run(handshakes: 50, megabytes: 32, rounds: 3)
         rows.append(BenchRow(figure: "TLS bulk (MB/s)", shoal: fmt(TLSBenchmark.median(tls.sessionMBps)),
                              baseline: "\(fmt(TLSBenchmark.median(tls.baselineMBps))) bare mbedTLS", ratio: tls.ratio, goal: ">= 0.80"))
@@ -41,14 +41,14 @@ extension CLI {
                              baseline: "\(fmt2(tls.resumedHandshakeCPUMillis)) resumed", ratio: nil, goal: "<= 10 per side"))
 
         let port = UInt16(try a.int("--port", command: "bench", default: 47_911, range: 1024...65_535))
-        out("3/8 replication: initial pull of 10,000 × ~1 KB documents from a second process over TLS on 127.0.0.1:\(port), 3 rounds")
+        out("3/9 replication: initial pull of 10,000 × ~1 KB documents from a second process over TLS on 127.0.0.1:\(port), 3 rounds")
         let pull = try ReplicationBenchmark.run(documents: 10_000, rounds: 3, directory: dir + "/pull", port: port, durability: .full)
         rows.append(BenchRow(figure: "2-process pull, 10,000 × 1 KB (docs/s)", shoal: fmt(pull.median),
                              baseline: "\(fmt(store.baselineMedian)) bare SQLite writes", ratio: pull.median / store.baselineMedian, goal: ">= 0.50"))
         rows.append(BenchRow(figure: "  frame bytes per pulled document", shoal: fmt(pull.wireBytesPerDocument),
                              baseline: "\(pull.bodyBytes) body", ratio: pull.wireBytesPerDocument / Double(pull.bodyBytes), goal: "<= 1.30"))
 
-        out("4/8 simulator: 100 writes of 1 KB on a 10-node full mesh (bytes sent against one body per node), and one write across a 20-node line")
+        out("4/9 simulator: 100 writes of 1 KB on a 10-node full mesh (bytes sent against one body per node), and one write across a 20-node line")
         var traffic = SimScenario()
         traffic.config.nodes = 10
         traffic.writes = 100
@@ -76,23 +76,32 @@ extension CLI {
             rows.append(BenchRow(figure: "a write across a 20-node line", shoal: "did not arrive", baseline: "-", ratio: nil, goal: "<= 2.00"))
         }
 
-        out("5/8 memory: a gateway (sim board) idle, then holding 100,000 documents")
+        out("5/9 memory: a gateway (sim board) idle, then holding 100,000 documents")
         let (idle, loaded) = try benchRSS(dir: dir + "/rss")
         rows.append(BenchRow(figure: "RSS with 100,000 documents (MB)", shoal: fmt2(Double(loaded) / 1024),
                              baseline: "\(fmt2(Double(idle) / 1024)) idle", ratio: Double(loaded) / Double(max(1, idle)), goal: "<= 3.00"))
 
-        out("6/8 HTTP API: wrk GET and PUT against the control socket, 5 s each; SSE write → event; RSS of 100 SSE clients")
+        out("6/9 HTTP API: wrk GET and PUT against the control socket, 5 s each; SSE write → event; RSS of 100 SSE clients")
         var httpSettings = HTTPBenchmark.Settings()
         httpSettings.secondsPerLoad = 5
         let http = try HTTPBenchmark.run(directory: dir + "/http", settings: httpSettings) { out("    " + $0) }
         rows += httpRows(http)
 
-        out("7/8 MQTT bridge: a paho publisher at QoS 1 into the gateway (durability full and normal) against the same into mosquitto_sub; changes out; RSS under a burst")
+        out("7/9 MQTT bridge: a paho publisher at QoS 1 into the gateway (durability full and normal) against the same into mosquitto_sub; changes out; RSS under a burst")
         let mqtt = try MQTTBenchmark.run(directory: dir + "/mqtt", settings: try mqttSettings(a)) { out("    " + $0) }
         for skipped in mqtt.skipped { out("    skipped: " + skipped) }
         rows += mqttRows(mqtt)
 
-        out("8/8 binary size")
+        out("8/9 NATS JetStream uplink: 10,000 × 1 KB documents from gateway A through a nats-server of its own to gateway B, against a raw acknowledged publish loop")
+        if Files.exists(UplinkBenchmark.Settings().server) {
+            let uplink = try UplinkBenchmark.run(directory: dir + "/uplink") { out("    " + $0) }
+            rows += uplinkRows(uplink)
+        } else {
+            out("    skipped: /usr/sbin/nats-server is not installed (make deps installs nats-server)")
+            rows.append(BenchRow(figure: "NATS uplink", shoal: "skipped", baseline: "-", ratio: nil, goal: "(no nats-server)"))
+        }
+
+        out("9/9 binary size")
         let size = Files.size(ChildProcess.currentExecutable) ?? 0
         var baselineSize: Int?
         if let path = a.values["--baseline-binary"] { baselineSize = Files.size(path) }

@@ -23,7 +23,7 @@ enum Help {
         ("doctor", ["Check this gateway before trusting it in the field (board, LED, radios, avahi,",
                     "identity, store, clock, free space)"]),
         ("board", ["Board files: list | show NAME | check FILE"]),
-        ("bench", ["Benchmarks that print figures: all (one table), store, tls, replication, http, mqtt"]),
+        ("bench", ["Benchmarks that print figures: all (one table), store, tls, replication, http, mqtt, uplink"]),
         ("sim", ["Simulate a mesh of gateways (virtual time, real stores): plan a site"]),
         ("demo", ["Five gateways in this process on a simulated radio: the mesh at work"]),
         ("version", ["Versions of shoal and of the C libraries it uses"]),
@@ -296,6 +296,7 @@ enum Help {
                    shoal bench replication [--docs N] [--rounds N] [--durability full|normal] [--port P]
                    shoal bench http [--seconds N] [--connections N] [--dir DIR]
                    shoal bench mqtt [--docs N] [--changes N] [--burst N] [--publisher PATH] [--dir DIR]
+                   shoal bench uplink [--count N] [--body-bytes N] [--dir DIR]
 
             all (the default): every figure below plus the simulator's and memory's, each beside a
             baseline measured in the same run, then one table with the date and machine: store
@@ -333,6 +334,15 @@ enum Help {
             (default 100000) of messages: before, peak, after. The baseline runs before and after
             the gateways (the faster counts). Without mosquitto, mosquitto_sub, python3 or
             paho-mqtt the figures that need them are skipped, saying so. About 1 minute.
+
+            uplink: a nats-server of its own (/usr/sbin/nats-server, JetStream in DIR, a free
+            loopback port; `make deps` installs it). Baseline: --count (default 10000) messages of
+            --body-bytes (default 1024) through a raw JetStream publish loop, each acknowledged,
+            batches of 256, to a stream of its own (before and after; the faster counts). Then
+            gateway A (a store and the uplink's bridge) writes --count documents while gateway B
+            (another) pulls: docs/s of A's push (until A's board says all published) and end to
+            end (until B holds all), each against the baseline; bytes per document each way from
+            the server's /connz, against the body and the uplink's headers. About 15 s.
             """,
         "identity": """
             Usage: shoal identity create [--label L] [--days N] [--cn NAME] [--ca-key K --ca-cert C] [--force [--new-key | --self-signed]] [--json]
