@@ -72,7 +72,7 @@ let package = Package(
 
         // `shoal bench`: the store, TLS and replication benchmarks against their bare baselines
         // (the bare C calls stay in the C importers). Not part of the runtime.
-        .target(name: "ShoalBench", dependencies: ["ShoalThreads", "ShoalCore", "ShoalConfig", "ShoalLinux", "ShoalMesh", "ShoalReplication", "ShoalRuntime", "ShoalStore", "ShoalSupervision", "ShoalTLS", "ShoalUplink"]),
+        .target(name: "ShoalBench", dependencies: ["ShoalThreads", "ShoalCore", "ShoalConfig", "ShoalLinux", "ShoalMesh", "ShoalReplication", "ShoalRuntime", "ShoalStore", "ShoalSupervision", "ShoalTLS", "ShoalUplink", "ShoalWire"]),
 
         .executableTarget(name: "shoal", dependencies: ["ShoalBench", "ShoalRuntime", "ShoalMQTT", "ShoalUplink", "ShoalSim", "ShoalMesh", "ShoalStatus", "ShoalStore", "ShoalConfig", "ShoalYAML", "ShoalTLS", "ShoalLinux", "ShoalWire", "ShoalCore"]),
 

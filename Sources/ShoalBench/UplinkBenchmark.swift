@@ -5,6 +5,7 @@ import ShoalReplication
 import ShoalRuntime
 import ShoalStore
 import ShoalUplink
+import ShoalWire
 
 /// `shoal bench uplink`: the NATS JetStream uplink against a nats-server of its own (JetStream in
 /// a temporary directory, a free loopback port, its monitoring endpoint on another), all in one
