@@ -31,7 +31,13 @@ extension UplinkBridge {
         guard let last = fresh.last else { return }
         var docs: [(HubMessage, HubDocument)] = []
         var foreign: [(HubMessage, String)] = []
+        var echoes: Int64 = 0
         for m in fresh {
+            if let mine = published[m.subject], mine == m.headers[HubHeader.version] {
+                published[m.subject] = nil  // this gateway's own version, back from the hub
+                echoes += 1
+                continue
+            }
             switch parse(m, lane) {
             case .document(let d): docs.append((m, d))
             case .foreign(let why): foreign.append((m, why))
@@ -66,7 +72,7 @@ extension UplinkBridge {
         board.update {
             $0.received += received
             $0.applied += applied
-            $0.unchanged += unchanged
+            $0.unchanged += unchanged + echoes
             $0.conflicts += conflicted
             if !foreign.isEmpty { $0.skipped["foreign", default: 0] += Int64(foreign.count) }
             if !refused.isEmpty { $0.skipped["refused", default: 0] += Int64(refused.count) }
@@ -103,7 +109,7 @@ extension UplinkBridge {
     /// over those it acknowledged or held already.
     private func pushLane(_ i: Int, _ client: NATSClient) throws -> Bool {
         let lane = lanes[i]
-        let changes = try store.changes(in: lane.name, since: lane.pushCheckpoint, limit: Self.batchMax)
+        let changes = try store.changes(in: lane.name, since: lane.pushCheckpoint, limit: Self.pushBatchMax)
         guard !changes.isEmpty else { return false }
         let items = try store.transaction { (tx) throws(StoreError) -> [Pending] in
             try changes.map { (c) throws(StoreError) -> Pending in
@@ -131,6 +137,7 @@ extension UplinkBridge {
             switch r {
             case .stored(let seq):
                 heads.append((doc.id, seq, doc.version))
+                noteEcho(layout.subject(lane.name, id: doc.id), doc.version)
                 published += 1
             case .wrongLastSequence:
                 retries += 1
@@ -195,6 +202,7 @@ extension UplinkBridge {
                 try store.transaction { (tx) throws(StoreError) in
                     try tx.setHubHead(hub: Self.hubKey, collection: lane.name, id: id, sequence: seq, version: local.version)
                 }
+                noteEcho(subject, local.version)
                 board.update { $0.published += 1 }
                 return true
             case .wrongLastSequence?:
@@ -258,6 +266,12 @@ extension UplinkBridge {
             return true
         }
         return nil
+    }
+
+    /// Remembers a version this gateway put on `subject`, to pass it over when it comes back.
+    func noteEcho(_ subject: String, _ version: [UInt8]) {
+        if published.count >= Self.echoMax { published.removeAll(keepingCapacity: true) }
+        published[subject] = HubHeader.hex(version)
     }
 
     func request(_ lane: Lane, _ doc: StoredDocument, expected: UInt64) -> PublishRequest {

@@ -54,6 +54,9 @@ final class UplinkBridge: @unchecked Sendable {  // loop state is touched only b
     /// The key of this gateway's checkpoints and hub heads.
     static let hubKey = "uplink"
     static let batchMax = 256
+    /// Changes published per round: acknowledgements are awaited once per round, so a round is
+    /// large enough that the wait is small beside the publishing.
+    static let pushBatchMax = 1024
     var store: DocumentStore { writer.store }
     var peerID: PeerID { writer.peer }
 
@@ -91,6 +94,12 @@ final class UplinkBridge: @unchecked Sendable {  // loop state is touched only b
     // MARK: - The loop
 
     var skipLog: [String: (at: ContinuousClock.Instant, since: Int)] = [:]
+    /// Subject → the version (hex) this gateway published there since it started: its consumer
+    /// brings each back, and applying it would change nothing (the store holds it or newer), so it
+    /// is passed over unread. Bounded: past `echoMax` it is forgotten (then echoes are applied, as
+    /// no-ops). Only the uplink's thread touches it.
+    var published: [String: String] = [:]
+    static let echoMax = 100_000
     private var backoffMillis: Int64 = 0
     private var lastErrorText: String?
     private var lastErrorLogged = ContinuousClock.now - .seconds(3600)
