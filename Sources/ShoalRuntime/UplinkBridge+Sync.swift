@@ -27,7 +27,7 @@ extension UplinkBridge {
 
     private func applyFromHub(lane i: Int, _ messages: [HubMessage]) throws {
         let lane = lanes[i]
-        let fresh = messages.filter { $0.streamSequence > UInt64(lane.pullCheckpoint) }
+        let fresh = messages.filter { $0.streamSequence > UInt64(clamping: lane.pullCheckpoint) }
         guard let last = fresh.last else { return }
         var docs: [(HubMessage, HubDocument)] = []
         var foreign: [(HubMessage, String)] = []
@@ -64,9 +64,9 @@ extension UplinkBridge {
             }
             try clock.persist(in: tx)
             try tx.logConflicts(conflicts)
-            try tx.setCheckpoint(peer: Self.hubKey, collection: lane.name, direction: .pull, sequence: Int64(last.streamSequence))
+            try tx.setCheckpoint(peer: Self.hubKey, collection: lane.name, direction: .pull, sequence: Int64(clamping: last.streamSequence))
         }
-        lanes[i].pullCheckpoint = Int64(last.streamSequence)
+        lanes[i].pullCheckpoint = Int64(clamping: last.streamSequence)
         lanes[i].pullPending = last.pending
         let received = Int64(fresh.count), conflicted = Int64(conflicts.count)
         board.update {
@@ -93,7 +93,7 @@ extension UplinkBridge {
 
     func pushRound(_ client: NATSClient) throws -> Bool {
         var progress = false
-        for i in lanes.indices where lanes[i].push {
+        for i in lanes.indices where lanes[i].push && !isStopping {
             progress = try pushLane(i, client) || progress
         }
         return progress
@@ -146,6 +146,10 @@ extension UplinkBridge {
                 } else {
                     done[k] = false
                 }
+            case .tooLarge(let why):
+                // It can never go up as it is: counted and logged, and the collection goes on.
+                board.update { $0.skipped["too_large", default: 0] += 1 }
+                noteSkipped(lane, "too_large", "\(doc.id) (\((doc.body ?? "").utf8.count) bytes) is more than the hub takes: \(why); not published — raise the server's max_payload")
             case .failed(let why):
                 done[k] = false
                 firstError = firstError ?? "publishing \(doc.id) to \(lane.stream): \(why)"
@@ -208,6 +212,10 @@ extension UplinkBridge {
             case .wrongLastSequence?:
                 board.update { $0.casRetries += 1 }
                 continue
+            case .tooLarge(let why)?:
+                board.update { $0.skipped["too_large", default: 0] += 1 }
+                noteSkipped(lane, "too_large", "\(id) is more than the hub takes: \(why); not published")
+                return true
             case .failed(let why)?:
                 throw UplinkSyncError(text: "publishing \(id) to \(lane.stream): \(why)")
             case nil:

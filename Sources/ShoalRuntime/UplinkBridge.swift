@@ -114,7 +114,7 @@ final class UplinkBridge: @unchecked Sendable {  // loop state is touched only b
             do {
                 client = try NATSClient.connect(try connectOptions())
             } catch {
-                fail("\(error)", state: refusal(error) ? "refused" : "disconnected")
+                fail(Self.explain(error, server: nil, settings: settings), state: refusal(error) ? "refused" : "disconnected")
                 pause()
                 continue
             }
@@ -161,7 +161,7 @@ final class UplinkBridge: @unchecked Sendable {  // loop state is touched only b
             try prepareStreams(client)
             try subscribe(client)
         } catch {
-            return "setting up the streams: \(error)"
+            return "setting up the streams: \(Self.explain(error, server: client.takeServerError(), settings: settings))"
         }
         var failures = 0
         var wasConnected = true
@@ -173,14 +173,24 @@ final class UplinkBridge: @unchecked Sendable {  // loop state is touched only b
             guard client.isConnected else {
                 if wasConnected {
                     wasConnected = false
-                    board.update { Self.move(&$0, to: "reconnecting"); $0.server = "" }
-                    logger.warning(.uplink, "connection to the hub lost; libnats reconnects (changes wait in the store)")
+                    let lostFrom = board.snapshot?.server ?? ""
+                    let why = client.takeServerError().map { "connection lost: \($0)" } ?? "connection lost"
+                    board.update {
+                        Self.move(&$0, to: "reconnecting")
+                        $0.server = ""
+                        $0.disconnects += 1
+                        $0.lastError = why
+                        $0.lastErrorAtMillis = Int64(NodeClock.systemWallMillis())
+                    }
+                    events.append(["type": "uplink", "connected": .bool(false), "server": .string(lostFrom), "error": .string(why)],
+                                  atMillis: Int64(writer.clock.wallMillis))
+                    logger.warning(.uplink, "connection to the hub (\(lostFrom)) lost; libnats reconnects (changes wait in the store)")
                 }
                 if ContinuousClock.now - lastStatus > .seconds(1) {
                     lastStatus = .now
                     publishLag()  // what waits grows while the hub is away
                 }
-                _ = inbox.wait(timeoutMillis: 200)
+                inbox.sleep(timeoutMillis: 200)
                 continue
             }
             if !wasConnected {
@@ -188,6 +198,8 @@ final class UplinkBridge: @unchecked Sendable {  // loop state is touched only b
                 // the checkpoints, so nothing delivered while the connection was down is missed.
                 wasConnected = true
                 board.update { Self.move(&$0, to: "connected"); $0.server = client.connectedURL; $0.connects += 1 }
+                events.append(["type": "uplink", "connected": .bool(true), "server": .string(client.connectedURL), "error": .null],
+                              atMillis: Int64(writer.clock.wallMillis))
                 logger.info(.uplink, "reconnected to \(client.connectedURL)")
                 unsubscribe()
                 do { try subscribe(client) } catch { return "resubscribing after a reconnect: \(error)" }
@@ -200,9 +212,15 @@ final class UplinkBridge: @unchecked Sendable {  // loop state is touched only b
             var failed: String?
             do {
                 progress = try pullRound() || progress
-                progress = try pushRound(client) || progress
             } catch {
-                failed = "\(error)"
+                // What was taken from the inbox is not applied: the consumers start again from
+                // the stored checkpoint, so nothing is skipped.
+                failed = "applying hub messages: \(error)"
+                unsubscribe()
+                do { try subscribe(client) } catch { return "resubscribing after a failed apply: \(error)" }
+            }
+            if failed == nil {
+                do { progress = try pushRound(client) || progress } catch { failed = "\(error)" }
             }
             if var text = failed, let said = client.takeServerError(), !text.contains(said) {
                 // A refusal the server sent on the side (a permissions violation) is why.
@@ -232,7 +250,7 @@ final class UplinkBridge: @unchecked Sendable {  // loop state is touched only b
         for i in lanes.indices {
             let lane = lanes[i]
             let state = try client.ensureStream(name: lane.stream, subjects: [lane.subjects], replicas: settings.replicas,
-                                                maxMessageBytes: maxBodyBytes + 1024)
+                                                maxMessageBytes: 0)
             if state.created { logger.info(.uplink, "created stream \(lane.stream) (\(settings.replicas) replica(s)) for \(lane.name)") }
             let key = "uplink.stream.\(lane.stream)"
             let known = try store.metadata(key)
@@ -250,7 +268,7 @@ final class UplinkBridge: @unchecked Sendable {  // loop state is touched only b
             }
             lanes[i].pushCheckpoint = try store.checkpoint(peer: Self.hubKey, collection: lane.name, direction: .push)
             lanes[i].pullCheckpoint = try store.checkpoint(peer: Self.hubKey, collection: lane.name, direction: .pull)
-            lanes[i].pullPending = state.lastSequence > UInt64(lanes[i].pullCheckpoint) ? state.lastSequence - UInt64(lanes[i].pullCheckpoint) : 0
+            lanes[i].pullPending = state.lastSequence > UInt64(clamping: lanes[i].pullCheckpoint) ? state.lastSequence - UInt64(clamping: lanes[i].pullCheckpoint) : 0
         }
     }
 
@@ -267,7 +285,7 @@ final class UplinkBridge: @unchecked Sendable {  // loop state is touched only b
             let inbox = self.inbox
             let store = self.store
             lanes[i].subscription = try client.orderedConsumer(stream: lanes[i].stream, filter: lanes[i].subjects,
-                                                               startSequence: UInt64(lanes[i].pullCheckpoint) + 1) { m in
+                                                               startSequence: UInt64(clamping: lanes[i].pullCheckpoint) + 1) { m in
                 if inbox.put(index, m) { store.wake() }
             }
         }
@@ -284,12 +302,41 @@ final class UplinkBridge: @unchecked Sendable {  // loop state is touched only b
                 c.pushLag = backlog.count
                 c.pushLagSeconds = backlog.count == 0 ? 0 : Double(max(0, now - backlog.oldestMillis)) / 1000
             }
-            c.pullLag = lane.pull ? Int64(lane.pullPending) : 0
+            c.pullLag = lane.pull ? Int64(clamping: lane.pullPending) : 0
             c.pushCheckpoint = lane.pushCheckpoint
             c.pullCheckpoint = lane.pullCheckpoint
             collections.append(c)
         }
         board.update { $0.collections = collections }
+    }
+
+    /// An error with what to do about the usual causes.
+    static func explain(_ error: Error, server said: String?, settings: UplinkSettings) -> String {
+        var text = "\(error)"
+        if let said, !text.contains(said) { text += " (the server said: \(said))" }
+        let lower = text.lowercased()
+        if lower.contains("10076") || lower.contains("no responders") {
+            text += settings.domain == nil
+                ? " — JetStream is not enabled on the server for this account (through a leaf node, set uplink.domain to the hub's JetStream domain)"
+                : " — no JetStream in domain \(settings.domain!) is reachable for this account"
+        } else if lower.contains("10074") || lower.contains("replicas > 1") {
+            text += " — set uplink.replicas to what the server (or cluster) can hold: 1 on a single server"
+        } else if lower.contains("permission") {
+            text += " — the server's permissions for this gateway's user do not allow it: see README, \"One server\", for the subjects a gateway needs"
+        } else if lower.contains("expected 'pong'") {
+            text += " — the server closed the connection in the TLS handshake: it may want a client certificate it trusts (uplink.tls.identity, or certFile and keyFile); its log says which"
+        } else if lower.contains("secure connection not available") {
+            text += " — the server does not speak TLS: use nats:// or turn TLS on at the server"
+        } else if lower.contains("unable to get local issuer") || lower.contains("certificate verify failed") {
+            text += " — the server's certificate is not signed by a CA the gateway trusts: set uplink.tls.caFile to the CA that signed it"
+        } else if lower.contains("authorization violation") || lower.contains("authentication") {
+            text += " — the server refused the login: check username and passwordFile, credentialsFile or nkey; with verify_and_map the server's users must list this gateway's certificate subject (shoal identity show)"
+        } else if lower.contains("no server available") {
+            text += " — nothing answers at \(settings.servers.joined(separator: ", ")): is nats-server running there, on that port (shoal doctor checks it)?"
+        } else if lower.contains("timeout") {
+            text += " — no answer from the server's JetStream in time (permissions that deny the JetStream API look like this too: see the server's log)"
+        }
+        return text
     }
 
     static func move(_ s: inout UplinkBoard.State, to state: String) {
@@ -332,7 +379,7 @@ final class UplinkBridge: @unchecked Sendable {  // loop state is touched only b
         let until = ContinuousClock.now + .milliseconds(backoffMillis + jitter)
         while !isStopping, ContinuousClock.now < until {
             beat.withLock { $0 = .now }
-            _ = inbox.wait(timeoutMillis: 100)
+            inbox.sleep(timeoutMillis: 100)
         }
         backoffMillis = min(settings.reconnectMaxMillis, backoffMillis * 2)
     }
@@ -407,4 +454,8 @@ final class UplinkInbox: @unchecked Sendable {  // items and closed only under l
     }
 
     func wake() { lock.withLock { lock.broadcast() } }
+
+    /// Waits the time out, or until `wake` (a stop): whatever is queued (nothing takes from it
+    /// while the hub is away or the uplink waits its backoff).
+    func sleep(timeoutMillis: Int) { lock.withLock { lock.wait(timeoutMillis: timeoutMillis) } }
 }

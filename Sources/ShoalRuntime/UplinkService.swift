@@ -20,9 +20,10 @@ struct UplinkService: Service {
         let writer = LocalWriter(peer: peer, store: opened.store, clock: opened.clock)
         let bridge = UplinkBridge(settings: settings, group: gateway.site.group, site: gateway.site.collections, writer: writer,
                                   options: clientOptions(peer: peer), logger: gateway.logger, board: gateway.uplink, events: gateway.meshEvents)
-        // The thread sees `stop` within a round, unless it waits on the hub (a connect: at most
-        // the 5 s connect timeout per server; a publish: at most the 10 s request timeout).
-        try await LoopThread(name: "uplink", what: "uplink", domain: .uplink, stopWithin: .seconds(15),
+        // The thread sees `stop` within a round, unless it waits on the hub (a connect: the 2 s
+        // connect timeout per server; a publish: up to the 10 s request timeout): then it is
+        // abandoned after 4 s (within the supervisor's 5 s) and stops when that call returns.
+        try await LoopThread(name: "uplink", what: "uplink", domain: .uplink, stopWithin: .seconds(4),
                              lastBeat: { bridge.lastBeat }, loop: { bridge.run() }, stop: { bridge.stop() })
             .run(context: context, gateway: gateway)
     }

@@ -105,7 +105,7 @@ public final class StoreTransaction {
         try s.bind(0, hub)
         try s.bind(1, collection.description)
         try s.bind(2, id)
-        let head = try s.step() ? (UInt64(s.int64(0)), s.blob(1)) : nil
+        let head = try s.step() ? (UInt64(clamping: s.int64(0)), s.blob(1)) : nil
         try s.run()
         return head
     }
@@ -120,7 +120,7 @@ public final class StoreTransaction {
         try s.bind(0, hub)
         try s.bind(1, collection.description)
         try s.bind(2, id)
-        try s.bind(3, Int64(sequence))
+        try s.bind(3, Int64(clamping: sequence))
         try s.bind(4, blob: version)
         try s.run()
     }

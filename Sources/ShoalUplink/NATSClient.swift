@@ -68,6 +68,8 @@ public enum PublishResult: Sendable, Equatable {
     case stored(sequence: UInt64)
     /// The compare-and-set failed: the subject's last sequence is not the one expected.
     case wrongLastSequence
+    /// Larger than the server or the stream takes: publishing it again would fail again.
+    case tooLarge(String)
     case failed(String)
 }
 
@@ -89,7 +91,7 @@ public final class NATSClient: @unchecked Sendable {  // owns libnats handles; l
     public struct Options: Sendable {
         public var servers: [String]
         public var name: String
-        public var connectTimeoutMillis: Int64 = 5000
+        public var connectTimeoutMillis: Int64 = 2000
         /// JetStream API calls and publish acknowledgements.
         public var requestTimeoutMillis: Int64 = 10_000
         public var username: String?
@@ -119,6 +121,8 @@ public final class NATSClient: @unchecked Sendable {  // owns libnats handles; l
     private let timeout: Int64
 
     public static var libraryVersion: String { String(cString: nats_GetVersion()) }
+    /// Connections' callback boxes alive now (for tests: none outlives its connection).
+    public static var liveCallbackBoxes: Int { CallbackBoxes.live.withLock { $0 } }
 
     /// Connects (one attempt over the servers in order); afterwards libnats reconnects by itself.
     public static func connect(_ o: Options) throws(NATSError) -> NATSClient {
@@ -148,8 +152,16 @@ public final class NATSClient: @unchecked Sendable {  // owns libnats handles; l
         try check("natsOptions_SetFailRequestsOnDisconnect", natsOptions_SetFailRequestsOnDisconnect(opts, true))
         // The server's asynchronous errors (a permissions violation: the publish itself is just
         // never acknowledged) are kept to be told with the failure they cause.
+        // libnats may call back on its own thread after the connection is destroyed: the boxes
+        // are retained for libnats and released by its closed callback, its last.
         let serverErrors = AsyncErrors()
-        try check("natsOptions_SetErrorHandler", natsOptions_SetErrorHandler(opts, natsAsyncError, Unmanaged.passUnretained(serverErrors).toOpaque()))
+        let acks = AckCollector()
+        let callbacks = Unmanaged.passRetained(CallbackBoxes(errors: serverErrors, acks: acks))
+        // Until a connection exists, no closed callback will come (a failed connect calls none).
+        var handedOver = false
+        defer { if !handedOver { callbacks.release() } }
+        try check("natsOptions_SetErrorHandler", natsOptions_SetErrorHandler(opts, natsAsyncError, callbacks.toOpaque()))
+        try check("natsOptions_SetClosedCB", natsOptions_SetClosedCB(opts, natsConnectionClosed, callbacks.toOpaque()))
         if let u = o.username { try check("natsOptions_SetUserInfo", natsOptions_SetUserInfo(opts, u, o.password ?? "")) }
         if let c = o.credentialsFile {
             try check("natsOptions_SetUserCredentialsFromFiles(\(c))", natsOptions_SetUserCredentialsFromFiles(opts, c, nil))
@@ -169,13 +181,13 @@ public final class NATSClient: @unchecked Sendable {  // owns libnats handles; l
         var conn: OpaquePointer?
         s = natsConnection_Connect(&conn, opts)
         guard s == NATS_OK, let conn else { throw NATSError("connect to \(o.servers.joined(separator: ", "))", s) }
-        let acks = AckCollector()
+        handedOver = true
         var jsOpts = jsOptions()
         jsOptions_Init(&jsOpts)
         jsOpts.Wait = o.requestTimeoutMillis
         jsOpts.PublishAsync.MaxPending = 4096
         jsOpts.PublishAsync.AckHandler = natsPublishAcknowledged
-        jsOpts.PublishAsync.AckHandlerClosure = Unmanaged.passUnretained(acks).toOpaque()
+        jsOpts.PublishAsync.AckHandlerClosure = callbacks.toOpaque()
         var ctx: OpaquePointer?
         // libnats copies the domain while making the context.
         s = o.domain.map { d in d.withCString { jsOpts.Domain = $0; return natsConnection_JetStream(&ctx, conn, &jsOpts) } }
@@ -249,7 +261,9 @@ public final class NATSClient: @unchecked Sendable {  // owns libnats handles; l
                 cfg.Storage = js_FileStorage
                 cfg.Replicas = Int64(replicas)
                 cfg.MaxMsgsPerSubject = 1
-                cfg.MaxMsgSize = Int32(clamping: maxMessageBytes)
+                // No size limit of the stream's own: the server's max_payload bounds a message
+                // (a version's header grows with the gateways that wrote it).
+                cfg.MaxMsgSize = maxMessageBytes > 0 ? Int32(clamping: maxMessageBytes) : -1
                 cfg.AllowDirect = true
                 jerr = jsErrCode(rawValue: 0)
                 return js_AddStream(&info, js, &cfg, nil, &jerr)
@@ -283,45 +297,56 @@ public final class NATSClient: @unchecked Sendable {  // owns libnats handles; l
         return NATSClient.read(msg, sequence: natsMsg_GetSequence(msg), pending: 0)
     }
 
-    /// Publishes every request at once (pipelined) and waits for all acknowledgements. Subjects
-    /// must differ within a batch (the acknowledgements are matched by subject).
-    public func publish(_ batch: [PublishRequest]) -> [PublishResult] {
-        acks.begin()
-        var results = [PublishResult?](repeating: nil, count: batch.count)
+    /// Publishes every request at once (pipelined) and waits for all their acknowledgements.
+    public func publish(_ batch: [PublishRequest]) -> [PublishResult] { wait(send(batch)) }
+
+    /// Sends every request without waiting (asynchronous JetStream publishes); `wait` collects
+    /// their acknowledgements. Several batches may be in flight at once.
+    public func send(_ batch: [PublishRequest]) -> PublishTicket {
+        var tokens: [Int] = []
+        var early: [Int: PublishResult] = [:]
+        tokens.reserveCapacity(batch.count)
         var pubOpts = jsPubOptions()
         jsPubOptions_Init(&pubOpts)
         pubOpts.MaxWait = timeout
         for (i, r) in batch.enumerated() {
+            tokens.append(-1)
             var msg: OpaquePointer?
             var s = r.payload.withUnsafeBufferPointer { p in
                 natsMsg_Create(&msg, r.subject, nil, p.baseAddress.map { UnsafeRawPointer($0).assumingMemoryBound(to: CChar.self) }, Int32(p.count))
             }
-            guard s == NATS_OK, msg != nil else { results[i] = .failed(NATSError("natsMsg_Create", s).description); continue }
-            for (k, v) in r.headers where s == NATS_OK { s = natsMsgHeader_Set(msg, k, v) }
+            guard s == NATS_OK, let created = msg else { early[i] = .failed(NATSError("natsMsg_Create", s).description); continue }
+            for (k, v) in r.headers where s == NATS_OK { s = natsMsgHeader_Set(created, k, v) }
             if s == NATS_OK, let expected = r.expectedLastSubjectSequence {
-                s = natsMsgHeader_Set(msg, "Nats-Expected-Last-Subject-Sequence", String(expected))
+                s = natsMsgHeader_Set(created, "Nats-Expected-Last-Subject-Sequence", String(expected))
             }
-            if s == NATS_OK { s = js_PublishMsgAsync(js, &msg, &pubOpts) }
-            if s != NATS_OK {
-                results[i] = .failed(NATSError("publish \(r.subject)", s).description)
+            guard s == NATS_OK else {
+                early[i] = .failed(NATSError("publish \(r.subject)", s).description)
+                natsMsg_Destroy(created)
+                continue
+            }
+            // Registered before it is sent: the acknowledgement may come back before the call returns.
+            let token = acks.register(created)
+            s = js_PublishMsgAsync(js, &msg, &pubOpts)
+            if s == NATS_OK {
+                tokens[i] = token
+            } else {
+                acks.forget(token)
+                let why = NATSError("publish \(r.subject)", s).description
+                early[i] = s == NATS_MAX_PAYLOAD ? .tooLarge(why) : .failed(why)
                 if msg != nil { natsMsg_Destroy(msg) }
             }
         }
-        var waitOpts = jsPubOptions()
-        jsPubOptions_Init(&waitOpts)
-        waitOpts.MaxWait = timeout + 2000
-        let s = js_PublishAsyncComplete(js, &waitOpts)
-        if s != NATS_OK {
-            // What is still unacknowledged is given back to us: it failed (and is published again
-            // from the checkpoint later, with compare-and-set).
-            var pending = natsMsgList()
-            if js_PublishAsyncGetPendingList(&pending, js) == NATS_OK { natsMsgList_Destroy(&pending) }
+        return PublishTicket(tokens: tokens, early: early)
+    }
+
+    /// The acknowledgements of a batch `send` sent, in its order. libnats reports each publish
+    /// within the request timeout (a timeout is a failure); one it never reports fails after it.
+    public func wait(_ ticket: PublishTicket) -> [PublishResult] {
+        let got = acks.wait(ticket.tokens.filter { $0 >= 0 }, timeoutMillis: Int(timeout) + 5000)
+        return ticket.tokens.enumerated().map { i, token in
+            ticket.early[i] ?? got[token] ?? .failed("no acknowledgement within \(timeout + 5000) ms")
         }
-        let got = acks.end()
-        for (i, r) in batch.enumerated() where results[i] == nil {
-            results[i] = got[r.subject] ?? .failed(s == NATS_OK ? "no acknowledgement" : NATSError("wait for acknowledgements", s).description)
-        }
-        return results.map { $0! }
     }
 
     /// An ordered consumer of `stream` from `startSequence` (JetStream's ordered push consumer:
@@ -431,8 +456,26 @@ private let natsConsumerDelivered: natsMsgHandler = { _, _, msg, closure in
     Unmanaged<DeliveryBox>.fromOpaque(closure).takeUnretainedValue().handle(NATSClient.read(msg, sequence: seq, pending: pending))
 }
 
-/// The server's asynchronous errors, filled by libnats's callback thread. It lives as long as the
-/// client (which owns the connection that calls back into it).
+/// What libnats's callbacks reach: retained for libnats while the connection may call back.
+final class CallbackBoxes: Sendable {
+    /// How many exist (tests check that none outlives its connection).
+    static let live = Locked(0)
+    let errors: AsyncErrors
+    let acks: AckCollector
+    init(errors: AsyncErrors, acks: AckCollector) {
+        self.errors = errors
+        self.acks = acks
+        CallbackBoxes.live.withLock { $0 += 1 }
+    }
+    deinit { CallbackBoxes.live.withLock { $0 -= 1 } }
+}
+
+private let natsConnectionClosed: natsConnectionHandler = { _, closure in
+    guard let closure else { return }
+    Unmanaged<CallbackBoxes>.fromOpaque(closure).release()
+}
+
+/// The server's asynchronous errors, filled by libnats's callback thread.
 final class AsyncErrors: Sendable {
     private let last = Locked<String?>(nil)
     func record(_ text: String) { last.withLock { $0 = text } }
@@ -447,32 +490,91 @@ private let natsAsyncError: natsErrHandler = { nc, _, err, closure in
         let detail = String(cString: text)
         if !detail.isEmpty { what = detail }
     }
-    Unmanaged<AsyncErrors>.fromOpaque(closure).takeUnretainedValue().record(what)
+    Unmanaged<CallbackBoxes>.fromOpaque(closure).takeUnretainedValue().errors.record(what)
 }
 
-/// Publish acknowledgements by subject, filled by libnats's callback thread.
-final class AckCollector: Sendable {
-    private let results = Locked<[String: PublishResult]>([:])
+/// Publishes in flight: `NATSClient.send`'s receipt for `wait`.
+public struct PublishTicket: Sendable {
+    let tokens: [Int]
+    let early: [Int: PublishResult]
+    public var count: Int { tokens.count }
+}
 
-    func begin() { results.withLock { $0 = [:] } }
-    func end() -> [String: PublishResult] { results.withLock { r in defer { r = [:] }; return r } }
-    func record(_ subject: String, _ r: PublishResult) { results.withLock { $0[subject] = r } }
+/// Publish acknowledgements, matched to their publish by the message itself (libnats hands the
+/// callback the message it sent), filled by libnats's callback thread.
+final class AckCollector: @unchecked Sendable {  // every field only under lock
+    private let lock = ConditionLock()
+    private var next = 0
+    private var tokenOf: [UInt: Int] = [:]
+    private var messageOf: [Int: UInt] = [:]
+    private var results: [Int: PublishResult] = [:]
+
+    private static func key(_ msg: OpaquePointer) -> UInt { UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(msg))) }
+
+    func register(_ msg: OpaquePointer) -> Int {
+        lock.withLock {
+            next += 1
+            tokenOf[Self.key(msg)] = next
+            messageOf[next] = Self.key(msg)
+            return next
+        }
+    }
+
+    func forget(_ token: Int) {
+        lock.withLock {
+            if let k = messageOf.removeValue(forKey: token) { tokenOf[k] = nil }
+            results[token] = nil
+        }
+    }
+
+    func record(_ msg: OpaquePointer, _ r: PublishResult) {
+        lock.withLock {
+            guard let token = tokenOf.removeValue(forKey: Self.key(msg)) else { return }  // given up on
+            messageOf[token] = nil
+            results[token] = r
+            lock.broadcast()
+        }
+    }
+
+    /// The results of `tokens` once all came, or what came within the time; the rest are forgotten.
+    func wait(_ tokens: [Int], timeoutMillis: Int) -> [Int: PublishResult] {
+        let deadline = ContinuousClock.now + .milliseconds(timeoutMillis)
+        return lock.withLock {
+            while !tokens.allSatisfy({ results[$0] != nil }) {
+                let left = deadline - ContinuousClock.now
+                guard left > .zero else { break }
+                lock.wait(timeoutMillis: max(1, Int(left.components.seconds * 1000 + left.components.attoseconds / 1_000_000_000_000_000)))
+            }
+            var out: [Int: PublishResult] = [:]
+            for t in tokens {
+                if let r = results.removeValue(forKey: t) {
+                    out[t] = r
+                } else if let k = messageOf.removeValue(forKey: t) {
+                    tokenOf[k] = nil
+                }
+            }
+            return out
+        }
+    }
 }
 
 /// libnats's acknowledgement callback (a C function: it captures nothing).
 private let natsPublishAcknowledged: jsPubAckHandler = { _, msg, pa, pae, closure in
     defer { natsMsg_Destroy(msg) }
     guard let closure, let msg else { return }
-    let acks = Unmanaged<AckCollector>.fromOpaque(closure).takeUnretainedValue()
-    let subject = String(cString: natsMsg_GetSubject(msg))
+    let acks = Unmanaged<CallbackBoxes>.fromOpaque(closure).takeUnretainedValue().acks
     if let pa {
-        acks.record(subject, .stored(sequence: pa.pointee.Sequence))
+        acks.record(msg, .stored(sequence: pa.pointee.Sequence))
     } else if let pae {
         if pae.pointee.ErrCode == JSStreamWrongLastSequenceErr {
-            acks.record(subject, .wrongLastSequence)
+            acks.record(msg, .wrongLastSequence)
+        } else if pae.pointee.ErrCode == JSStreamMessageExceedsMaximumErr {
+            acks.record(msg, .tooLarge(pae.pointee.ErrText.map { String(cString: $0) } ?? "message size exceeds the stream's maximum"))
         } else {
             let text = pae.pointee.ErrText.map { String(cString: $0) } ?? String(cString: natsStatus_GetText(pae.pointee.Err))
-            acks.record(subject, .failed(pae.pointee.ErrCode.rawValue == 0 ? text : "\(text) (JetStream error \(pae.pointee.ErrCode.rawValue))"))
+            acks.record(msg, .failed(pae.pointee.ErrCode.rawValue == 0 ? text : "\(text) (JetStream error \(pae.pointee.ErrCode.rawValue))"))
         }
+    } else {
+        acks.record(msg, .failed("acknowledged with neither a result nor an error"))
     }
 }

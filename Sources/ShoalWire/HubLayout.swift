@@ -64,7 +64,9 @@ public struct HubLayout: Sendable, Equatable {
                 bytes.append(b)
             }
         }
-        guard let s = String(validating: bytes, as: UTF8.self), !s.isEmpty else { return nil }
+        // Only the one spelling `token` makes (upper-case hex, no escape of a kept byte): two
+        // subjects must never name one document.
+        guard let s = String(validating: bytes, as: UTF8.self), !s.isEmpty, HubLayout.token(s) == token else { return nil }
         return s
     }
 }

@@ -69,6 +69,15 @@ import Testing
         throw CancellationError()
     }
 
+    @Test func callbackBoxesAreReleased() throws {
+        guard let hub = try JetStreamServer.start() else { return }
+        try Self.eventually("no boxes from the server's start") { NATSClient.liveCallbackBoxes == 0 }
+        for _ in 0..<3 { _ = try hub.client() }
+        hub.stop()
+        for _ in 0..<3 { _ = try? NATSClient.connect(NATSClient.Options(servers: ["nats://127.0.0.1:\(hub.port)"], name: "closed")) }
+        try Self.eventually("every connection's callback boxes released, failed connects' too") { NATSClient.liveCallbackBoxes == 0 }
+    }
+
     @Test func twoGatewaysConvergeThroughTheHub() throws {
         guard let hub = try JetStreamServer.start() else { return }
         defer { hub.stop() }
