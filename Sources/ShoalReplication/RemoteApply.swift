@@ -68,25 +68,32 @@ public struct RemoteApply {
             // Only a conflict needs the local body.
             guard let local = try tx.get(policy.name, id: d.id) else { return outcome }
             let localDoc = ReplicatedDocument(collection: policy.name, id: d.id, body: local.body, version: localVersion)
-            let resolution = policy.resolver.resolve(peerID, localDoc, remote)
-            var body: String?
-            var label: String
-            switch resolution {
-            case .keepLocal: body = local.body; label = "local"
-            case .takeRemote: body = remoteBody; label = "remote"
-            case .delete: body = nil; label = "deleted"
-            case .merged(let merged):
-                do { try store.validateBody(merged); body = merged; label = "merged" } catch {
-                    body = local.body; label = "local (resolver returned an invalid body)"
-                }
-            }
-            let version = DocumentVersion(vector: localVersion.vector.merged(with: remoteVersion.vector), bodyDigest: DocumentVersion.digest(of: body))
+            let (body, version, label) = resolve(localDoc, remote, policy: policy, peerID: peerID)
             try tx.write(DocumentWrite(collection: policy.name, id: docID, body: body, version: version.encoded), bodyValidated: true)
             conflicts.append(ConflictRecord(collection: policy.name, id: d.id, localVersion: local.version, remoteVersion: d.version,
                                             peer: source, resolver: policy.resolver.name, outcome: label,
                                             atMillis: Int64(wallMillis), localBody: local.body, remoteBody: remoteBody))
             return outcome
         }
+    }
+
+    /// What two concurrent versions resolve to by the collection's resolver: the body, a version
+    /// that dominates both (their pointwise maximum, the new body's digest), and what won.
+    public func resolve(_ local: ReplicatedDocument, _ remote: ReplicatedDocument, policy: CollectionPolicy,
+                        peerID: PeerID) -> (body: String?, version: DocumentVersion, label: String) {
+        var body: String?
+        var label: String
+        switch policy.resolver.resolve(peerID, local, remote) {
+        case .keepLocal: body = local.body; label = "local"
+        case .takeRemote: body = remote.body; label = "remote"
+        case .delete: body = nil; label = "deleted"
+        case .merged(let merged):
+            do { try store.validateBody(merged); body = merged; label = "merged" } catch {
+                body = local.body; label = "local (resolver returned an invalid body)"
+            }
+        }
+        let version = DocumentVersion(vector: local.version.vector.merged(with: remote.version.vector), bodyDigest: DocumentVersion.digest(of: body))
+        return (body, version, label)
     }
 
     /// Below this (physical milliseconds), documents this node holds nothing of are refused: their

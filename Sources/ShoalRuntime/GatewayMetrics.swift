@@ -74,7 +74,7 @@ public struct GatewayMetrics: Sendable {
 
     /// The reasons a hub message is skipped (`UplinkBoard.State.skipped`): each has a series from
     /// the start, so a rate over it works before the first one.
-    static let uplinkSkipReasons = ["foreign", "refused", "concurrent", "too_large"]
+    static let uplinkSkipReasons = ["foreign", "refused", "too_large"]
 
     var uplinkFamilies: [Family] {
         guard let u = uplink else { return [] }

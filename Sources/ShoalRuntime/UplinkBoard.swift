@@ -50,7 +50,7 @@ public final class UplinkBoard: Sendable {
         public var applied: Int64 = 0
         public var unchanged: Int64 = 0
         /// Hub messages not applied, by reason (foreign: not Shoal's; refused: a filter or the
-        /// purge horizon; concurrent: a push-only collection whose hub version is concurrent).
+        /// purge horizon; too_large: more than the hub takes, never published).
         public var skipped: [String: Int64] = [:]
         public var collections: [Collection] = []
 

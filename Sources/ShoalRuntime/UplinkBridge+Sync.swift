@@ -118,10 +118,17 @@ extension UplinkBridge {
         }
         var requests: [PublishRequest] = []
         var requestOf: [Int] = []
+        var needSettling: [Int] = []
         var alreadyThere: Int64 = 0
         for (k, it) in items.enumerated() {
             guard let doc = it.doc, !doc.version.isEmpty else { continue }  // purged since, or written without a version
             if let h = it.head, h.version == doc.version { alreadyThere += 1; continue }
+            if let h = it.head, !Self.includes(doc.version, h.version) {
+                // The hub holds what this gateway did not take in (push only, or refused by the
+                // pull filter): resolve the two rather than overwrite it.
+                needSettling.append(k)
+                continue
+            }
             if let filter = lane.policy.pushFilter, let v = try? DocumentVersion(decoding: doc.version),
                !filter(peerID, ReplicatedDocument(collection: lane.name, id: doc.id, body: doc.body, version: v)) { continue }
             requests.append(request(lane, doc, expected: it.head?.sequence ?? 0))
@@ -155,6 +162,10 @@ extension UplinkBridge {
                 firstError = firstError ?? "publishing \(doc.id) to \(lane.stream): \(why)"
             }
         }
+        for k in needSettling where firstError == nil {
+            do { done[k] = try settleConflict(lane, id: items[k].change.id, client) } catch { done[k] = false; firstError = "\(error)" }
+        }
+        for k in needSettling where firstError != nil && done[k] { done[k] = false }
         var upTo = lane.pushCheckpoint
         for (k, it) in items.enumerated() {
             guard done[k] else { break }
@@ -196,7 +207,11 @@ extension UplinkBridge {
                     board.update { $0.skipped["foreign", default: 0] += 1 }
                     noteSkipped(lane, "foreign", "\(hub.subject) (stream sequence \(hub.streamSequence)): \(why); replaced by this gateway's version")
                 case .document(let d):
-                    if let settled = try takeIn(lane, d, at: hub.streamSequence) { return settled }
+                    switch try takeIn(lane, d, at: hub.streamSequence, client) {
+                    case .settled: return true
+                    case .again: continue
+                    case .publishLocal: break
+                    }
                 }
             }
             guard let docID = try? DocumentID(id), let local = try store.get(lane.name, id: docID), !local.version.isEmpty else { return true }
@@ -225,27 +240,20 @@ extension UplinkBridge {
         return false
     }
 
-    /// Brings the hub's version `d` (at `sequence`) in. Returns true when nothing more is to be
-    /// published, nil when this gateway's (now merged) version must go to the hub.
-    private func takeIn(_ lane: Lane, _ d: HubDocument, at sequence: UInt64) throws -> Bool? {
-        guard lane.pull else {
-            // Push only: the hub's version is not brought in. Publish only over a version ours includes.
-            guard let docID = d.checked.id, let local = try store.get(lane.name, id: docID), let lv = try? DocumentVersion(decoding: local.version),
-                  let hv = d.checked.version else { return true }
-            switch lv.vector.compare(hv.vector) {
-            case .dominates: return nil
-            case .equal where lv.bodyDigest > hv.bodyDigest: return nil
-            case .concurrent:
-                board.update { $0.skipped["concurrent", default: 0] += 1 }
-                noteSkipped(lane, "concurrent", "\(d.id): the hub holds a concurrent version and pull is off for \(lane.name): left as it is")
-                fallthrough
-            default:
-                try store.transaction { (tx) throws(StoreError) in
-                    try tx.setHubHead(hub: Self.hubKey, collection: lane.name, id: d.id, sequence: sequence, version: d.version)
-                }
-                return true
-            }
-        }
+    enum Settle {
+        /// Nothing more to publish: the hub holds this gateway's version or one that includes it.
+        case settled
+        /// This gateway's (now merged) version goes to the hub.
+        case publishLocal
+        /// The hub moved meanwhile: look again.
+        case again
+    }
+
+    /// Brings the hub's version `d` (at `sequence`) in, as a pull would; in a push-only
+    /// collection, or for a version the pull filter refuses, the two are resolved without writing
+    /// here and the resolution is published, so the hub's version is never overwritten unmerged.
+    private func takeIn(_ lane: Lane, _ d: HubDocument, at sequence: UInt64, _ client: NATSClient) throws -> Settle {
+        guard lane.pull else { return try publishResolution(lane, d, at: sequence, client) }
         var conflicts: [ConflictRecord] = []
         let applier = RemoteApply(store: store, wallMillis: writer.clock.wallMillis)
         let clock = writer.clock
@@ -265,15 +273,66 @@ extension UplinkBridge {
         if n > 0 { board.update { $0.conflicts += n } }
         if let refusedBy {
             board.update { $0.skipped["refused", default: 0] += 1 }
-            noteSkipped(lane, "refused", "\(d.id): \(refusedBy); the hub keeps its version")
-            return true
+            noteSkipped(lane, "refused", "\(d.id): \(refusedBy); resolved with this gateway's version on the hub only")
+            return try publishResolution(lane, d, at: sequence, client)
         }
-        guard let docID = d.checked.id, let local = try store.get(lane.name, id: docID) else { return true }
+        guard let docID = d.checked.id, let local = try store.get(lane.name, id: docID) else { return .settled }
         if local.version == d.version {
             board.update { $0.alreadyThere += 1 }
-            return true
+            return .settled
         }
-        return nil
+        return .publishLocal
+    }
+
+    /// This gateway's version against the hub's `d` without taking `d` in: publish ours over a
+    /// version it includes, leave one that includes ours, and publish the resolution of two
+    /// concurrent ones (a version that includes both) with compare-and-set.
+    private func publishResolution(_ lane: Lane, _ d: HubDocument, at sequence: UInt64, _ client: NATSClient) throws -> Settle {
+        guard let docID = d.checked.id, let local = try store.get(lane.name, id: docID), let lv = try? DocumentVersion(decoding: local.version),
+              let hv = d.checked.version else { return .settled }
+        switch lv.vector.compare(hv.vector) {
+        case .dominates: return .publishLocal
+        case .equal where lv.bodyDigest > hv.bodyDigest: return .publishLocal
+        case .equal, .dominated:
+            try store.transaction { (tx) throws(StoreError) in
+                try tx.setHubHead(hub: Self.hubKey, collection: lane.name, id: d.id, sequence: sequence, version: d.version)
+            }
+            return .settled
+        case .concurrent:
+            let applier = RemoteApply(store: store, wallMillis: writer.clock.wallMillis)
+            let (body, version, _) = applier.resolve(ReplicatedDocument(collection: lane.name, id: d.id, body: local.body, version: lv),
+                                                     ReplicatedDocument(collection: lane.name, id: d.id, body: d.checked.body, version: hv),
+                                                     policy: lane.policy, peerID: d.origin)
+            let r = client.publish([request(lane, id: d.id, body: body, version: version.encoded, expected: sequence)])
+            switch r.first {
+            case .stored(let seq)?:
+                try store.transaction { (tx) throws(StoreError) in
+                    try tx.setHubHead(hub: Self.hubKey, collection: lane.name, id: d.id, sequence: seq, version: version.encoded)
+                }
+                board.update { $0.published += 1; $0.conflicts += 1 }
+                return .settled
+            case .wrongLastSequence?:
+                board.update { $0.casRetries += 1 }
+                return .again
+            case .tooLarge(let why)?:
+                board.update { $0.skipped["too_large", default: 0] += 1 }
+                noteSkipped(lane, "too_large", "\(d.id): the resolution is more than the hub takes: \(why)")
+                return .settled
+            case .failed(let why)?:
+                throw UplinkSyncError(text: "publishing the resolution of \(d.id) to \(lane.stream): \(why)")
+            case nil:
+                return .again
+            }
+        }
+    }
+
+    /// Whether version `a` includes `b` (dominates or equals it).
+    static func includes(_ a: [UInt8], _ b: [UInt8]) -> Bool {
+        guard let x = try? DocumentVersion(decoding: a), let y = try? DocumentVersion(decoding: b) else { return true }
+        switch x.vector.compare(y.vector) {
+        case .dominates, .equal: return true
+        case .dominated, .concurrent: return false
+        }
     }
 
     /// Remembers a version this gateway put on `subject`, to pass it over when it comes back.
@@ -283,13 +342,17 @@ extension UplinkBridge {
     }
 
     func request(_ lane: Lane, _ doc: StoredDocument, expected: UInt64) -> PublishRequest {
-        var headers = [(HubHeader.version, HubHeader.hex(doc.version)), (HubHeader.origin, peerID.description)]
-        if let v = try? DocumentVersion(decoding: doc.version), let current = v.vector.current {
+        request(lane, id: doc.id, body: doc.body, version: doc.version, expected: expected)
+    }
+
+    func request(_ lane: Lane, id: String, body: String?, version: [UInt8], expected: UInt64) -> PublishRequest {
+        var headers = [(HubHeader.version, HubHeader.hex(version)), (HubHeader.origin, peerID.description)]
+        if let v = try? DocumentVersion(decoding: version), let current = v.vector.current {
             headers.append((HubHeader.hlc, current.timestamp.description))
         }
-        if doc.isDeleted { headers.append((HubHeader.deleted, "true")) }
-        return PublishRequest(subject: layout.subject(lane.name, id: doc.id), headers: headers,
-                              payload: Array((doc.body ?? "").utf8), expectedLastSubjectSequence: expected)
+        if body == nil { headers.append((HubHeader.deleted, "true")) }
+        return PublishRequest(subject: layout.subject(lane.name, id: id), headers: headers,
+                              payload: Array((body ?? "").utf8), expectedLastSubjectSequence: expected)
     }
 
     /// Logs a skipped message: the first of a kind per collection and minute, then a count.

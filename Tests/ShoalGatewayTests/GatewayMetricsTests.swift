@@ -144,7 +144,7 @@ struct GatewayMetricsTests {
         #expect(text.contains("shoal_uplink_unchanged_total 1\n"))
         #expect(text.contains("shoal_uplink_conflicts_total 1\n"))
         #expect(text.contains("shoal_uplink_skipped_total{reason=\"foreign\"} 2\n"))
-        #expect(text.contains("shoal_uplink_skipped_total{reason=\"concurrent\"} 0\n"))
+        #expect(text.contains("shoal_uplink_skipped_total{reason=\"too_large\"} 0\n"))
         #expect(text.contains("shoal_uplink_skipped_total{reason=\"refused\"} 0\n"))
         #expect(text.contains("shoal_uplink_push_lag_changes{collection=\"sensors.readings\"} 5\n"))
         #expect(text.contains("shoal_uplink_push_lag_seconds{collection=\"sensors.readings\"} 2.5\n"))

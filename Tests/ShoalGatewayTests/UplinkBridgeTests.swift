@@ -133,6 +133,44 @@ import Testing
         #expect(conflicts >= 20)
     }
 
+    static func includes(_ a: [UInt8]?, _ b: [UInt8]?) -> Bool {
+        guard let a, let b, let x = try? DocumentVersion(decoding: a), let y = try? DocumentVersion(decoding: b) else { return false }
+        let order = x.vector.compare(y.vector)
+        return order == .dominates || order == .equal
+    }
+
+    @Test func pushOnlyNeverOverwritesTheHubUnmerged() throws {
+        guard let hub = try JetStreamServer.start() else { return }
+        defer { hub.stop() }
+        let dir = TemporaryDirectory()
+        let a = try Node(dir: dir.path, name: "a"), b = try Node(dir: dir.path, name: "b")
+        var pushOnly = UplinkSettings()
+        var c = UplinkCollection(name: Self.collection)
+        c.pull = false
+        pushOnly.collections = [c]
+        b.start(port: hub.port)
+        defer { b.stop() }
+        try b.put("d", "{\"b\":1}")
+        try Self.eventually("b's version is on the hub") { (b.board.snapshot?.published ?? 0) == 1 }
+        let bFirst = try b.get("d")?.version
+        // a writes the same document without ever having seen b's: concurrent versions.
+        try a.put("d", "{\"a\":1}")
+        let aFirst = try a.get("d")?.version
+        a.start(port: hub.port, settings: pushOnly)
+        defer { a.stop() }
+        try Self.eventually("the hub's version includes both, and b takes it") {
+            let v = try b.get("d")?.version
+            return Self.includes(v, bFirst) && Self.includes(v, aFirst)
+        }
+        #expect(try a.get("d")?.version == aFirst, "a, push only, keeps its own")
+        try a.put("d", "{\"a\":2}")
+        let aSecond = try a.get("d")?.version
+        try Self.eventually("a's next write reaches b merged, b's part kept") {
+            let v = try b.get("d")?.version
+            return Self.includes(v, aSecond) && Self.includes(v, bFirst)
+        }
+    }
+
     @Test func foreignMessagesAreSkippedAndCounted() throws {
         guard let hub = try JetStreamServer.start() else { return }
         defer { hub.stop() }
