@@ -72,7 +72,7 @@ extension ProcessSuites {
             let url = ["tls://127.0.0.1:\(port)"]
             let admin = try NATSHubResult.run(["streams"], servers: url, connection: ["--ca", pki.caCert, "--cert", pki.clientCert, "--key", pki.clientKey], ns: nil, timeout: 60)
             #expect(admin.ok, "\(admin) \(server.text().suffix(2000))")
-            let check = try NATSHubResult.run(["gateway-check", "--group", "C17B206CE9F6", "--collection", "sensors"], servers: url,
+            let check = try NATSHubResult.run(["gateway-check", "--group", "C17B206CE9F6", "--collection", "sensors_2Estate"], servers: url,
                                               connection: ["--ca", pki.caCert, "--cert", gw.cert, "--key", gw.key], ns: nil, timeout: 120)
             #expect(check.ok && check.lines.last?["ok"] as? Bool == true, "gateway \(gwSubject): \(check) \(server.text().suffix(2000))")
             let steps = check.lines.last?["steps"] as? [String: String] ?? [:]
