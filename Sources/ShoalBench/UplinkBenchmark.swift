@@ -12,7 +12,7 @@ import ShoalWire
 /// run:
 ///
 /// - baseline: a raw publish loop through `NATSClient.publish` (JetStream publish, each message
-///   acknowledged; batches of 256 pipelined, as the bridge does) of the same bodies to a stream of
+///   acknowledged; batches of 1,024, two in flight, as the bridge pushes) of the same bodies to a stream of
 ///   its own with the uplink's settings (file storage, one message per subject), run before and
 ///   after the gateways; the faster counts;
 /// - end to end: gateway A (a store and the uplink's bridge, `UplinkRunner`) writes N documents
@@ -119,7 +119,7 @@ public enum UplinkBenchmark {
         let bodies = (0..<settings.count).map { StoreBenchmark.body($0, bytes: settings.bodyBytes) }
         result.bodyBytes = bodies[0].utf8.count
 
-        progress("baseline: NATSClient.publish of \(settings.count) × \(result.bodyBytes) B, batches of 256, each acknowledged, to a stream of its own")
+        progress("baseline: NATSClient.publish of \(settings.count) × \(result.bodyBytes) B, batches of 1,024 (two in flight, as the bridge pushes), each acknowledged, to a stream of its own")
         result.baselineRuns.append(try baseline(server, bodies: bodies, round: 1))
 
         progress("end to end: gateway A writes \(settings.count) documents, its uplink pushes, gateway B's uplink pulls")
@@ -142,12 +142,19 @@ public enum UplinkBenchmark {
         let payloads = bodies.map { Array($0.utf8) }
         var stored = 0
         let started = ContinuousClock.now
+        // As the bridge pushes: batches of 1,024, the next sent before the last one's
+        // acknowledgements are awaited.
         var i = 0
-        while i < payloads.count {
-            let end = min(payloads.count, i + 256)
-            let batch = (i..<end).map { PublishRequest(subject: "shoal-bench-raw.\(round).doc-\($0)", headers: [], payload: payloads[$0], expectedLastSubjectSequence: nil) }
-            for r in client.publish(batch) { if case .stored = r { stored += 1 } }
-            i = end
+        var inFlight: PublishTicket?
+        while i < payloads.count || inFlight != nil {
+            var next: PublishTicket?
+            if i < payloads.count {
+                let end = min(payloads.count, i + 1024)
+                next = client.send((i..<end).map { PublishRequest(subject: "shoal-bench-raw.\(round).doc-\($0)", headers: [], payload: payloads[$0], expectedLastSubjectSequence: nil) })
+                i = end
+            }
+            if let t = inFlight { for r in client.wait(t) { if case .stored = r { stored += 1 } } }
+            inFlight = next
         }
         let seconds = (ContinuousClock.now - started).secondsDouble
         return Baseline(messages: payloads.count, stored: stored, seconds: seconds)

@@ -107,10 +107,53 @@ extension UplinkBridge {
 
     /// Publishes one batch of a collection's changes the hub does not hold, moving the checkpoint
     /// over those it acknowledged or held already.
+    /// One batch of a collection's changes, read after `since` and sent.
+    private struct PushBatch {
+        let since: Int64
+        let items: [Pending]
+        let requestOf: [Int]
+        let needSettling: [Int]
+        let alreadyThere: Int64
+        let ticket: PublishTicket
+        var last: Int64 { items.last?.change.sequence ?? since }
+    }
+
+    /// Publishes a collection's changes the hub does not hold, a batch at a time with the next
+    /// batch sent before the last one's acknowledgements are awaited (so the server stores one
+    /// while the gateway reads the other), moving the checkpoint over those the hub acknowledged
+    /// or held already. At most `pushBatchesPerTurn` batches, then the pull gets its turn.
     private func pushLane(_ i: Int, _ client: NATSClient) throws -> Bool {
+        var inFlight: PushBatch?
+        var from = lanes[i].pushCheckpoint
+        var progress = false
+        var failure: Error?
+        for _ in 0..<Self.pushBatchesPerTurn where !isStopping {
+            let next = try sendBatch(i, since: from, client)
+            if let next { from = next.last }
+            if let batch = inFlight {
+                do { try completeBatch(i, batch, client) } catch { failure = failure ?? error }
+                progress = true
+            }
+            inFlight = next
+            if next == nil || failure != nil { break }
+        }
+        if let batch = inFlight {
+            do { try completeBatch(i, batch, client) } catch { failure = failure ?? error }
+            progress = true
+        }
+        if let failure { throw failure }
+        if progress { succeeded() }
+        return progress
+    }
+
+    static let pushBatchesPerTurn = 8
+
+    /// Reads up to `pushBatchMax` changes after `since` and sends what the hub does not hold; nil
+    /// when there are none.
+    private func sendBatch(_ i: Int, since: Int64, _ client: NATSClient) throws -> PushBatch? {
         let lane = lanes[i]
-        let changes = try store.changes(in: lane.name, since: lane.pushCheckpoint, limit: Self.pushBatchMax)
-        guard !changes.isEmpty else { return false }
+        let changes = try store.changes(in: lane.name, since: since, limit: Self.pushBatchMax)
+        guard !changes.isEmpty else { return nil }
         let items = try store.transaction { (tx) throws(StoreError) -> [Pending] in
             try changes.map { (c) throws(StoreError) -> Pending in
                 Pending(change: c, doc: try tx.get(lane.name, id: c.id), head: try tx.hubHead(hub: Self.hubKey, collection: lane.name, id: c.id))
@@ -134,12 +177,22 @@ extension UplinkBridge {
             requests.append(request(lane, doc, expected: it.head?.sequence ?? 0))
             requestOf.append(k)
         }
-        let results = requests.isEmpty ? [] : client.publish(requests)
+        return PushBatch(since: since, items: items, requestOf: requestOf, needSettling: needSettling, alreadyThere: alreadyThere,
+                         ticket: client.send(requests))
+    }
+
+    /// Takes a sent batch's acknowledgements: hub heads recorded, conflicts settled, and the
+    /// checkpoint moved over the done prefix — only if it stood at the batch's start (an earlier
+    /// batch that failed keeps it where it is).
+    private func completeBatch(_ i: Int, _ batch: PushBatch, _ client: NATSClient) throws {
+        let lane = lanes[i]
+        let items = batch.items
+        let results = client.wait(batch.ticket)
         var done = [Bool](repeating: true, count: items.count)
         var heads: [(String, UInt64, [UInt8])] = []
         var published: Int64 = 0, retries: Int64 = 0
         var firstError: String?
-        for (r, k) in zip(results, requestOf) {
+        for (r, k) in zip(results, batch.requestOf) {
             let doc = items[k].doc!
             switch r {
             case .stored(let seq):
@@ -162,33 +215,33 @@ extension UplinkBridge {
                 firstError = firstError ?? "publishing \(doc.id) to \(lane.stream): \(why)"
             }
         }
-        for k in needSettling where firstError == nil {
+        for k in batch.needSettling {
+            guard firstError == nil else { done[k] = false; continue }
             do { done[k] = try settleConflict(lane, id: items[k].change.id, client) } catch { done[k] = false; firstError = "\(error)" }
         }
-        for k in needSettling where firstError != nil && done[k] { done[k] = false }
-        var upTo = lane.pushCheckpoint
-        for (k, it) in items.enumerated() {
-            guard done[k] else { break }
-            upTo = it.change.sequence
+        var checkpoint = lane.pushCheckpoint
+        if lane.pushCheckpoint == batch.since {
+            for (k, it) in items.enumerated() {
+                guard done[k] else { break }
+                checkpoint = it.change.sequence
+            }
         }
-        let checkpoint = upTo
+        let moveTo = checkpoint
         try store.transaction { (tx) throws(StoreError) in
             for (id, seq, version) in heads {
                 try tx.setHubHead(hub: Self.hubKey, collection: lane.name, id: id, sequence: seq, version: version)
             }
-            if checkpoint > lane.pushCheckpoint {
-                try tx.setCheckpoint(peer: Self.hubKey, collection: lane.name, direction: .push, sequence: checkpoint)
+            if moveTo > lane.pushCheckpoint {
+                try tx.setCheckpoint(peer: Self.hubKey, collection: lane.name, direction: .push, sequence: moveTo)
             }
         }
-        lanes[i].pushCheckpoint = checkpoint
+        lanes[i].pushCheckpoint = moveTo
         board.update {
             $0.published += published
-            $0.alreadyThere += alreadyThere
+            $0.alreadyThere += batch.alreadyThere
             $0.casRetries += retries
         }
         if let firstError { throw UplinkSyncError(text: firstError) }
-        succeeded()
-        return true
     }
 
     /// The hub held a version of `id` this gateway had not seen (the compare-and-set failed): take

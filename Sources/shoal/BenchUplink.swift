@@ -25,7 +25,7 @@ extension CLI {
 
     static func uplinkReport(_ r: UplinkBenchmark.Result) -> [String] {
         let n = Double(r.settings.count)
-        var lines = ["  server: \(r.serverVersion); body \(r.bodyBytes) bytes; batches of 256 (the bridge's)"]
+        var lines = ["  server: \(r.serverVersion); body \(r.bodyBytes) bytes; batches of 1,024, two in flight (the bridge's push)"]
         let base = r.baseline
         for (i, b) in r.baselineRuns.enumerated() {
             let which = i == 0 ? "before" : "after "
