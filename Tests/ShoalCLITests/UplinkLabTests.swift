@@ -464,7 +464,8 @@ extension ProcessSuites {
             var written: [[String: String]] = [[:], [:]]  // acknowledged writes at site A, site B
             var refused = 0, n = 0
             var states: [Set<String>] = [[], []]
-            var lags: [[(at: Double, lag: Int)]] = [[], []]
+            var lags: [[(at: Double, lag: Int, state: String)]] = [[], []]
+            var errors: [Set<String>] = [[], []]
             var nextSample = Date()
             while Date().timeIntervalSince(cut) < outage {
                 for s in 0..<2 {
@@ -477,7 +478,8 @@ extension ProcessSuites {
                     for (s, g) in uplinks.enumerated() {
                         let u = Self.uplink(g)
                         states[s].insert(u.state)
-                        lags[s].append((Date().timeIntervalSince(cut), u.pushLag))
+                        lags[s].append((Date().timeIntervalSince(cut), u.pushLag, u.state))
+                        if let e = u.json["lastError"] as? String { errors[s].insert(String(e.prefix(160))) }
                     }
                     nextSample = Date().addingTimeInterval(2)
                 }
@@ -486,7 +488,7 @@ extension ProcessSuites {
             for (s, g) in uplinks.enumerated() {
                 let u = Self.uplink(g)
                 states[s].insert(u.state)
-                lags[s].append((Date().timeIntervalSince(cut), u.pushLag))
+                lags[s].append((Date().timeIntervalSince(cut), u.pushLag, u.state))
             }
             phases.end("hub cut off, \(written[0].count) + \(written[1].count) documents written at sites A and B (\(refused) refused)")
             // Within each site, the outage's writes replicate; across, nothing can.
@@ -500,8 +502,12 @@ extension ProcessSuites {
             #expect(local, "each site holds its own outage writes on its three gateways and none of the other site's: \(gateways.map { "g\($0.node.index) \(Self.documents($0)?.count ?? -1)" })")
             for s in 0..<2 {
                 let site = s == 0 ? "A" : "B"
-                let samples = lags[s].map { "\(Int($0.at)) s: \($0.lag)" }.joined(separator: ", ")
-                print("UPLINK LAB hub outage: site \(site)'s uplink states \(states[s].sorted()), push lag \(samples)")
+                let samples = lags[s].map { "\(Int($0.at)) s: \($0.lag) \($0.state)" }.joined(separator: ", ")
+                print("UPLINK LAB hub outage: site \(site)'s uplink states \(states[s].sorted()), push lag and state \(samples); errors \(errors[s].sorted())")
+                // Writes go on all the time (~3 a second at each site): 10 s into the outage,
+                // changes wait, and the status must say so.
+                let stale = lags[s].filter { $0.at >= 10 && $0.lag == 0 }.map { Int($0.at) }
+                #expect(stale.isEmpty, "site \(site)'s uplink status says push lag 0 at \(stale) s into the outage while its site's writes wait for the hub: \(samples)")
                 #expect(states[s].contains { $0 != "connected" }, "site \(site)'s uplink never left \"connected\" during a \(Int(outage)) s outage: \(Self.diagnose(uplinks[s]))")
                 // The lag grows: in the outage's last quarter it is above what it was in its first.
                 let early = lags[s].filter { $0.at <= outage / 4 }.map(\.lag).max() ?? 0
