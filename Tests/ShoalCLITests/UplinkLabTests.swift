@@ -278,6 +278,25 @@ extension ProcessSuites {
             return out
         }
 
+        /// Expects the stream to hold exactly `documents` (id, body JSON), each once, published by
+        /// `origin`, with no version published twice (the stream's last sequence is its message
+        /// count). Returns the message count and last sequence.
+        static func expectStream(_ stream: String, on cluster: NATSCluster, holds documents: [(String, String)], origin: String) throws -> (Int, Int) {
+            let total = documents.count
+            let info = try cluster.hub(["info", stream])
+            let messages = info.lines.last?["messages"] as? Int ?? -1, lastSeq = info.lines.last?["lastSeq"] as? Int ?? -1
+            #expect(info.ok && messages == total, "\(info)")
+            #expect(lastSeq == total, "stream sequence \(lastSeq) for \(messages) messages: \(lastSeq - messages) publishes replaced a message already there (a document published twice)")
+            let dump = try cluster.hub(["dump", stream], timeout: 300)
+            let onHub = hubDocuments(dump)
+            #expect(dump.ok && dump.lines.count == total && onHub.count == total, "dump: \(dump.lines.count) lines, \(onHub.count) documents: \(dump.output.suffix(500))")
+            let wrong = documents.filter { onHub[$0.0]?.body != canonical(text: $0.1) }.map(\.0)
+            let wrongCount = wrong.count
+            #expect(wrongCount == 0, "\(wrongCount) documents missing or with another body on the hub, e.g. \(wrong.prefix(5))")
+            #expect(Set(onHub.values.map(\.origin)) == [origin], "origins: \(Set(onHub.values.map(\.origin)))")
+            return (messages, lastSeq)
+        }
+
         // MARK: - The tests
 
         @Test("an R3 cluster loses the node a gateway is uploading 10,000 documents to: the gateway moves to another node, and the stream ends with each document once, none lost or doubled")
@@ -346,18 +365,7 @@ extension ProcessSuites {
             let pulled = eventuallyBlocking(within: 60, every: 0.2) { up = Self.uplink(g); return up.pullLag == 0 && up.pull["received"] as? Int ?? 0 >= total }
             #expect(pulled, "the gateway read its own 10,000 back from the stream: \(Self.diagnose(g))")
 
-            // The stream: exactly 10,000 messages, one per document, each body its own, no version published twice.
-            let info = try cluster.hub(["info", stream])
-            let messages = info.lines.last?["messages"] as? Int ?? -1, lastSeq = info.lines.last?["lastSeq"] as? Int ?? -1
-            #expect(info.ok && messages == total, "\(info)")
-            #expect(lastSeq == total, "stream sequence \(lastSeq) for \(messages) messages: \(lastSeq - messages) publishes replaced a message already there (a document published twice)")
-            let dump = try cluster.hub(["dump", stream], timeout: 300)
-            let onHub = Self.hubDocuments(dump)
-            #expect(dump.ok && dump.lines.count == total && onHub.count == total, "dump: \(dump.lines.count) lines, \(onHub.count) documents: \(dump.output.suffix(500))")
-            let wrong = (0..<total).filter { onHub[id($0)]?.body != Self.canonical(text: body($0)) }.map(id)
-            let wrongCount = wrong.count
-            #expect(wrongCount == 0, "\(wrongCount) documents missing or with another body on the hub, e.g. \(wrong.prefix(5))")
-            #expect(Set(onHub.values.map(\.origin)) == [ids[0]], "origins: \(Set(onHub.values.map(\.origin)))")
+            let (messages, lastSeq) = try Self.expectStream(stream, on: cluster, holds: (0..<total).map { (id($0), body($0)) }, origin: ids[0])
             // The restarted node's own copy catches up.
             let caughtUp = eventuallyBlocking(within: 60, every: 0.5) {
                 (try? cluster.servers[victim].hub(["info", stream]))?.lines.last?["messages"] as? Int == total
