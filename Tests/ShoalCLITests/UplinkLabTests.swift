@@ -73,6 +73,13 @@ extension ProcessSuites {
             return "g\(g.node.index) uplink \(uplink(g))\ng\(g.node.index)'s log about the uplink:\n\(log)"
         }
 
+        /// The uplink's warnings in the gateway's log: how many, and the last few.
+        static func uplinkWarnings(_ g: LabGateway, last count: Int = 5) -> String {
+            let text = (try? String(contentsOfFile: g.dataDir + "/shoal.log", encoding: .utf8)) ?? ""
+            let lines = text.split(separator: "\n").filter { $0.contains("WARN") && $0.contains("uplink") }
+            return "\(lines.count)" + (lines.isEmpty ? "" : ", the last: " + lines.suffix(count).joined(separator: " | "))
+        }
+
         /// Prints each phase as it ends (`UPLINK LAB <test>: <phase> <s>`) and a summary.
         final class Phases {
             let test: String
@@ -372,6 +379,7 @@ extension ProcessSuites {
             }
             #expect(caughtUp, "n\(victim + 1) has the stream's \(total) messages: \(cluster.servers[victim].diagnostics(1500))")
             phases.end("stream checked (\(messages) messages, last sequence \(lastSeq), dump by id)")
+            print("UPLINK LAB cluster node killed during upload: g1's uplink warnings: \(Self.uplinkWarnings(g))")
             phases.summary(String(format: "10,000 documents uploaded in %.1f s (%.0f documents/s) across the node's loss", uploadSeconds, Double(total) / uploadSeconds))
         }
 
