@@ -21,7 +21,7 @@ LAB_PACKAGES := openssl avahi-daemon avahi-utils dbus iproute2 lintian dpkg-dev 
 NO_SERVICE_PACKAGES := mosquitto nats-server
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build-deps install-missing boards build release deb demo demo-gateways example test fresh-check sim-check soak lab-soak crash sanitizers fuzz bench bench-sim size clean
+.PHONY: all deps build-deps install-missing boards build release deb demo demo-gateways example test fresh-check sim-check soak lab-soak uplink-soak crash sanitizers fuzz bench bench-sim size clean
 
 all: build
 
@@ -133,6 +133,13 @@ soak: deps boards
 SOAK_SECONDS ?= 600
 lab-soak: deps boards
 	SHOAL_SOAK_SECONDS=$(SOAK_SECONDS) $(SWIFT) test --filter NetLabSoakTests
+
+## The uplink's hub outage at length, for before releases: two sites of three gateways in
+## namespaces keep writing while the NATS hub is cut off from both for UPLINK_OUTAGE_SECONDS
+## (make test runs 60 s of it); then all six gateways and the hub must converge, nothing lost.
+UPLINK_OUTAGE_SECONDS ?= 300
+uplink-soak: deps boards
+	SHOAL_UPLINK_OUTAGE_SECONDS=$(UPLINK_OUTAGE_SECONDS) $(SWIFT) test --filter UplinkLabTests/hubOutageWhileBothSitesWrite
 
 ## The tests under ThreadSanitizer and AddressSanitizer (make test runs the default part; see
 ## scripts/sanitizers.sh): SHOAL_SANITIZE_FILTER=all for the whole suite.
