@@ -108,6 +108,11 @@ final class UplinkBridge: @unchecked Sendable {  // loop state is touched only b
     func run() {
         backoffMillis = settings.reconnectMinMillis
         board.update { Self.move(&$0, to: "connecting") }
+        // The lag shown before the first connection counts from the stored checkpoints.
+        for i in lanes.indices {
+            lanes[i].pushCheckpoint = (try? store.checkpoint(peer: Self.hubKey, collection: lanes[i].name, direction: .push)) ?? 0
+            lanes[i].pullCheckpoint = (try? store.checkpoint(peer: Self.hubKey, collection: lanes[i].name, direction: .pull)) ?? 0
+        }
         while !isStopping {
             beat.withLock { $0 = .now }
             var client: NATSClient?
@@ -165,6 +170,7 @@ final class UplinkBridge: @unchecked Sendable {  // loop state is touched only b
         }
         var failures = 0
         var wasConnected = true
+        var reconnectsSeen = client.reconnects
         var lastStatus = ContinuousClock.now - .seconds(10)
         var seen = store.lastSequence
         while !isStopping {
@@ -193,6 +199,18 @@ final class UplinkBridge: @unchecked Sendable {  // loop state is touched only b
                 inbox.sleep(timeoutMillis: 200)
                 continue
             }
+            let reconnects = client.reconnects
+            if wasConnected, reconnects != reconnectsSeen {
+                // libnats lost the connection and made another (maybe to another node of the
+                // cluster) while this thread waited on the hub: the same as a loss seen here.
+                let lostFrom = board.snapshot?.server ?? ""
+                board.update { $0.disconnects += 1 }
+                events.append(["type": "uplink", "connected": .bool(false), "server": .string(lostFrom), "error": .string("connection lost")],
+                              atMillis: Int64(writer.clock.wallMillis))
+                logger.warning(.uplink, "connection to the hub (\(lostFrom)) lost; libnats reconnected")
+                wasConnected = false
+            }
+            reconnectsSeen = reconnects
             if !wasConnected {
                 // Back on a server (maybe another node of the cluster): consumers start again from
                 // the checkpoints, so nothing delivered while the connection was down is missed.
@@ -377,9 +395,14 @@ final class UplinkBridge: @unchecked Sendable {  // loop state is touched only b
     private func pause() {
         let jitter = Int64.random(in: 0...(backoffMillis / 4 + 1))
         let until = ContinuousClock.now + .milliseconds(backoffMillis + jitter)
+        var lastStatus = ContinuousClock.now
         while !isStopping, ContinuousClock.now < until {
             beat.withLock { $0 = .now }
             inbox.sleep(timeoutMillis: 100)
+            if ContinuousClock.now - lastStatus > .seconds(1) {
+                lastStatus = .now
+                publishLag()  // what waits grows while the uplink backs off
+            }
         }
         backoffMillis = min(settings.reconnectMaxMillis, backoffMillis * 2)
     }

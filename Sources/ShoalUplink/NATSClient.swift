@@ -222,6 +222,17 @@ public final class NATSClient: @unchecked Sendable {  // owns libnats handles; l
     public var isConnected: Bool { natsConnection_Status(nc) == NATS_CONN_STATUS_CONNECTED }
     public var isClosed: Bool { natsConnection_IsClosed(nc) }
 
+    /// How many times libnats reconnected this connection (to the same server or another).
+    public var reconnects: UInt64 {
+        var stats: OpaquePointer?
+        guard natsStatistics_Create(&stats) == NATS_OK, let stats else { return 0 }
+        defer { natsStatistics_Destroy(stats) }
+        var n: UInt64 = 0
+        guard natsConnection_GetStats(nc, stats) == NATS_OK,
+              natsStatistics_GetCounts(stats, nil, nil, nil, nil, &n) == NATS_OK else { return 0 }
+        return n
+    }
+
     /// The server this connection is on now ("" while reconnecting).
     public var connectedURL: String {
         var buf = [CChar](repeating: 0, count: 256)
