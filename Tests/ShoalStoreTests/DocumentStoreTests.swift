@@ -281,7 +281,7 @@ struct DocumentStoreTests {
         sqlite3_open(path, &db)
         sqlite3_exec(db, "CREATE TABLE x(y); PRAGMA user_version=99;", nil, nil, nil)
         sqlite3_close(db)
-        #expect(throws: StoreError.schemaTooNew(found: 99, supported: 6, path: path)) {
+        #expect(throws: StoreError.schemaTooNew(found: 99, supported: 7, path: path)) {
             try DocumentStore.open(StoreOptions(path: path), logger: quietLogger)
         }
         #expect(access(path, F_OK) == 0)
