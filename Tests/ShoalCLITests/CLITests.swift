@@ -406,7 +406,7 @@ extension ProcessSuites {
             }
             #expect(failed, "\(text)")
             #expect(text.hasPrefix("uplink  nats://127.0.0.1:\(port)  NATS JetStream\n"), "\(text)")
-            #expect(text.contains("  last error     cannot connect to nats://127.0.0.1:\(port)"), "\(text)")
+            #expect(text.contains("  last error     connect to nats://127.0.0.1:\(port): No server available for connection — nothing answers at"), "\(text)")
             #expect(text.contains("  last success   never\n") && text.contains("_sensors_2Estate  push on, lag 0 (0 s), checkpoint seq 0  pull on"), "\(text)")
             let json = try Shoal.json(gw.cli(["uplink", "status", "--json"])) as? [String: Any]
             #expect(json?["configured"] as? Bool == true && (json?["uplink"] as? [String: Any])?["connects"] as? Int == 0, "\(json ?? [:])")
