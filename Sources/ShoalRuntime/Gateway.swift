@@ -75,6 +75,11 @@ public final class Gateway: Sendable {
 
     /// Where identities live: `<storage>/identities`.
     public var identityDirectory: String { Files.directory(of: storePath) + "/identities" }
+    /// The identity's certificate chain and key as PEM files, for clients that present them
+    /// (`tls.identity: true` of an MQTT broker or the uplink).
+    var identityPEMFiles: (cert: String, key: String) {
+        ("\(identityDirectory)/\(site.identityLabel).crt.pem", "\(identityDirectory)/\(site.identityLabel).key.pem")
+    }
 
     /// The identity, once the identity service has loaded or made it, and any problem with it.
     public var identity: Identity? { identitySlot.withLock { $0.0 } }

@@ -62,9 +62,7 @@ struct MQTTService: Service {
             o.caFile = tls.caFile
             o.insecure = tls.insecure
             if tls.identity {
-                let dir = gateway.identityDirectory
-                o.certFile = "\(dir)/\(gateway.site.identityLabel).crt.pem"
-                o.keyFile = "\(dir)/\(gateway.site.identityLabel).key.pem"
+                (o.certFile, o.keyFile) = gateway.identityPEMFiles
             } else {
                 o.certFile = tls.certFile
                 o.keyFile = tls.keyFile

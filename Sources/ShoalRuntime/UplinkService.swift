@@ -41,9 +41,7 @@ struct UplinkService: Service {
             o.secure = true
             o.caFile = tls.caFile
             if tls.identity {
-                let dir = gateway.identityDirectory
-                o.certFile = "\(dir)/\(gateway.site.identityLabel).crt.pem"
-                o.keyFile = "\(dir)/\(gateway.site.identityLabel).key.pem"
+                (o.certFile, o.keyFile) = gateway.identityPEMFiles
             } else {
                 o.certFile = tls.certFile
                 o.keyFile = tls.keyFile
