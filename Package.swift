@@ -53,12 +53,14 @@ let package = Package(
         .target(name: "ShoalGateway", dependencies: ["ShoalCore", "ShoalMesh", "ShoalReplication", "ShoalStore", "ShoalWire"]),
         // The seeded radio medium in virtual time, with real stores, replicators and mesh managers
         // inside (tests, `shoal sim`, `shoal demo`).
-        .target(name: "ShoalSim", dependencies: ["ShoalThreads", "ShoalCore", "ShoalGateway", "ShoalMesh", "ShoalReplication", "ShoalStore", "ShoalWire", "ShoalTLS", "ShoalStatus"]),
+        // The fleet's trust: signed `_trust` entries, what they add up to, the live authenticator.
+        .target(name: "ShoalTrust", dependencies: ["ShoalCore", "ShoalTLS", "ShoalReplication", "ShoalStore"]),
+        .target(name: "ShoalSim", dependencies: ["ShoalTrust", "ShoalThreads", "ShoalCore", "ShoalGateway", "ShoalMesh", "ShoalReplication", "ShoalStore", "ShoalWire", "ShoalTLS", "ShoalStatus"]),
 
         // Composition root.
         .target(name: "ShoalRuntime", dependencies: ["ShoalThreads", 
             "ShoalCore", "ShoalWire", "ShoalSupervision", "ShoalConfig", "ShoalYAML", "ShoalStatus",
-            "ShoalStore", "ShoalTLS", "ShoalLinux", "ShoalReplication", "ShoalMesh", "ShoalGateway", "ShoalHTTP", "ShoalMQTT", "ShoalUplink",
+            "ShoalStore", "ShoalTLS", "ShoalLinux", "ShoalReplication", "ShoalMesh", "ShoalGateway", "ShoalHTTP", "ShoalMQTT", "ShoalUplink", "ShoalTrust",
         ]),
         .target(name: "ShoalTesting", dependencies: ["ShoalThreads", "ShoalCore", "ShoalSupervision"]),
         // The in-process medium in real time, as a transport: `import Shoal`'s simulated medium,
@@ -74,22 +76,22 @@ let package = Package(
         // (the bare C calls stay in the C importers). Not part of the runtime.
         .target(name: "ShoalBench", dependencies: ["ShoalThreads", "ShoalCore", "ShoalConfig", "ShoalLinux", "ShoalMesh", "ShoalReplication", "ShoalRuntime", "ShoalStore", "ShoalSupervision", "ShoalTLS", "ShoalUplink", "ShoalWire"]),
 
-        .executableTarget(name: "shoal", dependencies: ["ShoalBench", "ShoalRuntime", "ShoalMQTT", "ShoalUplink", "ShoalSim", "ShoalMesh", "ShoalStatus", "ShoalStore", "ShoalConfig", "ShoalYAML", "ShoalTLS", "ShoalLinux", "ShoalWire", "ShoalCore"]),
+        .executableTarget(name: "shoal", dependencies: ["ShoalTrust", "ShoalBench", "ShoalRuntime", "ShoalMQTT", "ShoalUplink", "ShoalSim", "ShoalMesh", "ShoalStatus", "ShoalStore", "ShoalConfig", "ShoalYAML", "ShoalTLS", "ShoalLinux", "ShoalWire", "ShoalCore"]),
 
         // The crash campaign's writer (a test tool beside the product, not in it).
         .executableTarget(name: "shoal-crash-writer", dependencies: ["ShoalCore", "ShoalStore"], path: "Sources/ShoalCrashWriter"),
 
         // Fuzz targets for every input from outside (make fuzz); without libFuzzer, a corpus replayer.
-        .executableTarget(name: "shoal-fuzz", dependencies: ["ShoalConfig", "ShoalCore", "ShoalReplication", "ShoalTLS", "ShoalWire", "ShoalYAML"], path: "Sources/ShoalFuzz"),
+        .executableTarget(name: "shoal-fuzz", dependencies: ["ShoalTrust", "ShoalConfig", "ShoalCore", "ShoalReplication", "ShoalTLS", "ShoalWire", "ShoalYAML"], path: "Sources/ShoalFuzz"),
 
         .testTarget(name: "ShoalCoreTests", dependencies: ["ShoalCore", "ShoalWire", "ShoalStatus", "ShoalTesting"]),
         .testTarget(name: "ShoalSupervisionTests", dependencies: ["ShoalThreads", "ShoalSupervision", "ShoalTesting"]),
         .testTarget(name: "ShoalStoreTests", dependencies: ["ShoalThreads", "ShoalStore", "ShoalTesting"]),
         .testTarget(name: "ShoalConfigTests", dependencies: ["ShoalTesting", "ShoalConfig", "ShoalYAML", "ShoalRuntime", "ShoalTLS", "ShoalReplication"]),
         .testTarget(name: "ShoalMeshTests", dependencies: ["ShoalThreads", "ShoalMesh", "ShoalGateway", "ShoalSim", "ShoalCore", "ShoalConfig", "ShoalRuntime"]),
-        .testTarget(name: "ShoalGatewayTests", dependencies: ["ShoalGateway", "ShoalMedium", "ShoalRuntime", "ShoalUplink", "ShoalConfig", "ShoalThreads", "ShoalSim", "ShoalMesh", "ShoalReplication", "ShoalStore", "ShoalTLS", "ShoalWire", "ShoalCore", "ShoalTesting"]),
+        .testTarget(name: "ShoalGatewayTests", dependencies: ["ShoalTrust", "ShoalGateway", "ShoalMedium", "ShoalRuntime", "ShoalUplink", "ShoalConfig", "ShoalThreads", "ShoalSim", "ShoalMesh", "ShoalReplication", "ShoalStore", "ShoalTLS", "ShoalWire", "ShoalCore", "ShoalTesting"]),
         .testTarget(name: "ShoalReplicationTests", dependencies: ["ShoalThreads", "ShoalReplication", "ShoalStore", "ShoalWire", "ShoalTesting", "ShoalCore"]),
-        .testTarget(name: "ShoalTLSTests", dependencies: ["ShoalThreads", "ShoalTLS", "ShoalLinux", "ShoalTesting", "ShoalCore"]),
+        .testTarget(name: "ShoalTLSTests", dependencies: ["ShoalTrust", "ShoalStore", "ShoalReplication", "ShoalThreads", "ShoalTLS", "ShoalLinux", "ShoalTesting", "ShoalCore"]),
         .testTarget(name: "ShoalLinuxTests", dependencies: ["ShoalThreads", "ShoalLinux", "ShoalCore", "ShoalTesting"]),
         .testTarget(name: "ShoalLibraryTests", dependencies: ["Shoal", "ShoalTesting"]),
         .testTarget(name: "ShoalCLITests", dependencies: ["ShoalThreads", "shoal", "shoal-crash-writer", "ShoalStore", "ShoalTesting", "ShoalLinux"]),

@@ -9,6 +9,12 @@ public struct CollectionName: Sendable, Hashable, Comparable, CustomStringConver
 
     public static let defaultName = "_default"
     public static let `default` = CollectionName(uncheckedScope: defaultName, name: defaultName)
+    /// Shoal's own collections live in scope `_system`, which no user name can reach (a name may not
+    /// start with `_`): only Shoal writes them.
+    public static let systemScope = "_system"
+    /// The fleet's signed trust entries (`ShoalTrust`).
+    public static let trust = CollectionName(uncheckedScope: systemScope, name: "_trust")
+    public var isSystem: Bool { scope == CollectionName.systemScope }
 
     init(uncheckedScope scope: String, name: String) {
         self.scope = scope
@@ -34,8 +40,15 @@ public struct CollectionName: Sendable, Hashable, Comparable, CustomStringConver
 
     public var description: String { "\(scope).\(name)" }
 
+    /// Shoal's own collections first (they replicate first on every link), then by name.
     public static func < (a: CollectionName, b: CollectionName) -> Bool {
-        (a.scope, a.name) < (b.scope, b.name)
+        (a.isSystem ? 0 : 1, a.scope, a.name) < (b.isSystem ? 0 : 1, b.scope, b.name)
+    }
+
+    /// The same order over full names as written (`scope.collection`).
+    public static func replicatesBefore(_ a: String, _ b: String) -> Bool {
+        let sa = a.hasPrefix(systemScope + "."), sb = b.hasPrefix(systemScope + ".")
+        return sa != sb ? sa : a < b
     }
 
     static func check(_ part: String, what: String) throws(NameError) {

@@ -69,6 +69,9 @@ public final class GatewayCore {
         case localChangesCommitted
         /// Something the gateway cannot run without failed for good.
         case fatal(String)
+        /// The fleet's trust now revokes these peers: every link to them closes at once, and a link
+        /// to one that opens later (a handshake that raced the revocation) is closed as it opens.
+        case peersRevoked(Set<PeerID>)
     }
 
     /// What the driver must carry out, in order.
@@ -91,6 +94,7 @@ public final class GatewayCore {
     /// Links the core holds (the mesh kept them), with what the glue tracks per link.
     struct LinkState {
         let transport: MeshTransport
+        let peer: PeerID
         /// Documents moved lately (busy until `busyQuietMillis` after this).
         var busySince: UInt64?
         /// Slow links only: when a frame last came, and when we last sent our gossip.
@@ -101,6 +105,8 @@ public final class GatewayCore {
 
     var links: [LinkID: LinkState] = [:]
     var lastReplicationTick: UInt64 = 0
+    /// Peers the fleet revoked (`Input.peersRevoked`): never linked again.
+    public private(set) var revoked: Set<PeerID> = []
 
     public init(mesh: MeshManager, node: ReplicationNode, settings: Settings = Settings()) {
         precondition(mesh.me == node.peer, "the mesh manager and the replicator must be one gateway's")
@@ -162,16 +168,30 @@ public final class GatewayCore {
         case .linkClosed(let id): forget(id, &run)
         case .localChangesCommitted: run.replication(node.localChangesCommitted(), self)
         case .fatal(let why): run.mesh(mesh.handle(.fatal(why), now: now), self)
+        case .peersRevoked(let peers): revoke(peers, &run)
         }
         if run.treeMayMove { refreshTree(&run) }
         return run.out
     }
 
+    func revoke(_ peers: Set<PeerID>, _ run: inout Run) {
+        revoked.formUnion(peers)
+        for id in linkIDs {
+            guard let l = links[id], peers.contains(l.peer) else { continue }
+            run.out.append(.warning(.tls, "peer \(l.peer) is revoked: closing its link \(id) (\(l.transport.rawValue))"))
+            close(id, reason: "the peer is revoked", &run)
+        }
+    }
+
     func opened(_ id: LinkID, _ peer: PeerID, _ t: MeshTransport, outgoing: Bool, _ run: inout Run) {
+        if revoked.contains(peer) {
+            run.out.append(.close(id, reason: "the peer is revoked"))
+            return
+        }
         let decided = mesh.handle(outgoing ? .outgoingOpened(id, peer, t) : .incoming(id, peer, t), now: run.now)
         precondition(mesh.linkedPeerCount <= mesh.settings.maxConnectionCount, "linked to more peers than maxConnectionCount")
         if mesh.keeps(id) {
-            links[id] = LinkState(transport: t, heardAt: t == .bluetooth ? run.now : nil, keptAliveAt: t == .bluetooth ? run.now : nil)
+            links[id] = LinkState(transport: t, peer: peer, heardAt: t == .bluetooth ? run.now : nil, keptAliveAt: t == .bluetooth ? run.now : nil)
             // HELLO goes first; the mesh's gossip for this link after it.
             run.replication(node.linkOpened(id, neighbours: mesh.neighbours, slow: t == .bluetooth), self)
             run.treeMayMove = true

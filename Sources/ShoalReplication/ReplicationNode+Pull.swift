@@ -230,7 +230,7 @@ extension ReplicationNode {
     func retryDeferred(now: UInt64, force: Set<DocKey>) -> [ReplicationAction] {
         var actions: [ReplicationAction] = []
         for l in links.values.sorted(by: { $0.id < $1.id }) {
-            for (name, batches) in l.pull.sorted(by: { $0.key < $1.key }) { for inbound in batches where !inbound.deferred.isEmpty {
+            for (name, batches) in l.pull.sorted(by: { CollectionName.replicatesBefore($0.key, $1.key) }) { for inbound in batches where !inbound.deferred.isEmpty {
                 var ask: [String] = []
                 for id in inbound.deferred.sorted() {
                     let key = DocKey(collection: name, id: id)

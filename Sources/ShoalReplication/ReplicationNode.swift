@@ -119,7 +119,7 @@ public final class ReplicationNode {
         l.onTree = onTree
         guard onTree else { return [] }
         var actions: [ReplicationAction] = []
-        for (name, stream) in l.push.sorted(by: { $0.key < $1.key }) {
+        for (name, stream) in l.push.sorted(by: { CollectionName.replicatesBefore($0.key, $1.key) }) {
             do { actions += try pump(l, name, stream) } catch { actions += fail(l, .store(error), now: lastNow) }
         }
         return actions
@@ -254,7 +254,7 @@ public final class ReplicationNode {
     public func localChangesCommitted() -> [ReplicationAction] {
         var actions: [ReplicationAction] = []
         for l in links.values.sorted(by: { $0.id < $1.id }) {
-            for (name, stream) in l.push.sorted(by: { $0.key < $1.key }) where stream.inFlight.count < settings.batchWindow {
+            for (name, stream) in l.push.sorted(by: { CollectionName.replicatesBefore($0.key, $1.key) }) where stream.inFlight.count < settings.batchWindow {
                 do { actions += try pump(l, name, stream) } catch { actions += fail(l, .store(error), now: 0) }
             }
         }
@@ -291,7 +291,7 @@ public final class ReplicationNode {
             l.remotePurgeHorizon = remoteHorizon
             l.checkpointKey = remoteEpoch == 0 ? remote.description : "\(remote)@\(String(remoteEpoch, radix: 16))"
             var actions: [ReplicationAction] = [.event(.peerConnected(link: l.id, peer: remote))]
-            for offer in offers.sorted(by: { $0.name < $1.name }) {
+            for offer in offers.sorted(by: { CollectionName.replicatesBefore($0.name, $1.name) }) {
                 guard let policy = policies[offer.name], policy.pull, offer.push else { continue }
                 let since = try store.checkpoint(peer: l.checkpointKey, collection: policy.name, direction: .pull)
                 actions.append(.send(l.id, ReplicationMessage.subscribe(collection: offer.name, since: UInt64(max(0, since))).encoded()))

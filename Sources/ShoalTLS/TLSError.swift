@@ -10,6 +10,8 @@ public enum TLSError: Error, Sendable, Equatable, CustomStringConvertible {
     case badSignature(peer: String)
     case notInAllowList(peer: String)
     case rejectedByAuthenticator(peer: String)
+    /// The fleet's trust list (`_trust`) revokes this peer, or a CRL lists its certificate.
+    case revoked(peer: String)
     /// The peer's authenticator refused us during the handshake and said so with a TLS alert
     /// (`alert`: its code). `peer`: who refused, when its certificate came before the alert (a
     /// server refused by the client it accepted does not learn who that was).
@@ -35,6 +37,7 @@ public enum TLSError: Error, Sendable, Equatable, CustomStringConvertible {
         case .badSignature(let p): "peer \(p): a signature in its certificate chain does not verify"
         case .notInAllowList(let p): "peer \(p) is not in allowedPeers"
         case .rejectedByAuthenticator(let p): "peer \(p) was rejected by the authenticator"
+        case .revoked(let p): "peer \(p) is revoked (by a signed trust entry or a CRL): it is refused on every transport"
         case .refusedByPeer(let p, let alert): "\(p.map { "peer \($0)" } ?? "the peer") refused us: \(TLSError.refusal(alert))"
         case .noPeerCertificate: "the peer sent no certificate (mutual TLS is required)"
         case .badCertificate(let why): "not a valid certificate: \(why)"
@@ -59,6 +62,7 @@ public enum TLSError: Error, Sendable, Equatable, CustomStringConvertible {
         case MBEDTLS_SSL_ALERT_MSG_CERT_EXPIRED: "our certificate has expired by its clock; renew our identity, or check both clocks"
         case MBEDTLS_SSL_ALERT_MSG_CERT_UNKNOWN: "our certificate is not valid yet by its clock; check both clocks"
         case MBEDTLS_SSL_ALERT_MSG_UNSUPPORTED_CERT: "our certificate lacks a key usage it requires (clientAuth and serverAuth); recreate it with `shoal identity create`"
+        case MBEDTLS_SSL_ALERT_MSG_CERT_REVOKED: "it holds our certificate or peer id as revoked; an operator must allow us again (`shoal trust allow`)"
         case MBEDTLS_SSL_ALERT_MSG_BAD_CERT: "a signature in our certificate chain does not verify for it"
         case MBEDTLS_SSL_ALERT_MSG_NO_CERT: "it got no certificate from us"
         default: "TLS alert \(alert) during the handshake; see its log"
@@ -69,7 +73,7 @@ public enum TLSError: Error, Sendable, Equatable, CustomStringConvertible {
     public var peer: String? {
         switch self {
         case .expired(let p), .notYetValid(let p), .unknownCA(let p), .wrongKeyUsage(let p, _), .badSignature(let p),
-             .notInAllowList(let p), .rejectedByAuthenticator(let p): p
+             .notInAllowList(let p), .rejectedByAuthenticator(let p), .revoked(let p): p
         case .refusedByPeer(let p, _): p
         default: nil
         }
@@ -79,7 +83,7 @@ public enum TLSError: Error, Sendable, Equatable, CustomStringConvertible {
     /// peer that answers, as opposed to a connection that failed.
     public var isRefusal: Bool {
         switch self {
-        case .expired, .notYetValid, .unknownCA, .wrongKeyUsage, .badSignature, .notInAllowList, .rejectedByAuthenticator, .refusedByPeer, .noPeerCertificate: true
+        case .expired, .notYetValid, .unknownCA, .wrongKeyUsage, .badSignature, .notInAllowList, .rejectedByAuthenticator, .revoked, .refusedByPeer, .noPeerCertificate: true
         default: false
         }
     }

@@ -258,6 +258,7 @@ public final class TLSSession: @unchecked Sendable {  // an mbedTLS session, use
         case .unknownCA, .badSignature: MBEDTLS_SSL_ALERT_MSG_UNKNOWN_CA
         case .wrongKeyUsage: MBEDTLS_SSL_ALERT_MSG_UNSUPPORTED_CERT
         case .notInAllowList, .rejectedByAuthenticator: MBEDTLS_SSL_ALERT_MSG_ACCESS_DENIED
+        case .revoked: MBEDTLS_SSL_ALERT_MSG_CERT_REVOKED
         default: MBEDTLS_SSL_ALERT_MSG_BAD_CERT
         }
     }
