@@ -122,6 +122,21 @@ public final class TrustBook: Sendable {
         return (verdict, change)
     }
 
+    /// Records an entry made or imported here (`shoal trust allow`, `import`): judged exactly as
+    /// one from a peer, then written to `_trust` through `write(id, body)` (the gateway's local
+    /// write path, which versions it) so it replicates. An entry already held writes nothing.
+    public func record(_ entry: TrustEntry, write: (String, String) throws -> Void) throws(TrustError) -> (TrustLedger.Verdict, Change) {
+        let id = entry.documentID
+        let (verdict, change) = take(id: id, body: entry.body)
+        switch verdict {
+        case .rejected(let why): throw TrustError(why)
+        case .unchanged: return (verdict, change)
+        case .accepted:
+            do { try write(id, entry.body) } catch { throw TrustError("taken, but not written to the store: \(error)") }
+            return (verdict, change)
+        }
+    }
+
     func refuse(_ id: String, _ why: String) -> (TrustLedger.Verdict, Change) {
         state.withLock { $0.rejected += 1 }
         log("trust entry \(id) refused: \(why)")
