@@ -257,6 +257,28 @@ public struct ConfigLoader: Sendable {
             try inner.check()
         }
         errors.attempt { () throws(ConfigError) in
+            guard var r = try top.mapping("trust") else { return }
+            var inner = ConfigErrors()
+            for (list, what) in [("adminKeys", "an admin public key: the hex `shoal trust keygen` printed, or the path of its PEM file"),
+                                 ("crlFiles", "the path of a CRL file (PEM or DER; `shoal trust crl` writes one)")] {
+                inner.attempt { () throws(ConfigError) in
+                    var bad = ConfigErrors()
+                    for (i, item) in (try r.sequence(list) ?? []).enumerated() {
+                        guard case .scalar(let text, _) = item.value, !text.isEmpty else {
+                            bad.add(ConfigError(mark: item.mark, key: "trust.\(list)[\(i)]", message: "expected \(what)"))
+                            continue
+                        }
+                        let entry = SiteConfig.TrustSettings.Item(text: text, mark: item.mark, key: "trust.\(list)[\(i)]")
+                        if list == "adminKeys" { site.trust.adminKeys.append(entry) } else { site.trust.crlFiles.append(entry) }
+                    }
+                    try bad.check()
+                }
+            }
+            inner.attempt { () throws(ConfigError) in site.trust.warnDays = try r.int("warnDays", in: 0...365) ?? 14 }
+            inner.attempt { () throws(ConfigError) in try r.finish() }
+            try inner.check()
+        }
+        errors.attempt { () throws(ConfigError) in
             guard var r = try top.mapping("replication") else { return }
             var inner = ConfigErrors()
             inner.attempt { () throws(ConfigError) in

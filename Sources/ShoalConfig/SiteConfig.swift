@@ -15,6 +15,10 @@ public struct SiteConfig: Sendable, Equatable {
     /// Where the site file names it, for errors about the file it names.
     public var rootCertificatesMark: SourceMark?
     public var allowedPeers: [String] = []
+    /// The fleet's trust (`trust:`): admin public keys that may sign `_trust` entries (hex as
+    /// `shoal trust keygen` prints it, or a PEM file's path), CRL files checked at every handshake,
+    /// and how many days before an expiry (identity, trust checkpoint) the gateway warns.
+    public var trust = TrustSettings()
     /// Where this gateway accepts replication links (IPv4 `address:port`), nil for nowhere.
     public var listenAddress: HostPort?
     /// Peers this gateway dials itself (wired gateways on Ethernet, before discovery exists); a host
@@ -36,6 +40,18 @@ public struct SiteConfig: Sendable, Equatable {
     public var meshNode: ConfigNode?
     public var logNode: ConfigNode?
     public var source: String
+
+    public struct TrustSettings: Sendable, Equatable {
+        public struct Item: Sendable, Equatable {
+            public var text: String
+            public var mark: SourceMark
+            public var key: String
+        }
+        public var adminKeys: [Item] = []
+        public var crlFiles: [Item] = []
+        public var warnDays: Int64 = 14
+        public init() {}
+    }
 
     public struct CollectionSettings: Sendable, Equatable {
         public var name: CollectionName

@@ -15,6 +15,16 @@ public struct CollectionName: Sendable, Hashable, Comparable, CustomStringConver
     /// The fleet's signed trust entries (`ShoalTrust`).
     public static let trust = CollectionName(uncheckedScope: systemScope, name: "_trust")
     public var isSystem: Bool { scope == CollectionName.systemScope }
+    static let systemNames = [trust]
+
+    /// A name as stored or sent by Shoal itself: a user name by the rules, or one of Shoal's own.
+    public init(stored scope: String, name: String) throws(NameError) {
+        if scope == CollectionName.systemScope, let own = CollectionName.systemNames.first(where: { $0.name == name }) {
+            self = own
+            return
+        }
+        try self.init(scope: scope, name: name)
+    }
 
     init(uncheckedScope scope: String, name: String) {
         self.scope = scope

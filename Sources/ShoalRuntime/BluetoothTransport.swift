@@ -42,8 +42,8 @@ package actor BluetoothTransport: Transport {
         self.executor = executor
         self.adapter = adapter
         self.serviceUUID = serviceUUID
-        serverTLS = try TLSContext(role: .server, credentials: credentials, authenticator: authenticator, handshakeTimeoutMillis: 30_000)
-        clientTLS = try TLSContext(role: .client, credentials: credentials, authenticator: authenticator, handshakeTimeoutMillis: 30_000)
+        serverTLS = try TLSContext(role: .server, credentials: credentials, authenticator: authenticator.over("bluetooth"), handshakeTimeoutMillis: 30_000)
+        clientTLS = try TLSContext(role: .client, credentials: credentials, authenticator: authenticator.over("bluetooth"), handshakeTimeoutMillis: 30_000)
     }
 
     package nonisolated func start(host: any TransportHost) throws {

@@ -1,10 +1,24 @@
 import ShoalConfig
 import ShoalCore
 import ShoalReplication
+import ShoalTrust
 
 /// Turns a site file's collection settings into the replicator's policies: the built-in resolvers
 /// and filters as closures.
 public enum CollectionPolicies {
+    /// With `trust`: the `_trust` collection first (only entries its admin keys signed get in),
+    /// and every collection refuses what a revoked peer wrote after its revocation.
+    public static func make(_ settings: [SiteConfig.CollectionSettings], trust: TrustBook) -> [CollectionPolicy] {
+        var system = CollectionPolicy(name: .trust)
+        system.pullFilter = trust.trustFilter
+        system.resolver = TrustBook.resolver
+        return [system] + make(settings).map { p in
+            var p = p
+            p.pullFilter = trust.writerFilter(p.pullFilter)
+            return p
+        }
+    }
+
     public static func make(_ settings: [SiteConfig.CollectionSettings]) -> [CollectionPolicy] {
         settings.map { c in
             var p = CollectionPolicy(name: c.name)

@@ -8,6 +8,7 @@ import ShoalStatus
 import ShoalStore
 import ShoalSupervision
 import ShoalTLS
+import ShoalTrust
 import Synchronization
 import ShoalThreads
 
@@ -64,7 +65,15 @@ public final class Gateway: Sendable {
     private let stateSlot = Locked<GatewayState>(.booting)
     private let started = ContinuousClock.now
 
-    public init(board: BoardConfig, site: SiteConfig, logger: Logger, report: SupervisionReport, storePath: String, socketPath: String) {
+    /// The fleet's trust: the site file's roots, peers, CRLs and admin keys plus the `_trust`
+    /// entries the store holds; every handshake and every incoming document consults it.
+    public let trust: TrustBook
+
+    public init(board: BoardConfig, site: SiteConfig, logger: Logger, report: SupervisionReport, storePath: String, socketPath: String,
+                trust: TrustBook.Site = TrustBook.Site()) {
+        self.trust = TrustBook(site: trust, log: { [logger] line in
+            if line.hasPrefix("trust entry taken") { logger.info(.tls, line) } else { logger.warning(.tls, line) }
+        })
         self.board = board
         self.site = site
         self.logger = logger

@@ -5,6 +5,7 @@ import ShoalCore
 import ShoalLinux
 import ShoalSupervision
 import ShoalTLS
+import ShoalTrust
 import Synchronization
 
 /// `shoal run`: loads the configuration, builds the supervision tree and runs it until SIGTERM or
@@ -106,7 +107,9 @@ public enum GatewayRuntime {
 
         let report = SupervisionReport()
         let gateway = Gateway(board: config.board, site: config.site, logger: logger, report: report,
-                              storePath: config.storePath, socketPath: config.socketPath)
+                              storePath: config.storePath, socketPath: config.socketPath,
+                              trust: TrustBook.Site(adminKeys: config.adminKeys, roots: config.trustedRoots, allowedPeers: config.allowedPeers,
+                                                    revocationList: config.revocationList))
         logger.info(.runtime, "shoal \(ShoalVersion.current) on board \(config.board.id) (\(config.board.name)), group \(config.site.group) (\(GroupID(config.site.group).serviceType)), sources \(config.board.sources.joined(separator: " < ")), site \(config.site.source)")
 
         if !config.site.http.enabled { logger.info(.http, "local HTTP API off (http.enabled: false in \(config.site.source))") }

@@ -54,6 +54,7 @@ package actor ReplicationDriver: TransportHost {
         case transport(TransportEvent)
         case retryNetworks
         case radios(RadioSnapshot)
+        case revoked(Set<PeerID>)
     }
 
     /// Bluetooth LE discovery: the adapter and the group's service UUID.
@@ -140,6 +141,9 @@ package actor ReplicationDriver: TransportHost {
 
     /// `retryNetworks()`.
     package nonisolated func retryNetworks() { post(.retryNetworks) }
+
+    /// The fleet's trust revoked these peers: their links close now, and stay closed.
+    package nonisolated func peersRevoked(_ peers: Set<PeerID>) { post(.revoked(peers)) }
 
     /// The radio manager saw a change.
     package nonisolated func radiosChanged(_ s: RadioSnapshot) { post(.radios(s)) }
@@ -324,6 +328,8 @@ package actor ReplicationDriver: TransportHost {
             feed(.retryNetworks, now: now)
         case .radios(let snapshot):
             for t in transports { t.radiosChanged(snapshot) }
+        case .revoked(let peers):
+            feed(.peersRevoked(peers), now: now)
         }
     }
 

@@ -5,6 +5,7 @@ import ShoalMesh
 import ShoalReplication
 import ShoalSupervision
 import ShoalTLS
+import ShoalTrust
 
 /// Replication between gateways. Made by the supervisor once the store and the identity service
 /// are ready, with the open store and the identity (nil: the gateway has none it can use, and this
@@ -36,10 +37,20 @@ struct ReplicationService: Service {
         // Radio changes and retry requests, as messages from the radio manager and the control socket.
         let (radios, radiosFeed) = gateway.radioChanges.subscribe()
         let (retries, retriesFeed) = gateway.retryRequests.subscribe()
+        // Trust changes: a revoked peer's links close at once; a newly allowed one is dialled again.
+        let (trustChanges, trustFeed) = gateway.trust.changes.subscribe()
         let listeners = [
             Task { for await snapshot in radios { driver.radiosChanged(snapshot) } },
             Task { for await _ in retries { driver.retryNetworks() } },
+            Task {
+                for await change in trustChanges {
+                    if !change.revoked.isEmpty { driver.peersRevoked(change.revoked) }
+                    if !change.allowed.isEmpty { driver.retryNetworks() }
+                }
+            },
         ]
+        let revoked = gateway.trust.current().revokedPeers
+        if !revoked.isEmpty { driver.peersRevoked(revoked) }
         if let now = gateway.radios.withLock({ $0 }) { driver.radiosChanged(now) }
         log(assembly)
         context.markReady()
@@ -51,6 +62,7 @@ struct ReplicationService: Service {
         // Unsubscribe (the streams end, so do their listeners), then stop the driver.
         radiosFeed.finish()
         retriesFeed.finish()
+        trustFeed.finish()
         for l in listeners { await l.value }
         _ = try? await gateway.workThread.run { driver.stop() }
     }
@@ -63,6 +75,7 @@ struct ReplicationService: Service {
         if roots.isEmpty && config.allowedPeers.isEmpty, identity.certificate.chainDER.count > 1,
            let ca = try? Certificate(parsing: identity.certificate.chainDER[1]) {
             roots = [ca]  // a CA-signed gateway with no authenticator trusts its own CA
+            gateway.trust.setSiteRoots(roots)
         }
         // Wi-Fi discovery runs where the site syncs over Wi-Fi and the board names a Wi-Fi interface.
         let wifi: ReplicationDriver.WifiDiscovery? = site.transports.contains(.wifi) && board.wifiInterface != nil
@@ -72,15 +85,15 @@ struct ReplicationService: Service {
         let bluetooth: ReplicationDriver.BluetoothDiscovery? = site.transports.contains(.bluetooth)
             ? board.bluetoothAdapter.map { .init(adapter: $0, serviceUUID: GroupID(site.group).bleServiceUUID) }
             : nil
-        if roots.isEmpty && config.allowedPeers.isEmpty && (site.listenAddress != nil || !site.staticPeers.isEmpty || wifi != nil || bluetooth != nil) {
+        if roots.isEmpty && config.allowedPeers.isEmpty && config.adminKeys.isEmpty && (site.listenAddress != nil || !site.staticPeers.isEmpty || wifi != nil || bluetooth != nil) {
             gateway.logger.warning(.tls, "no authenticator in \(site.source): every peer will be refused; add authenticator.allowedPeers or rootCertificates")
         }
         let transports = Set(site.transports.map { t -> MeshTransport in t == .wifi ? .wifi : .bluetooth })
         return ReplicationAssembly(
             credentials: credentials, group: site.group, store: opened.store, clock: opened.clock,
-            collections: CollectionPolicies.make(site.collections), replication: ReplicationSettings(board.mesh),
+            collections: CollectionPolicies.make(site.collections, trust: gateway.trust), replication: ReplicationSettings(board.mesh),
             mesh: MeshSettings(board.mesh, transports: transports),
-            authenticator: PeerAuthenticator.trust(roots: roots, allowedPeers: config.allowedPeers),
+            authenticator: gateway.trust.authenticator,
             links: .network(listen: site.listenAddress, peers: site.staticPeers, wifi: wifi, bluetooth: bluetooth))
     }
 

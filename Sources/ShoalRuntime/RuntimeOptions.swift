@@ -24,6 +24,9 @@ public struct LoadedConfig: Sendable {
     /// The site's trusted roots, parsed at load so a bad file stops the boot with a clear error.
     public var trustedRoots: [Certificate]
     public var allowedPeers: Set<PeerID>
+    /// The site's `trust.adminKeys` and `trust.crlFiles`, parsed at load like the roots.
+    public var adminKeys: [AdminPublicKey] = []
+    public var revocationList: RevocationList?
     public var identityDirectory: String { Files.directory(of: storePath) + "/identities" }
 
     public init(board: BoardConfig, site: SiteConfig, storePath: String, socketPath: String, trustedRoots: [Certificate], allowedPeers: Set<PeerID>) {
@@ -91,7 +94,10 @@ public enum ConfigurationLoading {
         let socketPath = options.socketPath ?? (options.dataDir.map { $0 + "/control.sock" } ?? board.controlSocket)
         let roots = try trustedRoots(site)
         let allowed = Set(site.allowedPeers.compactMap(PeerID.init(hex:)))
-        return LoadedConfig(board: board, site: site, storePath: storePath, socketPath: socketPath, trustedRoots: roots, allowedPeers: allowed)
+        var loaded = LoadedConfig(board: board, site: site, storePath: storePath, socketPath: socketPath, trustedRoots: roots, allowedPeers: allowed)
+        loaded.adminKeys = try adminKeys(site)
+        loaded.revocationList = try revocationList(site)
+        return loaded
     }
 
     /// Loads a board named on the command line; one that does not exist is `BoardNotFound`: a
@@ -129,11 +135,55 @@ public enum ConfigurationLoading {
         }
     }
 
+    /// The site's admin keys: each written as hex, or as the path of a PEM public key file.
+    public static func adminKeys(_ site: SiteConfig) throws(ConfigError) -> [AdminPublicKey] {
+        var keys: [AdminPublicKey] = []
+        var errors = ConfigErrors()
+        for item in site.trust.adminKeys {
+            errors.attempt { () throws(ConfigError) in
+                let looksHex = item.text.utf8.allSatisfy { ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x66) || ($0 >= 0x41 && $0 <= 0x46) }
+                do {
+                    if looksHex {
+                        keys.append(try AdminPublicKey(hex: item.text))
+                    } else {
+                        let text: String?
+                        do { text = try Files.read(item.text) } catch { throw ConfigError(mark: item.mark, key: item.key, message: "\(item.text): cannot be read (\(error))") }
+                        guard let text else { throw ConfigError(mark: item.mark, key: item.key, message: "\(item.text): no such file (an admin public key: the .pub file `shoal trust keygen` wrote)") }
+                        keys.append(try AdminPublicKey(parsing: Array(text.utf8)))
+                    }
+                } catch let e as ConfigError { throw e } catch {
+                    throw ConfigError(mark: item.mark, key: item.key, message: "\(looksHex ? "the key" : item.text): \(error)")
+                }
+            }
+        }
+        try errors.check()
+        return keys
+    }
+
+    /// Every CRL the site's `trust.crlFiles` names, in one list for the chain check.
+    public static func revocationList(_ site: SiteConfig) throws(ConfigError) -> RevocationList? {
+        guard !site.trust.crlFiles.isEmpty else { return nil }
+        var all: [UInt8] = []
+        for item in site.trust.crlFiles {
+            let text: String?
+            do { text = try Files.read(item.text) } catch { throw ConfigError(mark: item.mark, key: item.key, message: "\(item.text): cannot be read (\(error))") }
+            guard let text else { throw ConfigError(mark: item.mark, key: item.key, message: "\(item.text): no such file (a CRL, as `shoal trust crl` writes)") }
+            guard text.contains("-----BEGIN X509 CRL-----") else {
+                throw ConfigError(mark: item.mark, key: item.key, message: "\(item.text): no CRL in it (expected PEM blocks \"-----BEGIN X509 CRL-----\")")
+            }
+            do { _ = try RevocationList(parsing: Array(text.utf8)) } catch { throw ConfigError(mark: item.mark, key: item.key, message: "\(item.text): \(error)") }
+            all += Array(text.utf8) + [0x0A]
+        }
+        do { return try RevocationList(parsing: all) } catch { throw ConfigError(mark: site.trust.crlFiles[0].mark, key: "trust.crlFiles", message: "\(error)") }
+    }
+
     /// The problems with the files the site names (trusted roots, the MQTT brokers' files), for
     /// `ConfigLoader.loadSite(checkFiles:)`.
     public static func referencedFileProblem(_ site: SiteConfig) -> ConfigError? {
         var errors = ConfigErrors()
         errors.attempt { () throws(ConfigError) in _ = try trustedRoots(site) }
+        errors.attempt { () throws(ConfigError) in _ = try adminKeys(site) }
+        errors.attempt { () throws(ConfigError) in _ = try revocationList(site) }
         if let e = site.mqtt.fileProblems(read: { path throws in try Files.read(path) }) { errors.add(e) }
         if let e = site.uplink.fileProblems(read: { path throws in try Files.read(path) }) { errors.add(e) }
         return errors.combined

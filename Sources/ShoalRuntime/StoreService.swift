@@ -15,11 +15,14 @@ struct StoreService: Service {
     func run(context: ServiceContext) async throws {
         let options = StoreOptions(path: gateway.storePath, durability: gateway.board.durability == .normal ? .normal : .full)
         let logger = gateway.logger
-        let collections = gateway.site.collections.map(\.name)
+        let collections = [CollectionName.trust] + gateway.site.collections.map(\.name)
+        let trust = gateway.trust
         let opened = try await gateway.storeThread.run { () throws -> OpenedStore in
             try Files.makeDirectories(Files.directory(of: options.path))
             let store = try DocumentStore.open(options, logger: logger)
             for c in collections { try store.createCollection(c) }
+            // The fleet's trust entries, before anything handshakes.
+            try trust.load(from: store)
             return OpenedStore(store: store, clock: try NodeClock(store: store))
         }
         let store = opened.store

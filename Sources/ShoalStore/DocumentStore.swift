@@ -99,7 +99,7 @@ public final class DocumentStore: @unchecked Sendable {  // a SQLite connection,
         try seq.run()
         let cols = try db.statement("SELECT id, scope, name FROM collections")
         while try cols.step() {
-            if let scope = cols.text(1), let name = cols.text(2), let c = try? CollectionName(scope: scope, name: name) {
+            if let scope = cols.text(1), let name = cols.text(2), let c = try? CollectionName(stored: scope, name: name) {
                 collectionIDs[c] = cols.int64(0)
             }
         }
@@ -182,8 +182,9 @@ extension DocumentStore {
         }
     }
 
+    /// The users' collections (Shoal's own, such as `_system._trust`, are not listed).
     public func collections() throws(StoreError) -> [CollectionName] {
-        try locked { _ throws(StoreError) in collectionIDs.keys.sorted() }
+        try locked { _ throws(StoreError) in collectionIDs.keys.filter { !$0.isSystem }.sorted() }
     }
 
     private func collectionID(_ name: CollectionName) throws(StoreError) -> Int64 {
@@ -332,7 +333,7 @@ extension DocumentStore {
             try s.bind(1, Int64(max(0, min(limit, 100_000))))
             var out: [Change] = []
             while try s.step() {
-                guard let scope = s.text(1), let name = s.text(2), let c = try? CollectionName(scope: scope, name: name) else { continue }
+                guard let scope = s.text(1), let name = s.text(2), let c = try? CollectionName(stored: scope, name: name) else { continue }
                 out.append(Change(sequence: s.int64(0), collection: c, id: s.text(3) ?? "", deleted: s.int64(4) != 0,
                                   revision: s.int64(5), version: s.blob(6)))
             }
@@ -390,7 +391,7 @@ extension DocumentStore {
             try s.bind(1, before ?? Int64.max)
             var out: [ConflictRecord] = []
             while try s.step() {
-                guard let scope = s.text(0), let name = s.text(1), let c = try? CollectionName(scope: scope, name: name) else { continue }
+                guard let scope = s.text(0), let name = s.text(1), let c = try? CollectionName(stored: scope, name: name) else { continue }
                 var r = ConflictRecord(collection: c, id: s.text(2) ?? "", localVersion: s.blob(3), remoteVersion: s.blob(4),
                                        peer: s.text(5) ?? "", resolver: s.text(6) ?? "", outcome: s.text(7) ?? "", atMillis: s.int64(8),
                                        localBody: s.text(9), remoteBody: s.text(10))
@@ -529,7 +530,7 @@ extension DocumentStore {
             // the drift bound), and every version a purged delete beat is at or below its timestamp.
             var newest: Int64 = 0
             while try s.step() {
-                if let scope = s.text(0), let name = s.text(1), let c = try? CollectionName(scope: scope, name: name) {
+                if let scope = s.text(0), let name = s.text(1), let c = try? CollectionName(stored: scope, name: name) {
                     removed.append((c, s.text(2) ?? ""))
                 }
                 if let v = try? DocumentVersion(decoding: s.blob(3)), let current = v.vector.current {

@@ -46,6 +46,7 @@ public final class TrustBook: Sendable {
     public static let pendingCapacity = 64
 
     struct State {
+        var site: Site
         var ledger: TrustLedger
         var trust: FleetTrust
         var revoked: [PeerID: Int64]
@@ -53,18 +54,19 @@ public final class TrustBook: Sendable {
         var rejected = 0
     }
 
-    public let site: Site
     let state: Mutex<State>
+    /// Every non-empty change, as it is taken (the replication service closes revoked peers'
+    /// links and redials allowed ones from it).
+    public let changes = Broadcaster<Change>()
     let clock: @Sendable () -> Int64
     /// Told of every entry refused (why) and every change taken.
     let log: @Sendable (String) -> Void
 
     public init(site: Site, clock: @escaping @Sendable () -> Int64 = { Identity.now() }, log: @escaping @Sendable (String) -> Void = { _ in }) {
-        self.site = site
         self.clock = clock
         self.log = log
         let ledger = TrustLedger(siteKeys: site.adminKeys)
-        state = Mutex(State(ledger: ledger, trust: TrustBook.derive(site, ledger), revoked: [:]))
+        state = Mutex(State(site: site, ledger: ledger, trust: TrustBook.derive(site, ledger), revoked: [:]))
     }
 
     static func derive(_ site: Site, _ ledger: TrustLedger) -> FleetTrust {
@@ -76,6 +78,16 @@ public final class TrustBook: Sendable {
         let revoked = Set(ledger.revokedPeers.keys)
         return FleetTrust(roots: roots, allowedPeers: site.allowedPeers.union(ledger.allowedPeers).subtracting(revoked),
                           revokedPeers: revoked, revocationList: site.revocationList)
+    }
+
+    public var site: Site { state.withLock { $0.site } }
+
+    /// Roots to use when the site file names none (a CA-signed gateway trusts its own CA).
+    public func setSiteRoots(_ roots: [Certificate]) {
+        state.withLock { s in
+            s.site.roots = roots
+            _ = TrustBook.rederive(&s)
+        }
     }
 
     /// The trust every handshake reads now.
@@ -112,8 +124,9 @@ public final class TrustBook: Sendable {
                 if case .rejected = v { s.rejected += 1 }
                 return (v, Change())
             }
-            return (v, TrustBook.rederive(&s, site))
+            return (v, TrustBook.rederive(&s))
         }
+        if !change.isEmpty { changes.send(change) }
         switch verdict {
         case .accepted: log("trust entry taken: \(entry.summary)")
         case .rejected(let why): log("trust entry \(id) refused: \(why)")
@@ -143,9 +156,9 @@ public final class TrustBook: Sendable {
         return (.rejected(why), Change())
     }
 
-    static func rederive(_ s: inout State, _ site: Site) -> Change {
+    static func rederive(_ s: inout State) -> Change {
         let before = s.trust
-        s.trust = derive(site, s.ledger)
+        s.trust = derive(s.site, s.ledger)
         s.revoked = s.ledger.revokedPeers
         for p in s.trust.allowedPeers { s.pending[p] = nil }
         return Change(revoked: s.trust.revokedPeers.subtracting(before.revokedPeers),
@@ -166,10 +179,12 @@ public final class TrustBook: Sendable {
         var ledger = TrustLedger(siteKeys: site.adminKeys)
         let refused = ledger.load(docs, now: clock())
         for r in refused { log("trust entry \(r.id) in the store refused: \(r.reason)") }
-        return state.withLock { s in
+        let change = state.withLock { s in
             s.ledger = ledger
-            return TrustBook.rederive(&s, site)
+            return TrustBook.rederive(&s)
         }
+        if !change.isEmpty { changes.send(change) }
+        return change
     }
 
     /// The pull filter of the `_trust` collection: takes good entries, refuses the rest.
@@ -180,6 +195,14 @@ public final class TrustBook: Sendable {
             case .rejected: false
             }
         }
+    }
+
+    /// The `_trust` collection's resolver: of two concurrent versions of one entry's document, the
+    /// newer entry wins (not the later write), so every gateway keeps the same one.
+    public static let resolver = ConflictResolver(name: "newestTrustEntry") { _, local, remote in
+        guard let r = remote.body.flatMap({ try? TrustEntry.decode($0) }) else { return .keepLocal }
+        guard let l = local.body.flatMap({ try? TrustEntry.decode($0) }) else { return .takeRemote }
+        return TrustEntry.isNewer(r, than: l) ? .takeRemote : .keepLocal
     }
 
     /// A user collection's pull filter with the revocation rule in front: a document whose latest

@@ -50,7 +50,7 @@ enum CLI {
         }
         let rest = Array(args.dropFirst())
         // Errors name the command as typed: `shoal doc put: …`.
-        let label = ["doc", "log", "board", "bench", "identity", "radios", "http", "mqtt", "uplink"].contains(command) && rest.first.map({ !$0.hasPrefix("-") }) == true
+        let label = ["doc", "log", "board", "bench", "identity", "radios", "http", "mqtt", "uplink", "trust"].contains(command) && rest.first.map({ !$0.hasPrefix("-") }) == true
             ? "\(command) \(rest[0])" : command
         do {
             switch command {
@@ -83,6 +83,7 @@ enum CLI {
             case "http": return try http(rest)
             case "mqtt": return try mqtt(rest)
             case "uplink": return try uplink(rest)
+            case "trust": return try trust(rest)
             case "doctor": return try doctor(rest)
             case "conflicts": return try conflicts(rest)
             default:
