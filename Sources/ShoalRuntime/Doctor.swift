@@ -4,6 +4,7 @@ import ShoalCore
 import ShoalLinux
 import ShoalStore
 import ShoalTLS
+import ShoalTrust
 
 /// `shoal doctor`: the checks a field engineer runs before trusting a gateway. Each passes, warns
 /// or fails, and says what to do. Nothing is changed: the store is opened read-only, the LED line
@@ -48,6 +49,7 @@ public enum Doctor {
         checks.append(contentsOf: radioChecks(board, config.site, env))
         checks.append(identityCheck(config, env))
         checks.append(linkCheck(config))
+        checks.append(trustCheck(config, env))
         checks.append(contentsOf: mqttChecks(config.site))
         checks.append(contentsOf: uplinkChecks(config.site))
         checks.append(storeCheck(config.storePath))
@@ -150,7 +152,7 @@ public enum Doctor {
             let left = (identity.certificate.notAfter - env.nowSeconds) / 86_400
             if left < 0 {
                 return Check(name: "identity", outcome: .fail, detail: "\(label) (peer \(identity.peerID.short)) expired \(-left) days ago",
-                             fix: "`shoal identity create --force` (its peer id changes: update allowedPeers) or renew from the CA")
+                             fix: "`shoal identity create --force` re-issues it over the same key (the peer id stays); with --ca-key/--ca-cert if CA-signed")
             }
             if left < 30 {
                 return Check(name: "identity", outcome: .warn, detail: "\(label) (peer \(identity.peerID.short)) expires in \(left) days",
@@ -249,7 +251,7 @@ public enum Doctor {
         var problems: [String] = []
         var fixes: [String] = []
         let caSigned = ((try? IdentityStore(directory: config.identityDirectory).find(site.identityLabel))??.certificate.chainDER.count ?? 1) > 1
-        if config.trustedRoots.isEmpty && config.allowedPeers.isEmpty && !caSigned {
+        if config.trustedRoots.isEmpty && config.allowedPeers.isEmpty && !caSigned && config.adminKeys.isEmpty {
             problems.append("it trusts no peer (authenticator.allowedPeers is empty, no rootCertificates, its identity is self-signed): every link will be refused")
             fixes.append("list your gateways' peer ids (`shoal identity show` on each) in authenticator.allowedPeers, or give rootCertificates")
         }
@@ -277,8 +279,45 @@ public enum Doctor {
         }
         let trust = [config.allowedPeers.isEmpty ? nil : "\(config.allowedPeers.count) allowed peer\(config.allowedPeers.count == 1 ? "" : "s")",
                      config.trustedRoots.isEmpty ? nil : "\(config.trustedRoots.count) trusted root\(config.trustedRoots.count == 1 ? "" : "s")",
-                     caSigned && config.trustedRoots.isEmpty ? "its own CA" : nil].compactMap { $0 }
+                     caSigned && config.trustedRoots.isEmpty ? "its own CA" : nil,
+                     config.adminKeys.isEmpty ? nil : "the peers the fleet's signed trust entries allow"].compactMap { $0 }
         return Check(name: "links", outcome: .pass, detail: "trusts \(trust.joined(separator: ", ")); reaches peers by \(ways.joined(separator: ", "))")
+    }
+
+    /// The fleet's trust as the store holds it: admin keys given, entries that verify under them,
+    /// and the checkpoint's deadline (warn within `trust.warnDays`, fail past it).
+    static func trustCheck(_ config: LoadedConfig, _ env: Environment) -> Check {
+        var docs: [(id: String, body: String)] = []
+        if Files.exists(config.storePath) {
+            do { docs = try DocumentStore.readLiveDocuments(path: config.storePath, collection: .trust) } catch {
+                return Check(name: "trust", outcome: .warn, detail: "cannot read the trust entries from \(config.storePath): \(error)", fix: "see the store check")
+            }
+        }
+        if config.adminKeys.isEmpty {
+            let held = docs.isEmpty ? "" : "; the \(docs.count.counted("entry", plural: "entries")) in the store count for nothing without one"
+            return Check(name: "trust", outcome: docs.isEmpty ? .pass : .warn,
+                         detail: "no admin key (trust.adminKeys): trust is the site file's alone\(held)",
+                         fix: docs.isEmpty ? nil : "add the fleet's admin key to trust.adminKeys (`shoal trust keygen` printed it)")
+        }
+        var ledger = TrustLedger(siteKeys: config.adminKeys)
+        let refused = ledger.load(docs, now: env.nowSeconds + TrustLedger.skewSeconds)
+        var detail = "\(config.adminKeys.count.counted("admin key")), \(ledger.entries.count.counted("entry", plural: "entries")): "
+            + "\(ledger.allowedPeers.count) allowed, \(ledger.revokedPeers.count) revoked"
+        if !refused.isEmpty { detail += "; \(refused.count) refused (\(refused[0].id): \(refused[0].reason))" }
+        let warnSeconds = config.site.trust.warnDays * 86_400
+        if let next = ledger.checkpoint?.nextUpdate {
+            if next <= env.nowSeconds {
+                return Check(name: "trust", outcome: .fail, detail: detail + "; the checkpoint's next update (\(IdentityText.date(next))) has passed: the list is stale",
+                             fix: "sign a new checkpoint: `shoal trust checkpoint --admin-key FILE` (it replicates to every gateway)")
+            }
+            if next - env.nowSeconds <= warnSeconds {
+                return Check(name: "trust", outcome: .warn, detail: detail + "; the checkpoint runs out on \(IdentityText.date(next))",
+                             fix: "sign a new checkpoint before: `shoal trust checkpoint --admin-key FILE`")
+            }
+            detail += "; checkpoint good until \(IdentityText.date(next))"
+        }
+        return Check(name: "trust", outcome: refused.isEmpty ? .pass : .warn, detail: detail,
+                     fix: refused.isEmpty ? nil : "an entry signed by a key the site file does not list, or damaged: compare trust.adminKeys with the fleet's")
     }
 
     static func storeCheck(_ path: String) -> Check {

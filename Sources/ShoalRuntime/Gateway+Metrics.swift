@@ -24,6 +24,13 @@ extension Gateway {
             nowMillis: monotonicMillis())
         m.mqtt = mqtt.snapshot
         m.uplink = uplink.snapshot
+        let current = trust.current()
+        m.trust.entries = trust.ledger.entries.count
+        m.trust.allowed = current.allowedPeers.count
+        m.trust.revoked = current.revokedPeers.count
+        m.trust.pending = trust.pending.count
+        m.trust.rejected = trust.rejectedCount
+        m.trust.nextUpdateSeconds = trust.nextUpdate
         return m
     }
 

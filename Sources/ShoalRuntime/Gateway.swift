@@ -130,6 +130,38 @@ public final class Gateway: Sendable {
 
     public var uptimeSeconds: Int64 { (ContinuousClock.now - started).components.seconds }
 
+    /// Expiries to warn of (within the site's `trust.warnDays`, or passed) and the trust in brief.
+    func trustStatus(now: Int64 = Identity.now()) -> (warnings: [String], trust: JSONValue) {
+        var warnings: [String] = []
+        let horizon = site.trust.warnDays * 86_400
+        if let notAfter = identity?.certificate.notAfter, notAfter - now <= horizon {
+            let days = (notAfter - now) / 86_400
+            warnings.append(notAfter <= now
+                ? "identity \(site.identityLabel) expired on \(IdentityText.date(notAfter)): peers refuse it; re-issue it (`shoal identity create --force`)"
+                : "identity \(site.identityLabel) expires on \(IdentityText.date(notAfter)) (in \(days) days); re-issue it before (`shoal identity create --force`, with --ca-key/--ca-cert if CA-signed)")
+        }
+        let ledger = trust.ledger
+        let current = trust.current()
+        var brief: [String: JSONValue] = [
+            "entries": .int(Int64(ledger.entries.count)), "allowed": .int(Int64(current.allowedPeers.count)),
+            "revoked": .int(Int64(current.revokedPeers.count)), "pending": .int(Int64(trust.pending.count)),
+        ]
+        var state = "ok"
+        if let next = ledger.checkpoint?.nextUpdate {
+            brief["nextUpdate"] = .int(next)
+            brief["nextUpdateDate"] = .string(IdentityText.date(next))
+            if next <= now {
+                state = "stale"
+                warnings.append("the trust list is past its next update (\(IdentityText.date(next))): it may miss revocations; sign a new checkpoint (`shoal trust checkpoint --admin-key FILE`)")
+            } else if next - now <= horizon {
+                state = "expiring"
+                warnings.append("the trust list's checkpoint runs out on \(IdentityText.date(next)); sign a new one before (`shoal trust checkpoint --admin-key FILE`)")
+            }
+        }
+        brief["state"] = .string(state)
+        return (warnings, .object(brief))
+    }
+
     /// A snapshot of the gateway. Reads the store: call it from a thread, not the cooperative pool.
     public func statusSnapshot(store: DocumentStore?) -> GatewayStatus {
         let stats = try? store?.stats()
@@ -163,6 +195,7 @@ public final class Gateway: Sendable {
         status.mqtt = mqtt.json
         status.uplink = uplink.json
         status.sync = mesh.sync
+        (status.warnings, status.trust) = trustStatus()
         status.transports = mesh.transports.keys.sorted().compactMap { transportStatus($0, in: mesh) }
         return status
     }

@@ -41,6 +41,14 @@ public struct GatewayMetrics: Sendable {
     public var nowMillis: Int
     /// The local API's connections and streams (set by the API itself when it answers /metrics).
     public var http: HTTP? = nil
+    /// The fleet's trust: entries held, peers allowed/revoked/pending, entries refused, the
+    /// checkpoint's next update.
+    public struct Trust: Sendable {
+        public var entries = 0, allowed = 0, revoked = 0, pending = 0, rejected = 0
+        public var nextUpdateSeconds: Int64?
+        public init() {}
+    }
+    public var trust = Trust()
     /// The MQTT bridge's brokers (empty without an `mqtt:` section).
     public var mqtt: [MQTTBoard.Broker] = []
     /// The uplink to the hub (nil without an `uplink:` section, or before it first reports).
@@ -165,6 +173,13 @@ public struct GatewayMetrics: Sendable {
         }
         if let t = identityNotAfterSeconds {
             f.append(Family("shoal_identity_not_after_timestamp_seconds", .gauge, help: "When this gateway's certificate expires (Unix time).", value: Int(t)))
+        }
+        f.append(Family("shoal_trust_entries", .gauge, help: "Signed _trust entries this gateway holds.", value: trust.entries))
+        f.append(Family("shoal_trust_peers", .gauge, help: "Peers by the fleet's trust: allowed (site file and _trust), revoked, pending approval.",
+                        [Sample([("state", "allowed")], trust.allowed), Sample([("state", "revoked")], trust.revoked), Sample([("state", "pending")], trust.pending)]))
+        f.append(Family("shoal_trust_rejected_entries_total", .counter, help: "Trust entries refused since start (bad signature, unknown signer, replayed, older, future, malformed).", value: trust.rejected))
+        if let t = trust.nextUpdateSeconds {
+            f.append(Family("shoal_trust_next_update_timestamp_seconds", .gauge, help: "When the trust checkpoint says a new one is due (Unix time); past it the list is stale.", value: Int(t)))
         }
         if let t = startTimeSeconds {
             f.append(Family("process_start_time_seconds", .gauge, help: "Start time of the process since the Unix epoch in seconds.", value: t))

@@ -87,6 +87,12 @@ public struct GatewayStatus: Sendable {
     /// The sync pulled from peers now, all links together (nil: none runs).
     public var sync: SyncProgress?
     public var children: [Child]
+    /// Expiries ahead or passed (the identity's certificate, the trust list's checkpoint), each a
+    /// sentence with what to do: the LED shows `expiring`, the console line says so.
+    public var warnings: [String] = []
+    /// The fleet's trust in brief (`shoal trust status` has all): state, entries, allowed,
+    /// revoked, pending, nextUpdate.
+    public var trust: JSONValue = .null
 
     public init(state: GatewayState, version: String, boardID: String, boardName: String, boardSupport: String,
                 group: String, serviceType: String, uptimeSeconds: Int64, storePath: String, durability: String,
@@ -126,6 +132,7 @@ public struct GatewayStatus: Sendable {
             + (sync.map { " | syncing \($0.text)" } ?? "")
             + " | mesh \(meshState) peers \(connectedPeers)"
             + " | tree \(healthyChildren)/\(children.count)"
+            + (warnings.isEmpty ? "" : " | WARN \(warnings.count.counted("expiry", plural: "expiries"))")
     }
 
     /// Several lines for `shoal status`.
@@ -135,6 +142,8 @@ public struct GatewayStatus: Sendable {
         lines.append("board       \(boardID): \(boardName) [\(boardSupport)]")
         lines.append("peer id     \(peerID ?? "none yet") (identity \(identityLabel)\(identityNotAfter.map { ", valid until \($0)" } ?? ""))")
         if let p = identityProblem { lines.append("identity    PROBLEM: \(p)") }
+        for w in warnings { lines.append("WARNING     \(w)") }
+        if trust != .null { lines.append("trust       \(GatewayStatus.trustLine(trust))") }
         if !counters.isEmpty {
             lines.append("replication " + counters.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))
         }
@@ -183,6 +192,8 @@ public struct GatewayStatus: Sendable {
             "http": .array(httpAddresses.map(JSONValue.string)),
             "mqtt": mqtt,
             "uplink": uplink,
+            "warnings": .array(warnings.map(JSONValue.string)),
+            "trust": trust,
             "identity": [
                 "label": .string(identityLabel), "notAfter": identityNotAfter.map { .string($0) } ?? .null,
                 "problem": identityProblem.map { .string($0) } ?? .null,
@@ -222,7 +233,17 @@ public struct GatewayStatus: Sendable {
         httpAddresses = (s["http"]?.arrayValue ?? []).compactMap(\.stringValue)
         mqtt = s["mqtt"] ?? .null
         uplink = s["uplink"] ?? .null
+        warnings = (s["warnings"]?.arrayValue ?? []).compactMap(\.stringValue)
+        trust = s["trust"] ?? .null
         transports = (s["transports"]?.objectValue ?? [:]).sorted { $0.key < $1.key }.map { name, t in Transport(name: name, json: t) }
+    }
+
+    /// The fleet's trust in a line: `ok, 7 entries: 5 allowed, 1 revoked, 0 pending`.
+    public static func trustLine(_ t: JSONValue) -> String {
+        var line = "\(t["state"]?.stringValue ?? "?"), \(t["entries"]?.int64Value ?? 0) entries: \(t["allowed"]?.int64Value ?? 0) allowed, "
+            + "\(t["revoked"]?.int64Value ?? 0) revoked, \(t["pending"]?.int64Value ?? 0) pending"
+        if let n = t["nextUpdateDate"]?.stringValue { line += "; next update by \(n)" }
+        return line
     }
 
     /// One broker in a line: `local mqtt://127.0.0.1:1883 connected, in 10 (8 written, 1 unchanged, 1 dropped), out 5/5`.

@@ -68,6 +68,7 @@ public struct LEDEngine: Sendable {
         }
         if status.state == .booting { return .booting }
         if radioError { return .error(.radio) }
+        if !status.warnings.isEmpty { return .expiring }
         if syncing { return .syncing }
         if status.connectedPeers > 0 { return .connected(peers: status.connectedPeers) }
         return .discovering

@@ -18,6 +18,8 @@ public enum LEDSignal: Sendable, Equatable {
     case syncing
     case error(LEDErrorClass)
     case dead
+    /// Running, but something expires soon or has (the identity, the trust list's checkpoint).
+    case expiring
 }
 
 public enum LEDErrorClass: String, Sendable, Equatable {
@@ -77,6 +79,9 @@ public struct LEDPattern: Sendable, Equatable {
                               steps: blinks(n, on: 200, off: 300, pause: 1500))
         case .discovering:
             return LEDPattern(name: "discovering: heartbeat", steps: blinks(1, on: 100, off: 0, pause: 1900))
+        case .expiring:
+            return LEDPattern(name: "expiring: long-short blink", steps: [Step(on: true, millis: 800), Step(on: false, millis: 200),
+                                                                         Step(on: true, millis: 150), Step(on: false, millis: 1850)])
         }
     }
 }

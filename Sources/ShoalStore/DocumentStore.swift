@@ -567,6 +567,25 @@ extension DocumentStore {
     /// Looks at a store file without changing anything (read-only; nothing is moved aside or
     /// migrated): `PRAGMA integrity_check`, the schema version and the number of live documents.
     /// For `shoal doctor`.
+    /// The live documents of one collection, read from a store file without opening it for
+    /// writing (`shoal doctor` reads the trust entries of a stopped gateway so). Empty if the
+    /// collection does not exist.
+    public static func readLiveDocuments(path: String, collection: CollectionName) throws(StoreError) -> [(id: String, body: String)] {
+        let db = try SQLiteConnection(path: path, readOnly: true)
+        defer { db.close() }
+        let s = try db.statement("""
+            SELECT d.doc_id, d.body FROM documents d JOIN collections c ON c.id = d.collection_id
+            WHERE c.scope = ? AND c.name = ? AND d.deleted = 0 ORDER BY d.doc_id
+            """)
+        try s.bind(0, collection.scope)
+        try s.bind(1, collection.name)
+        var out: [(id: String, body: String)] = []
+        while try s.step() {
+            if let id = s.text(0), let body = s.text(1) { out.append((id, body)) }
+        }
+        return out
+    }
+
     public static func inspect(path: String) -> (sound: Bool, detail: String) {
         do {
             let db = try SQLiteConnection(path: path, readOnly: true)

@@ -20,6 +20,8 @@ enum Help {
         ("http", ["The local HTTP API: token (the bearer token other addresses than loopback need)"]),
         ("mqtt", ["The MQTT bridge: status (brokers, subscriptions, messages in and out, drops)"]),
         ("uplink", ["The NATS JetStream uplink (the hub): status (connection, push, pull, lags, skipped)"]),
+        ("trust", ["The fleet's trust: status | pending | keygen | allow | revoke | add-root | remove-root |",
+                   "add-admin-key | remove-admin-key | checkpoint | import | export | crl"]),
         ("doctor", ["Check this gateway before trusting it in the field (board, LED, radios, avahi,",
                     "identity, store, clock, free space)"]),
         ("board", ["Board files: list | show NAME | check FILE"]),
@@ -170,6 +172,31 @@ enum Help {
             (the change feed's sequence pushed up to, the stream's sequence pulled up to). The
             same is under "uplink" in `shoal status --json` and as shoal_uplink_* in /metrics;
             connections and disconnections are in `shoal events`.
+            """,
+        "trust": """
+            Usage: shoal trust [status] [--json]          what the gateway trusts now
+                   shoal trust pending [--json]           peers refused because nothing trusts them yet
+                   shoal trust keygen --out FILE          a new admin key (FILE private, FILE.pub public)
+                   shoal trust allow PEER --admin-key FILE [--note TEXT] [--out FILE]
+                   shoal trust revoke PEER --admin-key FILE [--note TEXT] [--out FILE]
+                   shoal trust add-root CA.pem | remove-root CA.pem --admin-key FILE [--out FILE]
+                   shoal trust add-admin-key KEY | remove-admin-key KEY --admin-key FILE [--out FILE]
+                   shoal trust checkpoint --admin-key FILE [--next-update-days N (30)] [--out FILE]
+                   shoal trust import FILE...             hand signed entries to the running gateway
+                   shoal trust export [--out FILE]        every entry the gateway holds, one per line
+                   shoal trust crl --ca-key K --ca-cert C [--revoke CERT] ... [--out FILE]
+
+            Trust is a replicated, signed fact of the mesh: entries in the _system._trust
+            collection, each signed by an admin key (ECDSA P-256) that the site file's
+            trust.adminKeys lists. They replicate first on every link; an entry with a bad
+            signature, an unknown signer, a replayed serial, a signing time ahead of our clock by
+            more than 5 minutes, or older than the entry held is refused and logged. A revoked
+            peer's links close at once on every gateway the entry reaches, it is refused at the
+            handshake on every transport, and what it writes after its revocation is refused by
+            every gateway. Without --out, a signing subcommand imports the entry to the running
+            gateway (--socket); with --out it only writes the entry (the key need never be on a
+            gateway), for `shoal trust import` on any gateway. PEER may be 8+ first hex digits of
+            a pending peer. Serials continue from FILE.serial beside the key (and the gateway's).
             """,
         "conflicts": """
             Usage: shoal conflicts [--limit N] [--json] [--socket PATH]
