@@ -50,7 +50,7 @@ enum CLI {
         }
         let rest = Array(args.dropFirst())
         // Errors name the command as typed: `shoal doc put: …`.
-        let label = ["doc", "log", "board", "bench", "identity", "radios", "http", "mqtt", "uplink"].contains(command) && rest.first.map({ !$0.hasPrefix("-") }) == true
+        let label = ["doc", "log", "board", "bench", "identity", "radios", "http", "mqtt", "uplink", "trust"].contains(command) && rest.first.map({ !$0.hasPrefix("-") }) == true
             ? "\(command) \(rest[0])" : command
         do {
             switch command {
@@ -85,6 +85,10 @@ enum CLI {
             case "uplink": return try uplink(rest)
             case "doctor": return try doctor(rest)
             case "conflicts": return try conflicts(rest)
+            case "trust":
+                // Only `trust crl` lives on this branch; the lead's `trust` command dispatches it.
+                guard rest.first == "crl" else { throw UsageError(command: "trust", message: "unknown subcommand; this build has: crl") }
+                return try TrustCRLCommand.run(Array(rest.dropFirst()))
             default:
                 throw UsageError(command: command, message: "unknown command; commands: \(Help.commandNames.joined(separator: ", "))", helpTopic: "")
             }
