@@ -4,6 +4,11 @@ import Glibc
 public enum Files {
     /// Reads a whole file of at most `max` bytes; nil if it cannot be read, an error if too big.
     public static func read(_ path: String, max: Int = 1 << 20) throws(SystemError) -> String? {
+        try readBytes(path, max: max).map { String(decoding: $0, as: UTF8.self) }
+    }
+
+    /// `read`'s bytes as they are (for binary files: DER certificates and keys).
+    public static func readBytes(_ path: String, max: Int = 1 << 20) throws(SystemError) -> [UInt8]? {
         let fd: Int32
         do { fd = try SystemCall.run("open(\(path))") { open(path, O_RDONLY | O_CLOEXEC) } } catch {
             if error.code == ENOENT { return nil }
@@ -18,7 +23,7 @@ public enum Files {
             out.append(contentsOf: chunk.prefix(n))
             if out.count > max { throw SystemError(call: "read(\(path)): file over \(max) bytes", code: EFBIG) }
         }
-        return String(decoding: out, as: UTF8.self)
+        return out
     }
 
     public static func exists(_ path: String) -> Bool { access(path, F_OK) == 0 }

@@ -88,6 +88,23 @@ public final class Certificate: @unchecked Sendable {  // an mbedTLS certificate
 
     public var isCA: Bool { chain.pointee.ca_istrue != 0 }
 
+    /// The leaf's serial number: the content octets of its DER INTEGER, as a CRL lists it.
+    public var serialNumber: [UInt8] { Array(UnsafeBufferPointer(start: chain.pointee.serial.p, count: chain.pointee.serial.len)) }
+
+    /// The leaf's subject Name, DER as in the certificate (a CRL's issuer is these bytes).
+    var subjectDER: [UInt8] { Array(UnsafeBufferPointer(start: chain.pointee.subject_raw.p, count: chain.pointee.subject_raw.len)) }
+
+    /// Whether `ca`'s certificate issued this leaf: it names `ca`'s subject as issuer and `ca`'s
+    /// key verifies its signature. Dates are not looked at (an expired certificate can be revoked).
+    public func isIssued(by ca: Certificate) -> Bool {
+        let leaf = chain.pointee
+        let issuer = Array(UnsafeBufferPointer(start: leaf.issuer_raw.p, count: leaf.issuer_raw.len))
+        guard !issuer.isEmpty, issuer == ca.subjectDER, let md = mbedtls_md_info_from_type(leaf.sig_md) else { return false }
+        var hash = [UInt8](repeating: 0, count: Int(mbedtls_md_get_size(md)))
+        guard mbedtls_md(md, leaf.tbs.p, leaf.tbs.len, &hash) == 0 else { return false }
+        return mbedtls_pk_verify_ext(leaf.sig_pk, leaf.sig_opts, &ca.chain.pointee.pk, leaf.sig_md, hash, hash.count, leaf.sig.p, leaf.sig.len) == 0
+    }
+
     /// The extended key usages this leaf names ("serverAuth", "clientAuth", or the dotted OID).
     public var extendedKeyUsages: [String] {
         var out: [String] = []

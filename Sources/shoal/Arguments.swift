@@ -16,6 +16,8 @@ struct UsageError: Error, CustomStringConvertible {
 struct Arguments {
     var positionals: [String] = []
     var values: [String: String] = [:]
+    /// Every value each option was given, in order (`values` keeps the last): for options that repeat.
+    var lists: [String: [String]] = [:]
     var flags: Set<String> = []
     var wantsHelp = false
 
@@ -40,13 +42,16 @@ struct Arguments {
                 inline = String(a[a.index(after: eq)...])
             }
             if valueOptions.contains(name) {
+                let value: String
                 if let inline {
-                    out.values[name] = inline
+                    value = inline
                 } else {
                     guard i < args.count else { throw UsageError(command: command, message: "\(name) needs a value") }
-                    out.values[name] = args[i]
+                    value = args[i]
                     i += 1
                 }
+                out.values[name] = value
+                out.lists[name, default: []].append(value)
             } else if flagOptions.contains(name) {
                 guard inline == nil else { throw UsageError(command: command, message: "\(name) takes no value") }
                 out.flags.insert(name)
