@@ -103,6 +103,9 @@ public struct PeerAuthenticator: Sendable {
 
     static func reason(flags: UInt32, peer: String) -> TLSError {
         if flags & UInt32(MBEDTLS_X509_BADCERT_REVOKED) != 0 { return .revoked(peer: peer) }
+        if flags & UInt32(MBEDTLS_X509_BADCRL_EXPIRED | MBEDTLS_X509_BADCRL_NOT_TRUSTED | MBEDTLS_X509_BADCRL_FUTURE) != 0 {
+            return .revocationListStale(peer: peer)
+        }
         if flags & UInt32(MBEDTLS_X509_BADCERT_EXPIRED) != 0 { return .expired(peer: peer) }
         if flags & UInt32(MBEDTLS_X509_BADCERT_FUTURE) != 0 { return .notYetValid(peer: peer) }
         if flags & UInt32(MBEDTLS_X509_BADCERT_EXT_KEY_USAGE | MBEDTLS_X509_BADCERT_KEY_USAGE) != 0 {

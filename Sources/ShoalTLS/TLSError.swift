@@ -12,6 +12,9 @@ public enum TLSError: Error, Sendable, Equatable, CustomStringConvertible {
     case rejectedByAuthenticator(peer: String)
     /// The fleet's trust list (`_trust`) revokes this peer, or a CRL lists its certificate.
     case revoked(peer: String)
+    /// The CRL for the peer's CA is past its nextUpdate (or not signed by that CA): mbedTLS then
+    /// refuses every certificate of that CA.
+    case revocationListStale(peer: String)
     /// The peer's authenticator refused us during the handshake and said so with a TLS alert
     /// (`alert`: its code). `peer`: who refused, when its certificate came before the alert (a
     /// server refused by the client it accepted does not learn who that was).
@@ -37,6 +40,7 @@ public enum TLSError: Error, Sendable, Equatable, CustomStringConvertible {
         case .badSignature(let p): "peer \(p): a signature in its certificate chain does not verify"
         case .notInAllowList(let p): "peer \(p) is not in allowedPeers"
         case .rejectedByAuthenticator(let p): "peer \(p) was rejected by the authenticator"
+        case .revocationListStale(let p): "peer \(p): the CRL for its CA (trust.crlFiles) is past its next update or not signed by that CA, so every certificate of that CA is refused; export a fresh one (`shoal trust crl`)"
         case .revoked(let p): "peer \(p) is revoked (by a signed trust entry or a CRL): it is refused on every transport"
         case .refusedByPeer(let p, let alert): "\(p.map { "peer \($0)" } ?? "the peer") refused us: \(TLSError.refusal(alert))"
         case .noPeerCertificate: "the peer sent no certificate (mutual TLS is required)"
@@ -73,7 +77,7 @@ public enum TLSError: Error, Sendable, Equatable, CustomStringConvertible {
     public var peer: String? {
         switch self {
         case .expired(let p), .notYetValid(let p), .unknownCA(let p), .wrongKeyUsage(let p, _), .badSignature(let p),
-             .notInAllowList(let p), .rejectedByAuthenticator(let p), .revoked(let p): p
+             .notInAllowList(let p), .rejectedByAuthenticator(let p), .revoked(let p), .revocationListStale(let p): p
         case .refusedByPeer(let p, _): p
         default: nil
         }
@@ -83,7 +87,7 @@ public enum TLSError: Error, Sendable, Equatable, CustomStringConvertible {
     /// peer that answers, as opposed to a connection that failed.
     public var isRefusal: Bool {
         switch self {
-        case .expired, .notYetValid, .unknownCA, .wrongKeyUsage, .badSignature, .notInAllowList, .rejectedByAuthenticator, .revoked, .refusedByPeer, .noPeerCertificate: true
+        case .expired, .notYetValid, .unknownCA, .wrongKeyUsage, .badSignature, .notInAllowList, .rejectedByAuthenticator, .revoked, .revocationListStale, .refusedByPeer, .noPeerCertificate: true
         default: false
         }
     }

@@ -86,10 +86,6 @@ enum CLI {
             case "trust": return try trust(rest)
             case "doctor": return try doctor(rest)
             case "conflicts": return try conflicts(rest)
-            case "trust":
-                // Only `trust crl` lives on this branch; the lead's `trust` command dispatches it.
-                guard rest.first == "crl" else { throw UsageError(command: "trust", message: "unknown subcommand; this build has: crl") }
-                return try TrustCRLCommand.run(Array(rest.dropFirst()))
             default:
                 throw UsageError(command: command, message: "unknown command; commands: \(Help.commandNames.joined(separator: ", "))", helpTopic: "")
             }

@@ -217,10 +217,3 @@ enum TrustText {
         return lines.joined(separator: "\n")
     }
 }
-
-/// Until the CRL writer lands: `shoal trust crl` says so.
-enum TrustCRLCommand {
-    static func run(_ args: [String]) throws -> Int32 {
-        throw Rejected(message: "shoal trust crl is not built yet")
-    }
-}
