@@ -38,19 +38,12 @@ struct ReplicationService: Service {
         let (radios, radiosFeed) = gateway.radioChanges.subscribe()
         let (retries, retriesFeed) = gateway.retryRequests.subscribe()
         // Trust changes: a revoked peer's links close at once; a newly allowed one is dialled again.
-        let (trustChanges, trustFeed) = gateway.trust.changes.subscribe()
+        let (trustTask, trustFeed) = driver.follow(gateway.trust)
         let listeners = [
             Task { for await snapshot in radios { driver.radiosChanged(snapshot) } },
             Task { for await _ in retries { driver.retryNetworks() } },
-            Task {
-                for await change in trustChanges {
-                    if !change.revoked.isEmpty { driver.peersRevoked(change.revoked) }
-                    if !change.allowed.isEmpty { driver.retryNetworks() }
-                }
-            },
+            trustTask,
         ]
-        let revoked = gateway.trust.current().revokedPeers
-        if !revoked.isEmpty { driver.peersRevoked(revoked) }
         if let now = gateway.radios.withLock({ $0 }) { driver.radiosChanged(now) }
         log(assembly)
         context.markReady()
