@@ -3,6 +3,7 @@ import ShoalConfig
 import ShoalCore
 import ShoalReplication
 import ShoalTLS
+import ShoalTrust
 import ShoalWire
 import ShoalYAML
 
@@ -28,6 +29,9 @@ enum FuzzTarget: String, CaseIterable {
     /// A message on the uplink's hub: a subject line, header lines up to an empty line, then the
     /// payload (anyone allowed on the stream may put anything there).
     case hub
+    /// A `_trust` document body (any peer may relay any body, signed or not): read strictly, then
+    /// judged by a ledger that trusts one fixed admin key and already holds a few entries.
+    case trust
 
     func run(_ bytes: [UInt8]) {
         switch self {
@@ -80,6 +84,19 @@ enum FuzzTarget: String, CaseIterable {
             if let id = HubLayout.untoken(token), HubLayout.untoken(HubLayout.token(id)) != id {
                 fatalError("a hub document id did not survive encode + decode")
             }
+        case .trust:
+            guard let entry = try? TrustEntry.decode(String(decoding: bytes, as: UTF8.self)) else { break }
+            // What decodes must encode to a body that decodes to the same entry.
+            guard let again = try? TrustEntry.decode(entry.body), again == entry else {
+                fatalError("a trust entry did not survive body + decode")
+            }
+            var ledger = TrustFuzz.ledger
+            let verdict = ledger.consider(entry, documentID: entry.documentID, now: TrustFuzz.now)
+            // An entry just taken is the one held: the same again is a redelivery.
+            if verdict == .accepted, ledger.consider(entry, documentID: entry.documentID, now: TrustFuzz.now) != .unchanged {
+                fatalError("an accepted trust entry was not held")
+            }
+            _ = (ledger.adminKeys.count, ledger.allowedPeers, ledger.revokedPeers, ledger.addedRoots, ledger.removedRoots, ledger.checkpoint, ledger.lastSerials)
         }
     }
 

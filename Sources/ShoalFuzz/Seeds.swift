@@ -4,7 +4,8 @@ import ShoalTLS
 import ShoalWire
 
 /// Starting inputs for the binary targets, made with Shoal's own encoders (`shoal-fuzz seed DIR`;
-/// the YAML targets start from the repository's board and site files, copied by `make fuzz-seed`).
+/// the YAML targets start from the repository's board and site files, copied by `make fuzz-seed`;
+/// the `trust` target's seeds are files in its corpus, signed once by the key TrustFuzz names).
 enum Seeds {
     static func messages() -> [ReplicationMessage] {
         let a = PeerID(bytes: Array(repeating: 0xA1, count: 32)), b = PeerID(bytes: Array(repeating: 0xB2, count: 32))

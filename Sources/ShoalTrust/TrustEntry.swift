@@ -140,7 +140,8 @@ public struct TrustEntry: Sendable, Equatable {
         func hex(_ s: String) -> Bool { !s.isEmpty && s.utf8.allSatisfy { ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x66) } }
         guard signer.utf8.count == 32, hex(signer) else { throw TrustError("signer must be an admin key fingerprint (32 lower-case hex digits)") }
         guard note.utf8.count <= TrustEntry.maxNoteBytes else { throw TrustError("note longer than \(TrustEntry.maxNoteBytes) bytes") }
-        guard !note.contains("\n"), !note.contains("\r") else { throw TrustError("note holds a line break") }
+        // By bytes: "\r\n" is one Character, equal to neither "\n" nor "\r", so a Character test misses it.
+        guard !note.utf8.contains(0x0A), !note.utf8.contains(0x0D) else { throw TrustError("note holds a line break") }
         guard issuedAt > 0 else { throw TrustError("issuedAt must be after 1970") }
         switch kind {
         case .allow, .revoke:
