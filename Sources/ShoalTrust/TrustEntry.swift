@@ -2,8 +2,9 @@ import ShoalCore
 import ShoalTLS
 
 /// One signed fact about the fleet's trust, as it is kept in the `_trust` system collection: a
-/// document whose id names what it is about (`peer-<id>`, `root-<sha256>`, `admin-<fingerprint>`,
-/// `checkpoint`), so the newest entry about one thing replaces the older one as any document does.
+/// document whose id names what it is about and who signed it (`peer-<id>@<signer>`,
+/// `root-<sha256>@…`, `admin-<fingerprint>@…`, `checkpoint@…`), so a signer's newer entry about one
+/// thing replaces its older one as any document does, and the ledger picks which signer's counts.
 ///
 /// The signature (ECDSA P-256 over SHA-256) covers a canonical encoding, not the JSON: one line
 /// per field in a fixed order after a `shoal-trust 1` header; no field may hold a line break.
@@ -57,8 +58,12 @@ public struct TrustEntry: Sendable, Equatable {
         return e
     }
 
-    /// The document id this entry is kept under.
-    public var documentID: String {
+    /// The document id this entry is kept under: what it is about and who signed it. Each admin
+    /// key's newest entry about a subject is kept; which of them counts is the ledger's to say.
+    public var documentID: String { "\(subjectKey)@\(signer)" }
+
+    /// What the entry is about: `peer-<id>`, `root-<sha256>`, `admin-<fingerprint>`, `checkpoint`.
+    public var subjectKey: String {
         switch kind {
         case .allow, .revoke: "peer-\(subject.lowercased())"
         case .addRoot, .removeRoot: "root-\(TrustEntry.rootFingerprint(hexDER: subject))"

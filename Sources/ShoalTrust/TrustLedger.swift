@@ -24,68 +24,87 @@ public struct TrustLedger: Sendable {
         self.siteKeys = siteKeys
     }
 
-    /// An admin key as the entries have it: usable for entries signed before `removedAt`.
+    /// An admin key as the entries have it: it signs for the fleet from `addedAt` (the site
+    /// file's keys, and keys whose adding entry this gateway lacks, from always) until `removedAt`.
     public struct KeyStanding: Sendable {
         public let key: AdminPublicKey
-        public let removedAt: Int64?
+        public var addedAt: Int64
+        public var removedAt: Int64?
         public let fromSiteFile: Bool
+
+        func covers(_ t: Int64) -> Bool { addedAt <= t && (removedAt.map { t < $0 } ?? true) }
     }
 
-    /// The admin keys: the site file's, plus those added by an entry a key already known signed,
-    /// repeated until nothing changes; a remove entry ends a key's standing from its signing time.
+    /// The admin keys: the site file's, then the add and remove entries in signing order, each
+    /// counting only if its signer stood when it was signed. One pass over a fixed order, so the
+    /// same entries give the same keys whatever order they arrived in.
     public var adminKeys: [String: KeyStanding] {
         var keys: [String: KeyStanding] = [:]
-        for k in siteKeys { keys[k.fingerprint] = KeyStanding(key: k, removedAt: nil, fromSiteFile: true) }
-        let adminEntries = entries.values.filter { $0.kind == .addAdminKey || $0.kind == .removeAdminKey }
-            .sorted { TrustEntry.isNewer($1, than: $0) }
-        var changed = true
-        var rounds = 0
-        while changed && rounds <= adminEntries.count {
-            changed = false
-            rounds += 1
-            for e in adminEntries where TrustLedger.signerStands(e, in: keys) {
-                guard let key = try? AdminPublicKey(hex: e.subject) else { continue }
-                let standing = KeyStanding(key: key, removedAt: e.kind == .removeAdminKey ? e.issuedAt : nil,
-                                           fromSiteFile: keys[key.fingerprint]?.fromSiteFile ?? false)
-                if keys[key.fingerprint]?.removedAt != standing.removedAt || keys[key.fingerprint] == nil {
-                    keys[key.fingerprint] = standing
-                    changed = true
-                }
+        for k in siteKeys { keys[k.fingerprint] = KeyStanding(key: k, addedAt: .min, removedAt: nil, fromSiteFile: true) }
+        let adminEntries = entries.filter { $0.value.kind == .addAdminKey || $0.value.kind == .removeAdminKey }
+            .sorted { TrustLedger.signedBefore($0, $1) }.map(\.value)
+        for e in adminEntries where TrustLedger.signerStands(e, in: keys) {
+            guard let key = try? AdminPublicKey(hex: e.subject) else { continue }
+            var k = keys[key.fingerprint] ?? KeyStanding(key: key, addedAt: e.kind == .addAdminKey ? e.issuedAt : .min, removedAt: nil, fromSiteFile: false)
+            if e.kind == .addAdminKey {
+                k.addedAt = min(k.addedAt, e.issuedAt)
+                k.removedAt = nil
+            } else {
+                k.removedAt = min(k.removedAt ?? .max, e.issuedAt)
             }
+            keys[key.fingerprint] = k
         }
         return keys
     }
 
-    /// Whether a held entry's signer is an admin key here, not removed before the entry was signed.
-    /// The signature is not checked again: `consider` verified it before holding the entry, under
-    /// the key its signer names (a fingerprint names one key), and ECDSA checks are what a ledger
-    /// of many entries would spend its time on (every derived set looked at every signature).
+    /// Oldest signed first; ties by serial, signer, then document id (a total order).
+    static func signedBefore(_ a: (key: String, value: TrustEntry), _ b: (key: String, value: TrustEntry)) -> Bool {
+        (a.value.issuedAt, a.value.serial, a.value.signer, a.key) < (b.value.issuedAt, b.value.serial, b.value.signer, b.key)
+    }
+
+    /// Whether a held entry's signer was an admin key here when it signed it. The signature is not
+    /// checked again: `consider` verified it before holding the entry, under the key its signer
+    /// names (a fingerprint names one key), and ECDSA checks are what a ledger of many entries
+    /// would spend its time on.
     static func signerStands(_ e: TrustEntry, in keys: [String: KeyStanding]) -> Bool {
-        guard let k = keys[e.signer] else { return false }
-        if let removed = k.removedAt, e.issuedAt >= removed { return false }
-        return true
+        keys[e.signer]?.covers(e.issuedAt) ?? false
+    }
+
+    /// Every key this gateway can check a signature with: the site file's and every key an admin
+    /// entry it holds names (standing or not).
+    var knownKeys: [String: AdminPublicKey] {
+        var out: [String: AdminPublicKey] = [:]
+        for k in siteKeys { out[k.fingerprint] = k }
+        for e in entries.values where e.kind == .addAdminKey || e.kind == .removeAdminKey {
+            if let k = try? AdminPublicKey(hex: e.subject) { out[k.fingerprint] = k }
+        }
+        return out
     }
 
     /// Judges `entry`, arriving as document `documentID`, and holds it if it is good and newer.
     public mutating func consider(_ entry: TrustEntry, documentID: String, now: Int64) -> Verdict {
         guard entry.documentID == documentID else {
-            return .rejected("kept as document \(documentID) but it is about \(entry.documentID)")
+            return .rejected("kept as document \(documentID) but it is \(entry.documentID)")
         }
         if entry.issuedAt > now + TrustLedger.skewSeconds {
             return .rejected("signed in the future (\(entry.issuedAt - now) s ahead of our clock)")
         }
-        let keys = adminKeys
-        guard let standing = keys[entry.signer] else { return .rejected("signed by \(entry.signer), not an admin key this gateway trusts") }
-        if let removed = standing.removedAt, entry.issuedAt >= removed {
-            return .rejected("signed by admin key \(entry.signer) after that key was removed")
-        }
-        guard standing.key.verifies(entry.signature, of: entry.signedBytes) else {
+        guard let key = knownKeys[entry.signer] else { return .rejected("signed by \(entry.signer), not an admin key this gateway trusts") }
+        guard key.verifies(entry.signature, of: entry.signedBytes) else {
             return .rejected("its signature does not verify under admin key \(entry.signer)")
+        }
+        if let standing = adminKeys[entry.signer] {
+            if let removed = standing.removedAt, entry.issuedAt >= removed {
+                return .rejected("signed by admin key \(entry.signer) after that key was removed")
+            }
+            if entry.issuedAt < standing.addedAt {
+                return .rejected("signed by admin key \(entry.signer) before that key was added")
+            }
         }
         if let held = entries[documentID] {
             if held == entry { return .unchanged }
             if !TrustEntry.isNewer(entry, than: held) {
-                return .rejected("older than the entry held for \(documentID) (serial \(held.serial), signed \(held.issuedAt))")
+                return .rejected("older than the entry held as \(documentID) (serial \(held.serial), signed \(held.issuedAt))")
             }
         }
         if let other = entries.first(where: { $0.key != documentID && $0.value.signer == entry.signer && $0.value.serial == entry.serial }) {
@@ -124,10 +143,21 @@ public struct TrustLedger: Sendable {
         return refused
     }
 
-    /// Entries whose signer still stands (a key removed later keeps what it signed before).
-    func standing(_ kinds: Set<TrustEntry.Kind>) -> [TrustEntry] {
+    /// What counts for each subject (a peer, a root, an admin key, the checkpoint): of the entries
+    /// about it whose signer stood when it signed, the newest, whichever admin key signed it.
+    public var effective: [String: TrustEntry] {
         let keys = adminKeys
-        return entries.values.filter { kinds.contains($0.kind) && TrustLedger.signerStands($0, in: keys) }
+        var out: [String: TrustEntry] = [:]
+        for e in entries.values where TrustLedger.signerStands(e, in: keys) {
+            let subject = e.subjectKey
+            if let held = out[subject], !TrustEntry.isNewer(e, than: held) { continue }
+            out[subject] = e
+        }
+        return out
+    }
+
+    func standing(_ kinds: Set<TrustEntry.Kind>) -> [TrustEntry] {
+        effective.values.filter { kinds.contains($0.kind) }
     }
 
     /// Peers an allow entry names (and no newer revoke).
