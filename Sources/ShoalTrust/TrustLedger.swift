@@ -1,3 +1,4 @@
+import Synchronization
 import ShoalCore
 import ShoalTLS
 
@@ -19,6 +20,10 @@ public struct TrustLedger: Sendable {
     public let siteKeys: [AdminPublicKey]
     /// The entries held, by document id.
     public private(set) var entries: [String: TrustEntry] = [:]
+    /// Signatures found good, so each is checked once: the derived views (admin keys, revoked and
+    /// allowed peers, roots) re-read every entry's standing on every change, and an ECDSA verify
+    /// costs milliseconds (more on a board).
+    let verified = VerifiedSignatures()
 
     public init(siteKeys: [AdminPublicKey]) {
         self.siteKeys = siteKeys
@@ -43,7 +48,7 @@ public struct TrustLedger: Sendable {
         while changed && rounds <= adminEntries.count {
             changed = false
             rounds += 1
-            for e in adminEntries where TrustLedger.signerStands(e, in: keys) {
+            for e in adminEntries where signerStands(e, in: keys) {
                 guard let key = try? AdminPublicKey(hex: e.subject) else { continue }
                 let standing = KeyStanding(key: key, removedAt: e.kind == .removeAdminKey ? e.issuedAt : nil,
                                            fromSiteFile: keys[key.fingerprint]?.fromSiteFile ?? false)
@@ -56,10 +61,10 @@ public struct TrustLedger: Sendable {
         return keys
     }
 
-    static func signerStands(_ e: TrustEntry, in keys: [String: KeyStanding]) -> Bool {
+    func signerStands(_ e: TrustEntry, in keys: [String: KeyStanding]) -> Bool {
         guard let k = keys[e.signer] else { return false }
         if let removed = k.removedAt, e.issuedAt >= removed { return false }
-        return k.key.verifies(e.signature, of: e.signedBytes)
+        return verified.check(k.key, e)
     }
 
     /// Judges `entry`, arriving as document `documentID`, and holds it if it is good and newer.
@@ -75,7 +80,7 @@ public struct TrustLedger: Sendable {
         if let removed = standing.removedAt, entry.issuedAt >= removed {
             return .rejected("signed by admin key \(entry.signer) after that key was removed")
         }
-        guard standing.key.verifies(entry.signature, of: entry.signedBytes) else {
+        guard verified.check(standing.key, entry) else {
             return .rejected("its signature does not verify under admin key \(entry.signer)")
         }
         if let held = entries[documentID] {
@@ -121,7 +126,7 @@ public struct TrustLedger: Sendable {
     /// Entries whose signer still stands (a key removed later keeps what it signed before).
     func standing(_ kinds: Set<TrustEntry.Kind>) -> [TrustEntry] {
         let keys = adminKeys
-        return entries.values.filter { kinds.contains($0.kind) && TrustLedger.signerStands($0, in: keys) }
+        return entries.values.filter { kinds.contains($0.kind) && signerStands($0, in: keys) }
     }
 
     /// Peers an allow entry names (and no newer revoke).
@@ -145,5 +150,20 @@ public struct TrustLedger: Sendable {
         var out: [String: UInt64] = [:]
         for e in entries.values { out[e.signer] = max(out[e.signer] ?? 0, e.serial) }
         return out
+    }
+}
+
+/// Remembers (key, signature, signed bytes) triples that verified; only good ones, so the set
+/// holds no more than the genuine entries seen (a forger cannot grow it).
+final class VerifiedSignatures: Sendable {
+    let good = Mutex<Set<[UInt8]>>([])
+
+    func check(_ key: AdminPublicKey, _ e: TrustEntry) -> Bool {
+        let signed = e.signedBytes
+        let id = Digest.sha256(key.der + [0] + e.signature + [0] + signed)
+        if good.withLock({ $0.contains(id) }) { return true }
+        guard key.verifies(e.signature, of: signed) else { return false }
+        good.withLock { _ = $0.insert(id) }
+        return true
     }
 }
