@@ -123,7 +123,7 @@ extension CLI {
         if faulty + crashes + partitions > 0 { out("  faults (all seeds)        \(crashes.counted("crash", plural: "crashes")), \(partitions.counted("partition")), \(faulty.counted("frame")) duplicated or reordered") }
         let trust = reports.compactMap(\.trust)
         if !trust.isEmpty {
-            let knew = trust.compactMap { $0.allKnewAfterMillis.map(Double.init) }
+            let knew = trust.compactMap { t in t.allKnewAfterMillis.map { Double($0) } }
             out("  trust (all seeds)         \(trust.count) revocations; all others knew after (median, max) \(fmt(median(knew))) ms, \(fmt(knew.max() ?? 0)) ms; \(trust.map(\.recorded).reduce(0, +)) entries recorded, \(trust.map(\.linksRefused).reduce(0, +)) links refused, \(trust.map(\.refusedByFilters).reduce(0, +)) documents refused by filters, \(trust.map(\.lateDocsHeld).reduce(0, +)) late writes held, \(trust.map(\.linkViolations.count).reduce(0, +)) links to a revoked peer")
         }
         out("  speed (median)            \(fmt(median(reports.map(\.speed)))) virtual s per wall s")
