@@ -3,7 +3,8 @@
 # connected link graph within the budget, one link per pair, every write on every node, in full,
 # line, grid and random topologies, and convergence with no lost write and no resurrected delete
 # after loss, partitions every 5–30 s, crashes, clock skew, duplicated and reordered frames stop,
-# with frames in flight and bytes sent bounded. Part of `make test`; `make soak` runs more seeds.
+# with frames in flight and bytes sent bounded; and fleet trust: an operator revokes one node under
+# partitions and crashes, nobody links to it again, every other node ends with the same entries. Part of `make test`; `make soak` runs more seeds.
 # Usage: scripts/sim-check.sh [SEEDS]   (SHOAL_BIN overrides the binary)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -20,6 +21,7 @@ scenarios=(
   "random-20    --nodes 20 --topology random --seconds 60"
   "faults-10    --nodes 10 --partitions --crashes --loss 0.05 --skew 90000 --duplicate 0.002 --reorder 0.005 --seconds 200"
   "ble-8        --nodes 8 --kind ble --partitions --crashes --seconds 240"
+  "trust-10     --nodes 10 --trust --partitions --crashes --loss 0.05 --seconds 200"
 )
 
 started=$(date +%s)
@@ -54,5 +56,6 @@ for s in "${scenarios[@]}"; do
 done
 echo "simulation check: ${#scenarios[@]} scenarios × $seeds seeds = $(( ${#scenarios[@]} * seeds )) seeds run in $(( $(date +%s) - started )) s"
 grep -h "faults (all seeds)" "$logs"/*.txt | sed 's/^ */sim faults: /'
+grep -h "trust (all seeds)" "$logs"/*.txt | sed 's/^ */sim trust: /'
 
 exit $status

@@ -46,6 +46,8 @@ public struct SimReport: Sendable {
     /// Invariants that did not hold, in words (empty: all held).
     public var failures: [String] = []
     public var dot = ""
+    /// With `config.trust`: what the revocation scenario saw.
+    public var trust: SimTrustFigures?
 
     public var bytesRatio: Double { idealBytes == 0 ? 0 : Double(bytesDuringWrites) / Double(idealBytes) }
     public var speed: Double { wallSeconds == 0 ? 0 : Double(virtualMillis) / 1000 / wallSeconds }
@@ -111,7 +113,7 @@ extension SimScenario {
         let quietFrom = sim.now
 
         // 4. Faults over: everything converges.
-        if let at = sim.run(until: limit, while: { sim.upNodes.count < config.nodes || !sim.countsMatch || !sim.converged || !sim.meshConnected }) {
+        if let at = sim.run(until: limit, while: { sim.upNodes.count < config.nodes || !sim.countsMatch || !sim.converged || !sim.meshConnected || !sim.trustConverged }) {
             report.convergedAfterMillis = at - quietFrom
         }
         report.bytesDuringWrites = sim.bytesSent - bytesBefore
@@ -141,6 +143,17 @@ extension SimScenario {
         if report.idealBytes > 0, report.bytesRatio > SimScenario.trafficBound(faults: faults) {
             let ratio = Int(report.bytesRatio * 10)
             report.failures.append("\(ratio / 10).\(ratio % 10)× the ideal bytes sent (bound \(Int(SimScenario.trafficBound(faults: faults)))×)")
+        }
+        if sim.trustPlan != nil {
+            var t = sim.trustFigures
+            t.refusedByFilters = sim.nodes.map(\.filterRefusals.value).reduce(0, +)
+            t.lateDocsHeld = sim.lateDocuments(sim.checkedNodes.map { sim.snapshot($0) }).count
+            if t.revokedAtMillis == nil { report.failures.append("the operator's revoke was never recorded") }
+            if let v = t.linkViolations.first { report.failures.append("a revoked peer stayed linked: \(v)\(t.linkViolations.count > 1 ? " (and \(t.linkViolations.count - 1) more)" : "")") }
+            if let v = t.lateAccepted.first { report.failures.append("a revoked peer's later write was taken: \(v)") }
+            let d = sim.trustDisagreements()
+            if !d.isEmpty { report.failures.append("trust did not converge: \(d.prefix(3).joined(separator: "; "))") }
+            report.trust = t
         }
         report.dot = sim.dot()
         if sim.keepLog {

@@ -18,23 +18,44 @@ extension Simulation {
 
     public var upNodes: [Int] { nodes.filter(\.up).map(\.index) }
 
-    /// Every up node holds the same documents with the same versions and bodies.
+    /// Every up node holds the same documents with the same versions and bodies. With trust: every
+    /// up node but the revoked one, leaving out the revoked node's writes from its revocation on
+    /// (`lateDocuments`: a node that took one before it knew keeps it; the others refuse it).
     public var converged: Bool {
-        let up = upNodes
+        let up = checkedNodes
         guard let first = up.first else { return true }
-        let a = snapshot(first)
-        for i in up.dropFirst() {
-            let b = snapshot(i)
+        let snaps = up.map { snapshot($0) }
+        let late = lateDocuments(snaps)
+        let a = snaps[0].filter { !late.contains($0.key) }
+        for s in snaps.dropFirst() {
+            let b = s.filter { !late.contains($0.key) }
             guard a.count == b.count else { return false }
             for (k, v) in a { guard let w = b[k], w.0 == v.0, w.1 == v.1 else { return false } }
         }
+        _ = first
         return true
+    }
+
+    /// Documents whose version on some checked node is the revoked node's write from its
+    /// revocation on.
+    func lateDocuments(_ snaps: [[String: (String?, [UInt8])]]) -> Set<String> {
+        guard trustPlan != nil, let cutoff = victimCutoff else { return [] }
+        var out = Set<String>()
+        for s in snaps { for (k, v) in s where isLate(v.1, cutoff: cutoff) { out.insert(k) } }
+        return out
+    }
+
+    /// The writes the end checks hold every node to: with trust, none of the revoked node's
+    /// (those made before its revocation may not have left it; those after are refused).
+    var checkedWrites: [(node: Int, id: String, version: VersionVector, deleted: Bool)] {
+        guard let v = trustPlan?.victim else { return writes }
+        return writes.filter { $0.node != v }
     }
 
     /// Cheap pre-check: every up node holds as many documents as were ever written.
     public var countsMatch: Bool {
-        let ids = Set(writes.map(\.id)).count
-        return upNodes.allSatisfy { i in
+        let ids = Set(checkedWrites.map(\.id)).count
+        return checkedNodes.allSatisfy { i in
             guard let stats = try? nodes[i].store?.stats() else { return false }
             return stats.documents + stats.tombstones >= ids
         }
@@ -43,9 +64,10 @@ extension Simulation {
     /// Writes whose version is not covered by the version every up node holds (should be none).
     public func lostWrites() -> [String] {
         var lost: [String] = []
-        for i in upNodes {
+        let late = lateDocuments(checkedNodes.map { snapshot($0) })
+        for i in checkedNodes {
             let snap = snapshot(i)
-            for w in writes {
+            for w in checkedWrites where !late.contains(w.id) {
                 guard let held = snap[w.id], let v = try? DocumentVersion(decoding: held.1) else { lost.append("\(w.id) missing on node \(i)"); continue }
                 let c = v.vector.compare(w.version)
                 if c != .dominates && c != .equal { lost.append("\(w.id) from node \(w.node) not covered on node \(i)") }
@@ -61,8 +83,10 @@ extension Simulation {
         var byID: [String: [(node: Int, version: VersionVector, deleted: Bool)]] = [:]
         for w in writes { byID[w.id, default: []].append((w.node, w.version, w.deleted)) }
         var found: [String] = []
-        let snaps = upNodes.map { ($0, snapshot($0)) }
+        let snaps = checkedNodes.map { ($0, snapshot($0)) }
         for (id, ws) in byID {
+            // The revoked node's writes may never have left it: not checked.
+            if let v = trustPlan?.victim, ws.contains(where: { $0.node == v }) { continue }
             guard let last = ws.last, last.deleted else { continue }
             // A delete concurrent with some write leaves the choice to the resolver: not checked.
             guard ws.dropLast().allSatisfy({ let c = last.version.compare($0.version); return c == .dominates || c == .equal }) else { continue }
@@ -87,7 +111,7 @@ extension Simulation {
 
     /// Whether the link graph joins every part the radio graph joins (among up nodes).
     public var meshConnected: Bool {
-        let up = Set(upNodes)
+        let up = Set(checkedNodes)
         let radio = medium.components(up: up)
         var adjacency: [Int: [Int]] = [:]
         for (a, b) in links { adjacency[a, default: []].append(b); adjacency[b, default: []].append(a) }

@@ -20,6 +20,17 @@ extension Simulation {
         nextConn += 1
         var conn = Conn(a: from, b: to, transport: t)
         // Authentication first, as on a real link: neither core hears of a link that failed it.
+        // With trust and no real TLS, the books answer what the authenticators would: a revoked
+        // peer's certificate is refused by whichever side revokes it.
+        if config.trust && !config.tls {
+            let (byA, byB) = trustRefuses(a, b)
+            if byA || byB {
+                trustFigures.linksRefused += 1
+                note("link to \(to) from \(from): refused, the peer is revoked")
+                if byB { input(a, .refused(b.peer, t, reason: "TLS: the peer's certificate is revoked")) } else { input(a, .dialFailed(b.peer, t, reason: "TLS: the peer is revoked")) }
+                return
+            }
+        }
         if config.tls {
             do {
                 conn.tls = try SimTLSLink(client: tlsContexts[from].0, server: tlsContexts[to].1)

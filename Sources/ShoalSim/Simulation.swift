@@ -6,6 +6,7 @@ import ShoalMesh
 import ShoalReplication
 import ShoalStore
 import ShoalTLS
+import ShoalTrust
 import ShoalWire
 
 /// What to simulate.
@@ -44,6 +45,9 @@ public struct SimConfig: Sendable {
     /// Real mutual-TLS sessions (mbedTLS) over every simulated link; peer ids come from each
     /// node's own certificate. Costs a real handshake per link.
     public var tls = false
+    /// Fleet trust (see Simulation+Trust.swift): a book per node over one site admin key, and an
+    /// operator who revokes a victim node at a seeded time.
+    public var trust = false
     public init() {}
 }
 
@@ -68,6 +72,11 @@ public final class SimNode {
     public internal(set) var documentsApplied = 0
     public internal(set) var restarts = 0
     var commitPending = false
+    /// With `SimConfig.trust`: this boot's book, the revoked peers its core was told of, and the
+    /// documents its pull filters refused.
+    public internal(set) var book: TrustBook?
+    var toldRevoked: Set<PeerID> = []
+    let filterRefusals = SimCounter()
 
     init(index: Int, peer: PeerID, dir: String, skew: Int64) {
         self.index = index
@@ -104,6 +113,12 @@ public final class Simulation {
     }
     /// Per node, with `config.tls`: (client, server) contexts.
     var tlsContexts: [(TLSContext, TLSContext)] = []
+    var identities: [Identity] = []
+    /// With `config.trust`: the site admin key, a second one the entries add, the operator's plan.
+    var adminKey: AdminSigningKey?
+    var secondAdminKey: AdminSigningKey?
+    public internal(set) var trustPlan: SimTrustPlan?
+    public internal(set) var trustFigures = SimTrustFigures()
     public internal(set) var handshakes = 0
     var conns: [Int: Conn] = [:]
     var nextConn = 1
@@ -136,6 +151,7 @@ public final class Simulation {
         case partitionToggle
         case crash(Int)
         case restart(Int)
+        case operatorTrust(Int)
     }
 
     public init(_ config: SimConfig) throws {
@@ -147,7 +163,6 @@ public final class Simulation {
         // Unique per run in this process (two runs of one seed at once must not share stores).
         let base = "\(config.directory)/shoal-sim-\(getpid())-\(config.seed)-\(UInt32.random(in: 0...UInt32.max, using: &rng))-\(simulationRuns.add(1, ordering: .relaxed).oldValue)"
         baseDirectory = base
-        var identities: [Identity] = []
         if config.tls {
             for i in 0..<config.nodes { identities.append(try Identity.createSelfSigned(.init(commonName: "sim-gateway-\(i)"))) }
             let auth = PeerAuthenticator.trust(allowedPeers: Set(identities.map(\.peerID)))
@@ -163,6 +178,7 @@ public final class Simulation {
             let node = SimNode(index: i, peer: peer, dir: "\(base)/n\(i)", skew: skew)
             nodes.append(node)
         }
+        if config.trust { try planTrust() }
         for n in nodes { try boot(n) }
         schedule(at: 500, .discoverySweep)
         if config.partitions { schedule(at: UInt64.random(in: 5_000...30_000, using: &rng), .partitionToggle) }
@@ -187,6 +203,7 @@ public final class Simulation {
             _ = queue.pop()
             now = max(now, e.at)
             dispatch(e.event)
+            if trustPlan != nil { checkRevokedLinks() }
         }
         now = max(now, until)
     }
@@ -267,7 +284,9 @@ public final class Simulation {
             let n = nodes[i]
             guard !n.up else { return }
             n.restarts += 1
-            try? boot(n)
+            do { try boot(n) } catch { note("node \(n.index) did not restart: \(error)") }
+        case .operatorTrust(let step):
+            operatorAct(step)
         }
     }
 
@@ -293,7 +312,8 @@ public final class Simulation {
         let clock = try NodeClock(store: store, wallMillis: { UInt64(Int64(epoch + clockNow.read()) + skew) })
         var meshSettings = config.mesh
         meshSettings.transports = Set(kinds.map(\.transport))
-        n.core = GatewayCore(peer: n.peer, group: "sim", store: store, clock: clock, collections: [CollectionPolicy(name: collection)],
+        let policies = try trustPolicies(n, store: store)
+        n.core = GatewayCore(peer: n.peer, group: "sim", store: store, clock: clock, collections: policies,
                              replication: config.replication, mesh: meshSettings, sequenceBase: epoch + now,
                              fallbackSeed: config.seed &+ UInt64(n.index))
         n.store = store
@@ -301,6 +321,8 @@ public final class Simulation {
         n.heard = [:]
         n.advertising = []
         n.advertisingFailuresLeft = config.advertisingFailures
+        // A restarted node revokes what its store's entries revoke before it links to anyone.
+        syncRevoked(n)
         input(n, .start)
         note("node \(n.index) up")
     }
@@ -315,6 +337,8 @@ public final class Simulation {
         n.store?.close()
         n.store = nil
         n.core = nil
+        n.book = nil
+        n.toldRevoked = []
         n.wakeAt = nil
         n.heard = [:]
         n.advertising = []
@@ -361,6 +385,7 @@ public final class Simulation {
     }
 
     func perform(_ n: SimNode, _ actions: [GatewayCore.Action]) {
+        let knewBefore = n.toldRevoked
         for a in actions {
             guard n.up, n.core != nil else { return }  // a crash ends what is left
             switch a {
@@ -388,6 +413,7 @@ public final class Simulation {
                 if n.events.count < 10_000 { n.events.append(e) }
             case .replication(.documents(_, _, .pull, let items)):
                 n.documentsApplied += items.count
+                if n.book != nil { pulled(n, items, knewBefore: knewBefore) }
             case .replication:
                 break
             case .warning(_, let message):

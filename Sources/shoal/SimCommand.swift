@@ -9,7 +9,7 @@ extension CLI {
         let a = try Arguments.parse(args, command: "sim",
                                     valueOptions: ["--nodes", "--topology", "--seconds", "--seed", "--seeds", "--loss", "--duplicate", "--reorder", "--kind",
                                                    "--writes", "--body", "--max-connections", "--dir", "--skew", "--burst", "--edits"],
-                                    flagOptions: ["--partitions", "--crashes", "--dot", "--quiet", "--tls"])
+                                    flagOptions: ["--partitions", "--crashes", "--dot", "--quiet", "--tls", "--trust"])
         if helpIfAsked(a, "sim") { return ExitCode.ok }
         try a.expectPositionals(0...0, command: "sim", usage: "sim [--nodes N] [--topology T] ...")
         var s = SimScenario()
@@ -47,6 +47,10 @@ extension CLI {
         s.config.partitions = a.flags.contains("--partitions")
         s.config.tls = a.flags.contains("--tls")
         s.config.crashes = a.flags.contains("--crashes")
+        s.config.trust = a.flags.contains("--trust")
+        if s.config.trust && topology != .full {
+            throw UsageError(command: "sim", message: "--trust runs on the full topology (the revoked node must not be the only path between others)")
+        }
         let faults = s.config.partitions || s.config.crashes || s.config.maxSkewMillis > 0 || s.config.duplicate > 0 || s.config.reorder > 0
         // Faults come and go for the first half of the run; the second half shows the healing.
         s.config.faultsUntilMillis = faults ? s.seconds * 1000 / 2 : 0
@@ -60,6 +64,7 @@ extension CLI {
             + "(\(s.config.kind.latencyMillis) ms, \(s.config.kind.bytesPerSecond / 1000) kB/s), loss \(s.config.loss), "
             + "maxConnectionCount \(s.config.mesh.maxConnectionCount), \(s.writes.counted("write")) of \(s.bodyBytes) bytes\(s.burst > 1 ? " in bursts of \(s.burst)" : ""), "
             + (faults ? "faults (\([s.config.partitions ? "partitions" : nil, s.config.crashes ? "crashes" : nil, s.config.maxSkewMillis > 0 ? "clock skew" : nil, s.config.duplicate > 0 ? "duplicated frames" : nil, s.config.reorder > 0 ? "reordered frames" : nil].compactMap { $0 }.joined(separator: ", "))) for \(s.seconds / 2) s, " : "no faults, ")
+            + (s.config.trust ? "fleet trust (an operator revokes one node), " : "")
             + "up to \(s.seconds) s virtual, seed\(seeds > 1 ? "s \(firstSeed)…\(firstSeed + UInt64(seeds) - 1)" : " \(firstSeed)")")
         var failed = 0
         var reports: [SimReport] = []
@@ -99,6 +104,9 @@ extension CLI {
         out("  bytes sent                \(r.bytesDuringWrites) during the writes; ideal (one body per node) \(r.idealBytes): ratio \(fmt2(r.bytesRatio))\(s.config.faultsUntilMillis > 0 ? " (includes re-syncs after faults)" : " (goal <= 1.2)")")
         out("  links per node            min \(links.min() ?? 0), max \(links.max() ?? 0), mean \(fmt2(Double(links.reduce(0, +)) / Double(max(1, links.count)))); total \(links.reduce(0, +) / 2)")
         if r.crashes + r.partitions + r.faultyFrames > 0 { out("  faults                    \(r.crashes.counted("crash", plural: "crashes")), \(r.partitions.counted("partition")), \(r.faultyFrames.counted("frame")) duplicated or reordered") }
+        if let t = r.trust {
+            out("  trust                     node \(t.victim ?? -1) revoked at \(ms(t.revokedAtMillis)); every other node knew \(ms(t.allKnewAfterMillis)) later; \(t.recorded) entries recorded (\(t.refusedAtRecord) refused), \(t.linksRefused) links refused, \(t.refusedByFilters) documents refused by filters, \(t.lateDocsHeld) late writes of the revoked node held (taken before the node knew)")
+        }
         out("  most frames in flight     \(r.maxFramesInFlight) on one link direction")
         out("  speed                     \(fmt2(Double(r.virtualMillis) / 1000)) virtual s in \(fmt2(r.wallSeconds)) s: \(fmt(r.speed)) virtual s per wall s")
         out("  invariants                \(r.failures.isEmpty ? "all held (connected mesh, budget, one link per pair, convergence, no lost write, no resurrected delete, bounded frames in flight and bytes)" : "FAILED: " + r.failures.joined(separator: "; "))")
@@ -113,6 +121,11 @@ extension CLI {
         out("  frames in flight (max)    \(reports.map(\.maxFramesInFlight).max() ?? 0)")
         let faulty = reports.map(\.faultyFrames).reduce(0, +), crashes = reports.map(\.crashes).reduce(0, +), partitions = reports.map(\.partitions).reduce(0, +)
         if faulty + crashes + partitions > 0 { out("  faults (all seeds)        \(crashes.counted("crash", plural: "crashes")), \(partitions.counted("partition")), \(faulty.counted("frame")) duplicated or reordered") }
+        let trust = reports.compactMap(\.trust)
+        if !trust.isEmpty {
+            let knew = trust.compactMap { t in t.allKnewAfterMillis.map { Double($0) } }
+            out("  trust (all seeds)         \(trust.count) revocations; all others knew after (median, max) \(fmt(median(knew))) ms, \(fmt(knew.max() ?? 0)) ms; \(trust.map(\.recorded).reduce(0, +)) entries recorded, \(trust.map(\.linksRefused).reduce(0, +)) links refused, \(trust.map(\.refusedByFilters).reduce(0, +)) documents refused by filters, \(trust.map(\.lateDocsHeld).reduce(0, +)) late writes held, \(trust.map(\.linkViolations.count).reduce(0, +)) links to a revoked peer")
+        }
         out("  speed (median)            \(fmt(median(reports.map(\.speed)))) virtual s per wall s")
     }
 }

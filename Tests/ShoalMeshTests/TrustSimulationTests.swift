@@ -1,0 +1,37 @@
+import ShoalSim
+import Testing
+
+/// Fleet trust in the simulator, a few seeds in the debug build; `make sim-check` runs 200 seeds
+/// on the release build (scripts/sim-check.sh, scenario trust-10).
+@Suite("Simulated fleet trust")
+struct TrustSimulationTests {
+    @Test("an operator revokes one node under partitions and crashes: nobody links to it again, every other node holds the same entries and revocations, its later writes are refused",
+          arguments: [UInt64(1), 2, 3])
+    func revokeUnderFaults(seed: UInt64) async throws {
+        let r = try await offPool(scenario(nodes: 8, seed: seed, seconds: 200) {
+            $0.config.partitions = true
+            $0.config.crashes = true
+            $0.config.loss = 0.02
+            $0.config.faultsUntilMillis = 100_000
+            $0.config.trust = true
+            $0.writes = 30
+        })
+        #expect(r.failures.isEmpty, "\(r.failures)")
+        let t = try #require(r.trust)
+        #expect(t.revokedAtMillis != nil && t.allKnewAfterMillis != nil)
+        #expect(t.linkViolations.isEmpty && t.lateAccepted.isEmpty)
+        #expect(t.recorded >= 2)
+    }
+
+    @Test("with real mutual TLS the books' authenticators refuse the revoked node")
+    func revokeOverTLS() async throws {
+        let r = try await offPool(scenario(nodes: 5, seed: 4, seconds: 120) {
+            $0.config.partitions = true
+            $0.config.faultsUntilMillis = 60_000
+            $0.config.tls = true
+            $0.config.trust = true
+        })
+        #expect(r.failures.isEmpty, "\(r.failures)")
+        #expect(r.trust?.allKnewAfterMillis != nil)
+    }
+}
