@@ -239,6 +239,7 @@ public final class TLSSession: @unchecked Sendable {  // an mbedTLS session, use
         case .notYetValid: UInt32(MBEDTLS_X509_BADCERT_FUTURE)
         case .unknownCA, .badSignature: UInt32(MBEDTLS_X509_BADCERT_NOT_TRUSTED)
         case .wrongKeyUsage: UInt32(MBEDTLS_X509_BADCERT_EXT_KEY_USAGE)
+        case .revoked: UInt32(MBEDTLS_X509_BADCERT_REVOKED)
         default: UInt32(MBEDTLS_X509_BADCERT_OTHER)
         }
     }
