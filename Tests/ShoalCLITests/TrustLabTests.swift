@@ -59,7 +59,7 @@ final class TrustFleet: @unchecked Sendable {
     func g(_ i: Int) -> LabGateway { gateways.withLock { $0[i]! } }
 
     /// The site file of node i: it listens on its lab address and dials `dials` (node numbers).
-    func site(_ i: Int, dials: [Int], name: String? = nil) throws -> String {
+    func site(_ i: Int, dials: [Int], name: String? = nil, extra: String? = nil) throws -> String {
         let path = lab.base.path + "/\(name ?? "g\(i)").yaml"
         try """
         group: lab.trust
@@ -74,7 +74,7 @@ final class TrustFleet: @unchecked Sendable {
         replication:
           listen: \(lab.nodes[i - 1].address):\(port)
           peers: [\(dials.map { "\(lab.nodes[$0 - 1].address):\(port)" }.joined(separator: ", "))]
-        \(extra)
+        \(extra ?? self.extra)
         """.write(toFile: path, atomically: true, encoding: .utf8)
         return path
     }
@@ -458,7 +458,20 @@ extension ProcessSuites {
             let relinked = fleet.linked(Self.ring, nodes: all, within: 30)
             #expect(relinked, "after a restart g3 links on CA 2 certificates alone: \(fleet.linkState(all))\n\(fleet.g(3).linkLog())")
 
-            usleep(1_000_000)
+            // A gateway whose certificate only the removed CA signed is refused. (It trusts both
+            // CAs itself, so that it accepts g1's certificate and g1 is the one that judges.)
+            let stray = try fleet.lab.addNode()
+            fleet.ids.append(try fleet.identity(stray, ca: ca1))
+            let both = fleet.lab.base.path + "/ca1+ca2.pem"
+            try (String(contentsOfFile: ca1.cert, encoding: .utf8) + String(contentsOfFile: ca2.cert, encoding: .utf8)).write(toFile: both, atomically: true, encoding: .utf8)
+            let g6 = try fleet.start(6, site: fleet.site(6, dials: [1], extra: "authenticator:\n  rootCertificates: \(both)"))
+            let refused = eventuallyBlocking(within: 15, every: 0.25) {
+                fleet.log(1).contains("peer \(fleet.id(6)): its certificate is not signed by a trusted root")
+                    && fleet.log(6).contains("our certificate is not signed by a root it trusts")
+            }
+            #expect(refused, "g1 refuses a certificate of the removed CA 1\n\(g6.linkLog())")
+            #expect(TrustFleet.connected(fleet.g(1))?.contains(fleet.id(6)) == false && g6.get("rot-0") == nil)
+
             stop.withLock { $0 = true }
             _ = writer.wait(timeout: .now() + 30)
             let written = Set(acknowledged.withLock { $0 })
@@ -470,7 +483,7 @@ extension ProcessSuites {
             }
             #expect(converged, "every acknowledged write on every gateway; missing per gateway: \(missing)")
             #expect(failed.withLock { $0 }.isEmpty, "writes refused on g1: \(failed.withLock { $0 })")
-            print("LAB trust rotate: \(written.count) writes on g1 (one per 100 ms over \(String(format: "%.0f", Date().timeIntervalSince(started))) s), all on all five gateways, \(failed.withLock { $0.count }) failed; links down during add-root → re-issue → remove-root: \(allDowns.isEmpty ? "none" : allDowns.map { "\($0.0) \(trustMillis($0.1))" }.joined(separator: ", ")) (watched every 500 ms); both roots on all \(trustMillis(bothRoots.timeIntervalSince(started))) after start, CA 2 certificates presented by all \(String(format: "%.1f", presenting.timeIntervalSince(reissued))) s after re-issue (identity service looks every 60 s), CA 1 removed everywhere \(trustMillis(oneRoot.timeIntervalSince(presenting))) later; g3 restarted and relinked on CA 2 alone: \(relinked)")
+            print("LAB trust rotate: \(written.count) writes on g1 (one per 100 ms over \(String(format: "%.0f", Date().timeIntervalSince(started))) s), all on all five gateways, \(failed.withLock { $0.count }) failed; links down during add-root → re-issue → remove-root: \(allDowns.isEmpty ? "none" : allDowns.map { "\($0.0) \(trustMillis($0.1))" }.joined(separator: ", ")) (watched every 500 ms); both roots on all \(trustMillis(bothRoots.timeIntervalSince(started))) after start, CA 2 certificates presented by all \(String(format: "%.1f", presenting.timeIntervalSince(reissued))) s after re-issue (identity service looks every 60 s), CA 1 removed everywhere \(trustMillis(oneRoot.timeIntervalSince(presenting))) later; g3 restarted and relinked on CA 2 alone: \(relinked); a CA 1 certificate refused after: \(refused)")
             #expect(all.allSatisfy { fleet.g($0).isRunning })
         }
     }
