@@ -257,7 +257,7 @@ extension ProcessSuites {
                 if let taken, let closing { #expect(closing - taken <= 5000, "g\(i)'s log: taken at \(taken), closing at \(closing)") }
                 return "g\(i) \(taken.flatMap { t in closing.map { "\($0 - t) ms" } } ?? "?")"
             }.joined(separator: ", ")
-            print("LAB trust revoke: signing → last gateway closed: \(trustMillis(lastClosed)) (signing took \(trustMillis(signed.timeIntervalSince(signStart))) in the host namespace; handed to g3, not a neighbour of g5, \(trustMillis(handed.timeIntervalSince(signed))) after signing; entry on the last gateway at \(trustMillis(lastReached)); each polled every 100 ms)")
+            print("LAB trust revoke: signing → last gateway closed: \(trustMillis(lastClosed)) (signing took \(trustMillis(signed.timeIntervalSince(signStart))) in the host namespace; handed to g3, not a neighbour of g5, \(trustMillis(handed.timeIntervalSince(signed))) after signing: handed over → last closed \(trustMillis(lastClosed - handed.timeIntervalSince(signed))); entry on the last gateway at \(trustMillis(lastReached)); each polled every 100 ms)")
             print("LAB trust revoke: per gateway, entry reached / links to g5 closed (ms after signing): " + others.map { i in
                 "g\(i) \(r[i].map { String(format: "%.0f", $0 * 1000) } ?? "-")/\(c[i].map { String(format: "%.0f", $0 * 1000) } ?? "-")\(neighbours.contains(i) ? "" : " (no link)")"
             }.joined(separator: ", ") + "; entry taken → link closed on the neighbour's own log: \(onLog)")
@@ -345,8 +345,12 @@ extension ProcessSuites {
                 return
             }
             #expect(farthest <= 5, "g6's write reached g1 (five hops) \(trustMillis(farthest)) after the allow")
-            #expect(TrustFleet.connected(fleet.g(1)) == [fleet.id(2)] && TrustFleet.connected(g6) == [fleet.id(5)],
-                    "still a line, g1 five hops from g6: \(fleet.linkState(Array(1...6)))")
+            // Still a line: g1 holds its one link (to g2), g6 its one (to g5; no one else knows its
+            // address). `peers` may lag the link by up to ~350 ms (the view is published every
+            // 250 ms), hence the wait.
+            #expect(TrustFleet.connected(fleet.g(1)) == [fleet.id(2)], "g1 five hops from g6: \(fleet.linkState(Array(1...6)))")
+            #expect(eventuallyBlocking(within: 5) { TrustFleet.connected(g6) == [fleet.id(5)] },
+                    "g6 linked to g5 alone: \(fleet.linkState(Array(1...6)))\n\(g6.linkLog())")
             print("LAB trust enrol: allow entry (signed and taken on g5, `trust allow \(prefix) --admin-key`) → g6's write on g5 \(times[2].map(trustMillis) ?? "-"), g3 \(times[1].map(trustMillis) ?? "-"), g1 (five hops, the farthest) \(trustMillis(farthest)); g6 was pending on g5 as \"\(subject)\" over \(transports.joined(separator: ","))")
             #expect(eventuallyBlocking(within: 10) { g6.get("fleet-before") != nil }, "the fleet's data reaches g6")
             #expect(eventuallyBlocking(within: 10) { TrustFleet.trust(g6)["allowedPeers"].map { ($0 as? [String] ?? []).contains(newID) } == true },
