@@ -80,19 +80,23 @@ final class NetLab: @unchecked Sendable {
     let subnets: [String]
     var nodes: [Node] = []
     var hosts: [Host] = []
+    /// Whether nodes get a D-Bus bus and an avahi-daemon (false: static peers only, no DNS-SD).
+    let avahi: Bool
     private var tornDown = false
 
-    /// One site: `count` gateway nodes at 10.77.0.<i>.
-    convenience init(nodes count: Int) throws {
-        try self.init(sites: [count], subnets: ["10.77.0"])
+    /// One site: `count` gateway nodes at 10.77.0.<i>; `avahi: false` starts no D-Bus or
+    /// avahi-daemon in them (gateways link by static peers only).
+    convenience init(nodes count: Int, avahi: Bool = true) throws {
+        try self.init(sites: [count], subnets: ["10.77.0"], avahi: avahi)
     }
 
     /// One bridge per site, `sites[s]` gateway nodes on site s (numbered on across sites), at
     /// `subnets[s]`.<index> (default 10.78.<s+1>).
-    init(sites: [Int], subnets: [String]? = nil) throws {
+    init(sites: [Int], subnets: [String]? = nil, avahi: Bool = true) throws {
         NetLab.removeStale()
         prefix = "shl\(getpid())"
         base = TemporaryDirectory()
+        self.avahi = avahi
         self.subnets = subnets ?? sites.indices.map { "10.78.\($0 + 1)" }
         do {
             var i = 0
@@ -163,6 +167,13 @@ final class NetLab: @unchecked Sendable {
         exec(in: ns, ["python3", "-c", "import socket; socket.create_connection(('\(address)', \(port)), timeout=3).close()"], timeout: 10).status == 0
     }
 
+    /// One more gateway node on `site` (numbered after the last), e.g. a gateway that arrives later.
+    @discardableResult
+    func addNode(site: Int = 0) throws -> Node {
+        try addNode((nodes.map(\.index).max() ?? 0) + 1, site: site)
+        return nodes[nodes.count - 1]
+    }
+
     private func addNode(_ i: Int, site: Int = 0) throws {
         let ns = "\(prefix)-g\(i)", br = bridgeNamespace(site)
         let node = Node(index: i, ns: ns, dir: base.path + "/g\(i)", site: site, address: "\(subnets[site]).\(i)")
@@ -174,6 +185,7 @@ final class NetLab: @unchecked Sendable {
         try NetLab.run(["ip", "-n", ns, "addr", "add", "\(node.address)/24", "dev", "wlan0"])
         try NetLab.run(["ip", "-n", ns, "link", "set", "wlan0", "up"])
         try NetLab.run(["ip", "-n", ns, "link", "set", "lo", "up"])
+        guard avahi else { return }
         try """
         <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
          "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
@@ -243,8 +255,8 @@ final class NetLab: @unchecked Sendable {
 
     /// Starts `shoal run` on the generic-linux board in a node's namespace.
     @discardableResult
-    func startGateway(_ node: Node, site: String, dataDir: String? = nil) throws -> LabGateway {
-        let g = try LabGateway(node: node, site: site, dataDir: dataDir ?? node.dir + "/data")
+    func startGateway(_ node: Node, site: String, dataDir: String? = nil, board: String = "generic-linux") throws -> LabGateway {
+        let g = try LabGateway(node: node, site: site, dataDir: dataDir ?? node.dir + "/data", board: board)
         node.gateway = g
         return g
     }
@@ -325,13 +337,16 @@ final class LabGateway: @unchecked Sendable {
     let node: NetLab.Node
     let dataDir: String
     let site: String
+    /// The board it runs (`generic-linux`: DNS-SD on wlan0; `sim`: static peers only).
+    let board: String
     var process: ChildProcess?
     var socket: String { dataDir + "/control.sock" }
     var log: String { dataDir + "/../shoal-\(node.index).log" }
 
-    init(node: NetLab.Node, site: String, dataDir: String) throws {
+    init(node: NetLab.Node, site: String, dataDir: String, board: String = "generic-linux") throws {
         self.node = node
         self.site = site
+        self.board = board
         self.dataDir = dataDir
         try FileManager.default.createDirectory(atPath: dataDir, withIntermediateDirectories: true)
         try start()
@@ -339,7 +354,7 @@ final class LabGateway: @unchecked Sendable {
 
     func start() throws {
         process = try NetLab.spawn(
-            ["ip", "netns", "exec", node.ns, "env", "DBUS_SYSTEM_BUS_ADDRESS=\(node.bus)", LabGateway.binary, "run", "--board", "generic-linux",
+            ["ip", "netns", "exec", node.ns, "env", "DBUS_SYSTEM_BUS_ADDRESS=\(node.bus)", LabGateway.binary, "run", "--board", board,
              "--data-dir", dataDir, "--config", site, "--log-level", "verbose"],
             log: dataDir + "/shoal.log")
         let deadline = Date().addingTimeInterval(30)
