@@ -38,6 +38,9 @@ public struct SimTrustFigures: Sendable {
     /// The victim's writes made at or after its revocation: held by some node (accepted before it
     /// knew), and held nowhere.
     public var lateDocsHeld = 0
+    /// Documents (node/id) a node held a victim's late write of before it knew of the revocation:
+    /// a later merge may keep that write as the latest, which is no new acceptance.
+    var heldBeforeKnowing: Set<String> = []
     /// Links refused because a book revoked the other side (as the TLS authenticator would).
     public var linksRefused = 0
     /// Times a node's book revoked a peer it still held an open link to (must be 0).
@@ -113,11 +116,15 @@ extension Simulation {
     func pulled(_ n: SimNode, _ items: [ReplicationEvent.Item], knewBefore: Set<PeerID>) {
         guard let book = n.book else { return }
         if items.contains(where: { $0.collection == CollectionName.trust.description }) { syncRevoked(n) }
-        guard let v = trustPlan?.victim, n.index != v, knewBefore.contains(nodes[v].peer), let store = n.store,
-              let cutoff = book.revokedAt(nodes[v].peer) else { return }
+        guard let v = trustPlan?.victim, n.index != v, let store = n.store else { return }
+        let knew = knewBefore.contains(nodes[v].peer)
+        let cutoff = (knew ? book.revokedAt(nodes[v].peer) : trustFigures.firstRevokeIssuedAt) ?? .max
         for item in items where item.collection == collection.description && item.error == nil {
             guard let id = try? DocumentID(item.id), let d = try? store.get(collection, id: id), let version = try? DocumentVersion(decoding: d.version),
                   let last = version.vector.current, last.peer == nodes[v].peer, Int64(last.timestamp.physicalMillis / 1000) >= cutoff else { continue }
+            let key = "\(n.index)/\(item.id)"
+            guard knew else { trustFigures.heldBeforeKnowing.insert(key); continue }
+            if trustFigures.heldBeforeKnowing.contains(key) { continue }
             trustFigures.lateAccepted.append("node \(n.index) applied \(item.id), written by revoked node \(v) after its revocation, at \(now) ms")
         }
     }
