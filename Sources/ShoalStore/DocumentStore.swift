@@ -17,6 +17,8 @@ public final class DocumentStore: @unchecked Sendable {  // a SQLite connection,
     private var lastSequenceValue: Int64 = 0
     private var collectionIDs: [CollectionName: Int64] = [:]
     private let logger: Logger
+    /// What expiration did since the process started (see DocumentStore+Expiry).
+    public let expiryCounts = Locked(ExpiryCounts())
 
     /// Opens (or creates) the store. A file that is corrupt, or not a database, is moved aside to
     /// `<path>.corrupt-<unix time>` (with its -wal and -shm) and the store starts empty: the mesh
@@ -97,6 +99,12 @@ public final class DocumentStore: @unchecked Sendable {  // a SQLite connection,
         _ = try seq.step()
         lastSequenceValue = seq.int64(0)
         try seq.run()
+        // A purge without tombstone may have removed the newest rows: never hand their sequences out again.
+        let floor = try db.statement("SELECT value FROM meta WHERE key = ?")
+        try floor.bind(0, DocumentStore.sequenceFloorKey)
+        if try floor.step(), let text = floor.text(0), let value = Int64(text) { lastSequenceValue = max(lastSequenceValue, value) }
+        try floor.run()
+        if found < 8 { try DocumentStore.backfillWrittenAt(db) }
         let cols = try db.statement("SELECT id, scope, name FROM collections")
         while try cols.step() {
             if let scope = cols.text(1), let name = cols.text(2), let c = try? CollectionName(stored: scope, name: name) {
@@ -259,11 +267,13 @@ extension DocumentStore {
     /// The statement every document write uses. `shoal bench store` runs this same text through
     /// the bare C API as its baseline, so the ratio measures only Shoal's own overhead.
     public static let upsertSQL = """
-        INSERT INTO documents(collection_id, doc_id, body, deleted, revision, version, sequence, updated_at)
-        VALUES (?1, ?2, ?3, ?4, 1, ?5, ?6, ?7)
+        INSERT INTO documents(collection_id, doc_id, body, deleted, revision, version, sequence, updated_at, written_at, body_bytes)
+        VALUES (?1, ?2, ?3, ?4, 1, ?5, ?6, ?7, ?8, ?9)
         ON CONFLICT(collection_id, doc_id) DO UPDATE SET
             body = excluded.body, deleted = excluded.deleted, revision = documents.revision + 1,
-            version = excluded.version, sequence = excluded.sequence, updated_at = excluded.updated_at
+            version = excluded.version, sequence = excluded.sequence, updated_at = excluded.updated_at,
+            written_at = excluded.written_at, body_bytes = excluded.body_bytes,
+            expires_at = CASE WHEN excluded.deleted = 1 THEN NULL ELSE documents.expires_at END
         RETURNING revision
         """
 

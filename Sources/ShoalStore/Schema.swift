@@ -98,6 +98,31 @@ enum Schema {
             PRIMARY KEY(hub, collection, doc_id)
         ) WITHOUT ROWID;
         """),
+        (8, """
+        -- Expiration (see DocumentStore+Expiry). expires_at: a local expiry time set on this
+        -- gateway only (wall ms; NULL: none). written_at: the physical HLC time (ms) of the
+        -- document's last write, from its version: it travels with the document, so a collection's
+        -- TTL is computed alike on every gateway. body_bytes: the body's size, for byte budgets.
+        ALTER TABLE documents ADD COLUMN expires_at INTEGER;
+        ALTER TABLE documents ADD COLUMN written_at INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE documents ADD COLUMN body_bytes INTEGER NOT NULL DEFAULT 0;
+        UPDATE documents SET written_at = updated_at, body_bytes = coalesce(length(CAST(body AS BLOB)), 0);
+        CREATE INDEX documents_expiring ON documents(expires_at) WHERE expires_at IS NOT NULL;
+        -- Oldest first per collection (TTL and budgets), covering the byte sum.
+        CREATE INDEX documents_by_written_at ON documents(collection_id, written_at, body_bytes) WHERE deleted = 0;
+        -- Versions this gateway purged by its own decision (a local expiry, a budget): never
+        -- replicated; a peer that sends the same version again (or an older one) is refused.
+        -- Trimmed by age and count (DocumentStore.purgeRecordsMax*).
+        CREATE TABLE purged_documents(
+            collection_id INTEGER NOT NULL REFERENCES collections(id),
+            doc_id        TEXT NOT NULL,
+            version       BLOB NOT NULL,
+            reason        TEXT NOT NULL,
+            purged_at     INTEGER NOT NULL,
+            PRIMARY KEY(collection_id, doc_id)
+        ) WITHOUT ROWID;
+        CREATE INDEX purged_documents_by_at ON purged_documents(purged_at);
+        """),
     ]
 
     static var latestVersion: Int { migrations.last!.version }

@@ -70,6 +70,8 @@ public final class StoreTransaction {
         try s.bind(4, blob: w.version)
         try s.bind(5, sequence + 1)
         try s.bind(6, now)
+        try s.bind(7, DocumentStore.writtenAtMillis(w.version, otherwise: now))
+        try s.bind(8, Int64(w.body?.utf8.count ?? 0))
         guard try s.step() else { return nil }
         let revision = s.int64(0)
         try s.run()
