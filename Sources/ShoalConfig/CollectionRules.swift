@@ -13,6 +13,9 @@
 ///       fieldIn: {kind: [pump, valve]} # top-level fields with one of these values
 ///       peers: [<peer id>, …]          # only these peers
 ///     pullFilter: …                    # the same, for what peers send us
+///     ttl: 7d                          # purge (no tombstone) 7 days after the last write
+///     maxDocuments: 100000             # then purge the oldest writes past these budgets
+///     maxBytes: 64MB
 /// ```
 public enum ResolverSpec: Sendable, Equatable {
     /// The newest write wins (HLC, then peer id); a delete is a write like any other.

@@ -376,6 +376,9 @@ public struct ConfigLoader: Sendable {
         }
         errors.attempt { () throws(ConfigError) in c.pushFilter = try r.filterSpec("pushFilter") }
         errors.attempt { () throws(ConfigError) in c.pullFilter = try r.filterSpec("pullFilter") }
+        errors.attempt { () throws(ConfigError) in c.ttlSeconds = try r.durationSeconds("ttl") }
+        errors.attempt { () throws(ConfigError) in c.maxDocuments = try r.int("maxDocuments", in: 1...1_000_000_000_000) }
+        errors.attempt { () throws(ConfigError) in c.maxBytes = try r.byteSize("maxBytes") }
         errors.attempt { () throws(ConfigError) in try r.finish() }
         try errors.check()
         return c

@@ -63,6 +63,12 @@ public struct SiteConfig: Sendable, Equatable {
         public var documentIDs: [String]?
         public var pushFilter: FilterSpec?
         public var pullFilter: FilterSpec?
+        /// Expiration (local purges, no tombstones): documents go `ttlSeconds` after their last
+        /// write (its HLC time, alike on every gateway); past `maxDocuments` / `maxBytes` of
+        /// bodies the oldest writes go first. Nil: no limit.
+        public var ttlSeconds: Int64?
+        public var maxDocuments: Int64?
+        public var maxBytes: Int64?
         public init(name: CollectionName) { self.name = name }
     }
 

@@ -37,6 +37,14 @@ public struct RemoteApply {
             outcome.error = "refused by the pull filter"
             return outcome
         }
+        // Expiration (see DocumentStore+Expiry): expired by the TTL, or a version purged here.
+        let holdsLocal = try tx.version(policy.name, id: d.id) != nil
+        if let why = try tx.expiryRefusal(policy.name, id: d.id, version: d.version, ttlMillis: policy.ttlMillis,
+                                          nowMillis: Int64(clamping: wallMillis), holdsLocal: holdsLocal) {
+            store.noteRefusedExpired(1)
+            outcome.error = why
+            return outcome
+        }
         // Same rule as at announce time: a purge may have happened since we asked for it. It only
         // matters for a document we hold nothing of, and only an old one.
         let beforeHorizon = horizon > 0 && (remoteVersion.vector.current?.timestamp.physicalMillis ?? 0) <= horizon

@@ -27,9 +27,22 @@ extension ReplicationNode {
         guard changes.count <= max(settings.batchMaxCount, 100_000) else { throw ReplicationError.protocolViolation("announce of \(changes.count) changes") }
         let inbound = InboundBatch(batch: batch, upTo: upTo)
         inbound.live = live
+        let wallNow = Int64(clamping: clock.wallMillis)
+        var expired = 0
         let locals = try store.transaction { (tx) throws(StoreError) -> [[UInt8]?] in
-            try changes.map { (c) throws(StoreError) in try tx.version(policy.name, id: c.id)?.version }
+            try changes.map { (c) throws(StoreError) -> [UInt8]? in
+                let local = try tx.version(policy.name, id: c.id)?.version
+                // Expired by the rule here (TTL, or a version this gateway purged): not asked for,
+                // and the checkpoint passes it like any settled change (see DocumentStore+Expiry).
+                if try tx.expiryRefusal(policy.name, id: c.id, version: c.version, ttlMillis: policy.ttlMillis,
+                                        nowMillis: wallNow, holdsLocal: local != nil) != nil {
+                    expired += 1
+                    return c.version
+                }
+                return local
+            }
         }
+        store.noteRefusedExpired(expired)
         let horizon = UInt64(max(0, store.purgeHorizonMillis))
         var refused: [ConflictRecord] = []
         for (c, local) in zip(changes, locals) {

@@ -90,6 +90,9 @@ public struct CollectionPolicy: Sendable {
     public var pushFilter: (@Sendable (PeerID, ReplicatedDocument) -> Bool)?
     public var pullFilter: (@Sendable (PeerID, ReplicatedDocument) -> Bool)?
     public var resolver = ConflictResolver.lastWriteWins
+    /// The collection's TTL (ms after a document's last write, by its version's HLC time): a
+    /// document that arrives already past it is refused, as every gateway with the same TTL does.
+    public var ttlMillis: Int64?
 
     public init(name: CollectionName) { self.name = name }
 }

@@ -28,6 +28,7 @@ public enum CollectionPolicies {
             p.documentIDs = c.documentIDs.map(Set.init)
             p.pushFilter = c.pushFilter.map(predicate)
             p.pullFilter = c.pullFilter.map(predicate)
+            p.ttlMillis = c.ttlSeconds.map { $0 * 1000 }
             return p
         }
     }
