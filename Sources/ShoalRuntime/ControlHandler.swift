@@ -91,6 +91,7 @@ struct ControlHandler {
             return levels()
         default:
             if let answer = try dispatchDocument(op, r) { return answer }
+            if let answer = try dispatchExpiry(op, r) { return answer }
             if let answer = try dispatchMesh(op, r) { return answer }
             if let answer = try dispatchTrust(op, r) { return answer }
             throw bad("unknown op \"\(op.prefix(40))\"")

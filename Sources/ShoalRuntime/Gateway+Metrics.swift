@@ -22,6 +22,7 @@ extension Gateway {
             storeBytes: Files.size(storePath).map { $0 + (Files.size(storePath + "-wal") ?? 0) },
             uptimeSeconds: uptime, startTimeSeconds: (wallSeconds - uptime).rounded(), residentBytes: Gateway.residentBytes(),
             nowMillis: monotonicMillis())
+        m.expiry = store?.expiryCounts.withLock { $0 }
         m.mqtt = mqtt.snapshot
         m.uplink = uplink.snapshot
         let current = trust.current()

@@ -189,6 +189,9 @@ public final class Gateway: Sendable {
             "evictions": Int64(mesh.counters.evictions), "refusedConnections": Int64(mesh.counters.refusedConnections),
         ]
         status.clockSkewPeers = c.skewedPeers.sorted()
+        if let e = store?.expiryCounts.withLock({ $0 }) {
+            status.expiration = ["expired": e.expired, "ttl": e.ttl, "budget": e.budget, "refused": e.refused]
+        }
         status.storeRunning = report.snapshot.first { $0.path == GatewayRuntime.storeChildPath }.map { $0.state == .running } ?? true
         status.ledPattern = ledPattern.withLock { $0 }
         status.httpAddresses = httpAddresses

@@ -1,5 +1,6 @@
 import ShoalMesh
 import ShoalStatus
+import ShoalStore
 import ShoalSupervision
 
 /// The figures `GET /metrics` exposes, read from one gateway at one moment, and their Prometheus
@@ -33,6 +34,8 @@ public struct GatewayMetrics: Sendable {
     /// Nil while the store is closed (restarting): its figures are left out.
     public var collections: [Collection]?
     public var lastSequence: Int64?
+    /// Expiration since start (nil while the store is closed).
+    public var expiry: ExpiryCounts?
     public var storeBytes: Int?
     public var uptimeSeconds: Double
     public var startTimeSeconds: Double?
@@ -261,6 +264,14 @@ public struct GatewayMetrics: Sendable {
                             collections.map { Sample([("collection", $0.name)], Int($0.documents)) }))
             f.append(Family("shoal_collection_tombstones", .gauge, help: "Tombstones (deleted documents kept for replication) per collection.",
                             collections.map { Sample([("collection", $0.name)], Int($0.tombstones)) }))
+        }
+        if let e = expiry {
+            f.append(Family("shoal_documents_expired_total", .counter,
+                            help: "Documents purged locally without a tombstone, by reason: expired (a local expiry), ttl, budget.",
+                            [Sample([("reason", "expired")], Int(e.expired)), Sample([("reason", "ttl")], Int(e.ttl)),
+                             Sample([("reason", "budget")], Int(e.budget))]))
+            f.append(Family("shoal_documents_expiry_refused_total", .counter,
+                            help: "Documents refused on receive: expired by this gateway's TTL, or a version it purged itself.", value: Int(e.refused)))
         }
         return f
     }

@@ -31,6 +31,11 @@ struct StoreService: Service {
         let retention = TombstoneRetention(maxAgeSeconds: gateway.board.mesh.txLogMaxAgeSeconds)
         let interval = Duration.seconds(TombstoneRetention.intervalSeconds)
         var lastPurge = ContinuousClock.now - interval
+        // Expiration (local purges without tombstones): every minute, when the site sets a rule or
+        // any document has a local expiry.
+        let expiry = ExpiryRetention(site: gateway.site.collections)
+        let expiryInterval = Duration.seconds(ExpiryRetention.intervalSeconds)
+        var lastExpiry = ContinuousClock.now - expiryInterval
         do {
             while await context.pause(for: .seconds(2)) {
                 try await gateway.storeThread.run { try store.ping() }
@@ -40,6 +45,10 @@ struct StoreService: Service {
                 if ContinuousClock.now - lastPurge >= interval {
                     lastPurge = ContinuousClock.now
                     _ = try await gateway.storeThread.run { try retention.purge(store, logger: logger) }
+                }
+                if ContinuousClock.now - lastExpiry >= expiryInterval {
+                    lastExpiry = ContinuousClock.now
+                    _ = try await gateway.storeThread.run { try expiry.purge(store, logger: logger) }
                 }
             }
         } catch {

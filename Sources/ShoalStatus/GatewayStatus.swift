@@ -47,6 +47,8 @@ public struct GatewayStatus: Sendable {
     /// The ObjectBox seed's counters (failed connection attempts, messages, documents, bytes,
     /// conflicts), by name.
     public var counters: [String: Int64] = [:]
+    /// Expiration since start: documents purged (expired, ttl, budget) and refused on receive.
+    public var expiration: [String: Int64] = [:]
     /// Where the local HTTP API listens (`127.0.0.1:8470`, `unix:<path>`); empty when it does not.
     public var httpAddresses: [String] = []
     /// The MQTT bridge's brokers as `MQTTBoard` writes them (`{"brokers": [...]}`), null without one.
@@ -157,6 +159,10 @@ public struct GatewayStatus: Sendable {
         if uplink != .null { lines.append("uplink      \(GatewayStatus.uplinkLine(uplink))") }
         lines.append("store       \(storePath) (durability \(durability))")
         lines.append("documents   \(documents) live, \(tombstones.counted("tombstone")), last sequence \(lastSequence)")
+        if !expiration.isEmpty {
+            let e = { (k: String) in expiration[k] ?? 0 }
+            lines.append("expiration  \(e("expired")) expired, \(e("ttl")) past ttl, \(e("budget")) over budget (purged, no tombstones); \(e("refused")) refused on receive")
+        }
         if let sync { lines.append("syncing     \(sync.text) (received/announced so far)") }
         lines.append("collections \(collections.joined(separator: ", "))")
         lines.append("supervision")
@@ -186,6 +192,7 @@ public struct GatewayStatus: Sendable {
             "transports": .object(Dictionary(uniqueKeysWithValues: transports.map { ($0.name, $0.json) })),
             "peerID": peerID.map { .string($0) } ?? .null,
             "counters": .object(counters.mapValues { .int($0) }),
+            "expiration": .object(expiration.mapValues { .int($0) }),
             "clockSkewPeers": .array(clockSkewPeers.map { .string($0) }),
             "led": ledPattern.map(JSONValue.string) ?? .null,
             "sync": sync?.json ?? .null,
@@ -227,6 +234,7 @@ public struct GatewayStatus: Sendable {
                       restarts: Int(c["restarts"]?.int64Value ?? 0), lastError: c["lastError"]?.stringValue)
             })
         counters = (s["counters"]?.objectValue ?? [:]).compactMapValues(\.int64Value)
+        expiration = (s["expiration"]?.objectValue ?? [:]).compactMapValues(\.int64Value)
         clockSkewPeers = (s["clockSkewPeers"]?.arrayValue ?? []).compactMap(\.stringValue)
         ledPattern = s["led"]?.stringValue
         sync = SyncProgress(json: s["sync"])

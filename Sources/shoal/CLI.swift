@@ -298,6 +298,8 @@ enum CLI {
                 let state = d["deleted"]?.boolValue == true ? "deleted" : "rev \(d["revision"]?.int64Value ?? 0)"
                 out("\(id)\t\(state)\tseq \(d["sequence"]?.int64Value ?? 0)")
             }
+        case "expire":
+            return try docExpire(rest, command: command)
         default:
             throw UsageError(command: "doc", message: "unknown subcommand \"\(sub)\": put, import, get, delete or list")
         }

@@ -115,6 +115,7 @@ enum Help {
                    shoal doc get <collection> <id>            [--socket PATH] [--json]
                    shoal doc delete <collection> <id>         [--socket PATH] [--json]
                    shoal doc list <collection> [--limit N] [--after ID] [--deleted] [--socket PATH] [--json]
+                   shoal doc expire <collection> <id> --in DURATION | --at UNIX | --never [--socket PATH] [--json]
 
             A collection is `scope.collection`, or `collection` in the default scope (`_default`
             alone is `_default._default`). A body is a JSON object of at most 1 MiB; `-` reads it
@@ -122,7 +123,11 @@ enum Help {
             and writes them 500 to a transaction. get prints the body; --json prints the whole record. delete
             leaves a tombstone, so the deletion replicates. list --deleted includes tombstones;
             list gives up to --limit documents (default 100, at most 10,000) in id order after
-            --after ID, fetched in as many pages as their size needs.
+            --after ID, fetched in as many pages as their size needs. expire sets when the document
+            is purged on this gateway only (--in 90s/10m/12h/7d, --at a unix time, --never clears
+            it): no tombstone, nothing replicated, other gateways keep their copies; an update keeps
+            the expiry, a delete clears it. The site file's per-collection ttl, maxDocuments and
+            maxBytes purge alike (README "Expiration").
             """,
         "changes": """
             Usage: shoal changes [--since SEQ] [--limit N] [--follow] [--json] [--socket PATH]

@@ -1,3 +1,4 @@
+import CSQLite
 import ShoalCore
 import ShoalStore
 import ShoalTesting
@@ -143,5 +144,36 @@ struct ExpiryTests {
             }
             #expect(answers == [true, true, true, true, true])
         }
+    }
+
+    @Test("a store of schema 7 is migrated: write times come from the versions, body sizes from the bodies")
+    func migrationBackfills() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let path = dir.file("shoal.db")
+        let day: Int64 = 86_400_000
+        do {
+            let store = try DocumentStore.open(StoreOptions(path: path), logger: quietLogger)
+            try store.createCollection(readings)
+            try store.put(readings, id: id("old"), body: #"{"v":1}"#, version: version(at: now - 8 * day))
+            try store.put(readings, id: id("new"), body: #"{"v":1}"#, version: version(at: now))
+            store.close()
+        }
+        var db: OpaquePointer?
+        sqlite3_open(path, &db)
+        let back = """
+            DROP INDEX documents_expiring; DROP INDEX documents_by_written_at; DROP TABLE purged_documents;
+            ALTER TABLE documents DROP COLUMN expires_at; ALTER TABLE documents DROP COLUMN written_at;
+            ALTER TABLE documents DROP COLUMN body_bytes; PRAGMA user_version=7;
+            """
+        #expect(sqlite3_exec(db, back, nil, nil, nil) == SQLITE_OK)
+        sqlite3_close(db)
+        let store = try DocumentStore.open(StoreOptions(path: path), logger: quietLogger)
+        defer { store.close() }
+        #expect(store.openReport.schemaVersionFound == 7)
+        #expect(try store.purgeExpired([ExpiryRule(collection: readings, ttlMillis: 7 * day)], nowMillis: now).ttl == 1)
+        #expect(try store.list(readings).map(\.id) == ["new"])
+        let size = Int64(#"{"v":1}"#.utf8.count)
+        #expect(try store.purgeExpired([ExpiryRule(collection: readings, maxBytes: size - 1)], nowMillis: now).budget == 1)
     }
 }
