@@ -108,6 +108,13 @@ public struct MultipeerCollectionConfiguration: Sendable {
     public var push = true
     /// Take peers' changes (false: send only).
     public var pull = true
+    /// Expiration while the replicator runs (local purges, no tombstones; README "Expiration"):
+    /// documents go this many seconds after their last write's HLC time, and one that arrives
+    /// already past it is refused. nil: none.
+    public var ttlSeconds: Int?
+    /// Past this many live documents (or bytes of bodies), the oldest writes are purged here. nil: none.
+    public var maxDocuments: Int?
+    public var maxBytes: Int?
 
     public init(collection: String) { self.collection = collection }
     public init(collection: Collection) { self.collection = collection.fullName }

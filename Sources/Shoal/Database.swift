@@ -109,6 +109,15 @@ public final class Database: Sendable {
     /// older (a running replicator raises it every hour; see `MeshOptions.txLogMaxAgeSeconds`).
     public var purgeHorizonMillis: Int64 { store.purgeHorizonMillis }
 
+    /// Purges now every document whose expiry (`Collection.setDocumentExpiration`) passed; returns
+    /// how many went. (A running replicator does this every minute, with its collections' TTLs and budgets.)
+    @discardableResult
+    public func purgeExpiredDocuments() throws(ShoalError) -> Int {
+        do { return Int(try store.purgeExpired([], nowMillis: Int64(NodeClock.systemWallMillis())).expired) } catch {
+            throw ShoalError("cannot purge expired documents: \(error)")
+        }
+    }
+
     /// Closes the file. Stop replicators using it first.
     public func close() { store.close() }
 
@@ -190,6 +199,25 @@ public struct Collection: Sendable {
     /// How many live documents the collection holds (counted by the store; none is read).
     public func count() throws(ShoalError) -> Int {
         do { return Int(try database.store.count(name)) } catch { throw ShoalError("cannot count \(fullName): \(error)") }
+    }
+
+    /// Sets when a live document is purged from this database (milliseconds since 1970; nil
+    /// clears it), as the seed's `setDocumentExpiration`. The purge is local: no tombstone, nothing
+    /// replicated, other gateways keep their copies, and a peer that sends this version again is
+    /// refused. An update keeps the expiry, a delete clears it. A running replicator purges every
+    /// minute; `Database.purgeExpiredDocuments()` does it now. False if there is no live document.
+    @discardableResult
+    public func setDocumentExpiration(_ id: String, atMillis: Int64?) throws(ShoalError) -> Bool {
+        do { return try database.store.setExpiration(name, id: DocumentID(id), atMillis: atMillis) } catch {
+            throw ShoalError("cannot set the expiration of \(fullName)/\(id): \(error)")
+        }
+    }
+
+    /// A live document's expiry (milliseconds since 1970), or nil for none.
+    public func documentExpiration(_ id: String) throws(ShoalError) -> Int64? {
+        do { return try database.store.expiration(name, id: DocumentID(id)) } catch {
+            throw ShoalError("cannot read the expiration of \(fullName)/\(id): \(error)")
+        }
     }
 
     /// How many tombstones (deleted documents kept so the delete replicates) the collection holds

@@ -133,6 +133,8 @@ public final class MultipeerReplicator: Sendable {
     public let configuration: MultipeerReplicatorConfiguration
     let host: LibraryHost
     let policies: [CollectionPolicy]
+    /// The collections' ttl and budgets, for the retention loop.
+    let expiryRules: [ExpiryRule]
     let driver = Locked<ReplicationDriver?>(nil)
     let watcher = Locked<RadioWatcher?>(nil)
     /// The hourly tombstone purge, while started.
@@ -151,13 +153,21 @@ public final class MultipeerReplicator: Sendable {
         try config.mesh.check()
         var seen = Set<String>()
         var made: [CollectionPolicy] = []
+        var expiryRules: [ExpiryRule] = []
         for c in config.collections {
             let coll = try config.database.collection(c.collection)
             guard seen.insert(coll.fullName).inserted else { throw ShoalError("collection \(coll.fullName) is configured twice") }
+            for (label, value) in [("ttlSeconds", c.ttlSeconds), ("maxDocuments", c.maxDocuments), ("maxBytes", c.maxBytes)] {
+                if let value, value < 1 { throw ShoalError("collection \(coll.fullName): \(label) is \(value); give 1 or more, or nil for none") }
+            }
+            if let t = c.ttlSeconds, t > 10 * 365 * 86_400 { throw ShoalError("collection \(coll.fullName): ttlSeconds is \(t), over ten years") }
+            expiryRules.append(ExpiryRule(collection: coll.name, ttlMillis: c.ttlSeconds.map { Int64($0) * 1000 },
+                                          maxDocuments: c.maxDocuments.map(Int64.init), maxBytes: c.maxBytes.map(Int64.init)))
             made.append(ConflictResolvers.policy(c, name: coll.name))
         }
         if made.isEmpty { throw ShoalError("no collections to replicate") }
         policies = made
+        self.expiryRules = expiryRules
         switch config.medium {
         case .network(let n):
             if let l = n.listen {
@@ -213,7 +223,7 @@ public final class MultipeerReplicator: Sendable {
                 throw ShoalError("\(error)")
             }
             d = made
-            let loop = RetentionLoop(maxAgeSeconds: Int64(config.mesh.txLogMaxAgeSeconds), store: config.database.store, logger: host.logger)
+            let loop = RetentionLoop(maxAgeSeconds: Int64(config.mesh.txLogMaxAgeSeconds), expiryRules: expiryRules, store: config.database.store, logger: host.logger)
             if loop.start() { retention.withLock { $0 = loop } } else { host.logger.warning(.store, "retention: the system refused a thread; tombstones are not purged until the next start") }
             guard case .network(let n) = config.medium, n.wifiInterface != nil || n.bluetoothAdapter != nil else { return }
             let w = RadioWatcher(wifiInterface: n.wifiInterface, bluetoothAdapter: n.bluetoothAdapter) { made.radiosChanged($0) }

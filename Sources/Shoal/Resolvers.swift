@@ -9,6 +9,7 @@ enum ConflictResolvers {
         p.push = c.push
         p.pull = c.pull
         p.documentIDs = c.documentIDs.map(Set.init)
+        p.ttlMillis = c.ttlSeconds.map { Int64($0) * 1000 }
         let full = name.description
         if let f = c.pushFilter { p.pushFilter = { peer, d in f(PeerID(peer), document(d, full), d.isDeleted ? .deleted : []) } }
         if let f = c.pullFilter { p.pullFilter = { peer, d in f(PeerID(peer), document(d, full), d.isDeleted ? .deleted : []) } }

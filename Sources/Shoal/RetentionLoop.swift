@@ -4,27 +4,38 @@ import ShoalStore
 import ShoalThreads
 
 /// A running replicator's retention: the gateway's hourly tombstone purge
-/// (`TombstoneRetention`), on a thread of its own, first at start. Ends when stopped; a purge in
-/// progress finishes first (closing the database waits for it).
+/// (`TombstoneRetention`) and its expiration pass every minute (`ExpiryRetention`: local
+/// expiries, the collections' TTLs and budgets), on a thread of its own, both first at start.
+/// Ends when stopped; a purge in progress finishes first (closing the database waits for it).
 final class RetentionLoop: Sendable {
     let retention: TombstoneRetention
+    let expiry: ExpiryRetention
     let store: DocumentStore
     let logger: Logger
     let stopped = DoneFlag()
     let wake = ConditionLock()
 
-    init(maxAgeSeconds: Int64, store: DocumentStore, logger: Logger) {
+    init(maxAgeSeconds: Int64, expiryRules: [ExpiryRule] = [], store: DocumentStore, logger: Logger) {
         retention = TombstoneRetention(maxAgeSeconds: maxAgeSeconds)
+        expiry = ExpiryRetention(rules: expiryRules)
         self.store = store
         self.logger = logger
     }
 
     func start() -> Bool {
         DetachedThread.start(name: "shoal-retention") { [self] in
-            let interval = Duration.seconds(TombstoneRetention.intervalSeconds)
+            let interval = Duration.seconds(ExpiryRetention.intervalSeconds)
+            let tombstoneEvery = max(1, Int(TombstoneRetention.intervalSeconds / ExpiryRetention.intervalSeconds))
+            var round = 0
             while !stopped.isSet {
-                do { try retention.purge(store, logger: logger) } catch {
-                    logger.warning(.store, "retention: cannot purge tombstones: \(error); trying again in an hour")
+                if round % tombstoneEvery == 0 {
+                    do { try retention.purge(store, logger: logger) } catch {
+                        logger.warning(.store, "retention: cannot purge tombstones: \(error); trying again in an hour")
+                    }
+                }
+                round += 1
+                do { try expiry.purge(store, logger: logger) } catch {
+                    logger.warning(.store, "expiration: cannot purge expired documents: \(error); trying again in a minute")
                 }
                 let next = ContinuousClock.now + interval
                 wake.withLock {
