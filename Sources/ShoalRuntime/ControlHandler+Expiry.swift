@@ -34,7 +34,14 @@ extension ControlHandler {
             throw ControlError(code: .notFound, message: "no document \"\(id)\" in \(collection)")
         }
         gateway.logger.verbose(.control, "expiry of \(collection)/\(id): \(atMillis.map { "\($0 / 1000)" } ?? "never")")
+        // Already due (`--in 0s`, a past `--at`): purged now rather than at the next pass.
+        let now = Int64(NodeClock.systemWallMillis())
+        var purged = false
+        if let atMillis, atMillis <= now {
+            _ = try store.purgeExpired([], nowMillis: now)
+            purged = try store.get(collection, id: id) == nil
+        }
         return ["collection": .string(collection.description), "id": .string(id.rawValue),
-                "expiresAt": atMillis.map { .int($0 / 1000) } ?? .null]
+                "expiresAt": atMillis.map { .int($0 / 1000) } ?? .null, "purged": .bool(purged)]
     }
 }

@@ -25,7 +25,9 @@ extension CLI {
         let result = try client(a).call(.object(request))
         if a.flags.contains("--json") { output(result); return ExitCode.ok }
         let at = result["expiresAt"]?.int64Value
-        out("\(a.positionals[0])/\(a.positionals[1]): " + (at.map { "expires at \($0) (unix seconds); purged on this gateway only, no tombstone" } ?? "never expires here"))
+        let what = result["purged"]?.boolValue == true ? "purged now (this gateway only, no tombstone)"
+            : at.map { "expires at \($0) (unix seconds); purged on this gateway only, no tombstone" } ?? "never expires here"
+        out("\(a.positionals[0])/\(a.positionals[1]): " + what)
         return ExitCode.ok
     }
 }
