@@ -1,3 +1,4 @@
+import Glibc
 import ShoalCore
 import ShoalLinux
 import ShoalStore
@@ -17,7 +18,10 @@ extension ControlHandler {
         let store = Files.absolute(gateway.storePath)
         let name = path.split(separator: "/").last.map(String.init) ?? ""
         guard !name.isEmpty else { throw bad("\"path\" names a directory; give a file name") }
-        let target = Files.absolute(Files.directory(of: path)) + "/" + name
+        let directory = Files.directory(of: path)
+        guard Files.isDirectory(directory) else { throw bad("directory \(directory) does not exist (the gateway process writes the backup; give a directory it can see)") }
+        guard access(directory, W_OK) == 0 else { throw bad("the gateway process (uid \(getuid())) cannot write to \(directory)") }
+        let target = Files.absolute(directory) + "/" + name
         guard target != store, !target.hasPrefix(store + "-"), !target.hasPrefix(store + "."), !path.hasPrefix(store + "-"), !path.hasPrefix(store + ".") else {
             throw bad("\(path) is the store itself or one of its files; choose a path outside \(store)")
         }

@@ -27,7 +27,7 @@ enum Help {
         ("backup", ["Copy the running gateway's store to FILE while it keeps writing (online backup)"]),
         ("restore", ["Replace a stopped gateway's store with a checked backup; it catches up from the mesh"]),
         ("board", ["Board files: list | show NAME | check FILE"]),
-        ("bench", ["Benchmarks that print figures: all (one table), store, tls, replication, http, mqtt, uplink"]),
+        ("bench", ["Benchmarks that print figures: all (one table), store, tls, replication, http, mqtt, uplink, backup"]),
         ("sim", ["Simulate a mesh of gateways (virtual time, real stores): plan a site"]),
         ("demo", ["Five gateways in this process on a simulated radio: the mesh at work"]),
         ("version", ["Versions of shoal and of the C libraries it uses"]),
@@ -345,6 +345,7 @@ enum Help {
                    shoal bench http [--seconds N] [--connections N] [--dir DIR]
                    shoal bench mqtt [--docs N] [--changes N] [--burst N] [--publisher PATH] [--dir DIR]
                    shoal bench uplink [--count N] [--body-bytes N] [--dir DIR]
+                   shoal bench backup [--docs N] [--rounds N] [--dir DIR]
 
             all (the default): every figure below plus the simulator's and memory's, each beside a
             baseline measured in the same run, then one table with the date and machine: store
