@@ -14,7 +14,10 @@ extension CLI {
         // The gateway process writes the file: a relative path means the CLI's directory, not its.
         let path = absolutePath(a.positionals[0])
         let c = try client(a)
-        let r = try c.call(["op": "backup", "path": .string(path)])
+        // A large store on a slow card takes longer than a call's usual 30 s: wait up to an hour.
+        try c.send(["op": "backup", "path": .string(path)])
+        guard let reply = try c.receive(timeoutMillis: 3_600_000) else { throw ControlClient.Failure.protocolError("gateway closed the connection during the backup") }
+        let r = try ControlClient.unwrap(reply)
         if a.flags.contains("--json") { output(r); return ExitCode.ok }
         let bytes = Double(r["bytes"]?.int64Value ?? 0)
         let seconds = r["seconds"]?.doubleValue ?? 0
