@@ -99,7 +99,8 @@ final class RunningGateway {
 
     /// SIGTERM, then waits; returns the exit status and what the gateway printed. A second call
     /// returns the first one's result (the pipes are closed by then, and the pid may be reused).
-    func stop(signal: Int32 = SIGTERM) -> (status: Int32, stdout: String, stderr: String) {
+    /// `keepDirectory` leaves the data directory for a later gateway (restore tests).
+    func stop(signal: Int32 = SIGTERM, keepDirectory: Bool = false) -> (status: Int32, stdout: String, stderr: String) {
         if let stopped { return stopped }
         kill(process.processIdentifier, signal)
         let deadline = Date().addingTimeInterval(30)
@@ -110,7 +111,7 @@ final class RunningGateway {
         let e = String(decoding: stderr.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         try? stdout.fileHandleForReading.close()
         try? stderr.fileHandleForReading.close()
-        dir.remove()
+        if !keepDirectory { dir.remove() }
         stopped = (process.terminationStatus, o, e)
         return stopped!
     }
