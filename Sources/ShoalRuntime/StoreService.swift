@@ -17,10 +17,13 @@ struct StoreService: Service {
         let logger = gateway.logger
         let collections = [CollectionName.trust] + gateway.site.collections.map(\.name)
         let trust = gateway.trust
+        let group = gateway.site.group
         let opened = try await gateway.storeThread.run { () throws -> OpenedStore in
             try Files.makeDirectories(Files.directory(of: options.path))
             let store = try DocumentStore.open(options, logger: logger)
             for c in collections { try store.createCollection(c) }
+            // Which group the store belongs to: `shoal restore` refuses another group's backup.
+            try store.setMetadata(DocumentStore.groupKey, group)
             // The fleet's trust entries, before anything handshakes.
             try trust.load(from: store)
             return OpenedStore(store: store, clock: try NodeClock(store: store))

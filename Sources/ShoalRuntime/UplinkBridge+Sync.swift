@@ -187,7 +187,7 @@ extension UplinkBridge {
     private func completeBatch(_ i: Int, _ batch: PushBatch, _ client: NATSClient) throws {
         let lane = lanes[i]
         let items = batch.items
-        let results = client.wait(batch.ticket)
+        let results = client.wait(batch.ticket) { keepStatusCurrent() }
         var done = [Bool](repeating: true, count: items.count)
         var heads: [(String, UInt64, [UInt8])] = []
         var published: Int64 = 0, retries: Int64 = 0

@@ -101,6 +101,7 @@ final class UplinkBridge: @unchecked Sendable {  // loop state is touched only b
     var published: [String: String] = [:]
     static let echoMax = 100_000
     private var backoffMillis: Int64 = 0
+    private var lagPublishedAt = ContinuousClock.now - .seconds(10)
     private var lastErrorText: String?
     private var lastErrorLogged = ContinuousClock.now - .seconds(3600)
 
@@ -124,6 +125,9 @@ final class UplinkBridge: @unchecked Sendable {  // loop state is touched only b
                 continue
             }
             guard let client else { continue }
+            // Status says so as soon as libnats knows, even while this thread waits on the hub for
+            // acknowledgements; the session's loop does the rest (counts, events, resubscribing).
+            client.onConnectionLost { [board] in board.update { if $0.state == "connected" { Self.move(&$0, to: "reconnecting") } } }
             board.update {
                 Self.move(&$0, to: "connected")
                 $0.server = client.connectedURL
@@ -248,6 +252,12 @@ final class UplinkBridge: @unchecked Sendable {  // loop state is touched only b
             if let failed {
                 failures += 1
                 fail(failed, state: client.isConnected ? "connected" : "reconnecting")
+                // A round that failed on a connection libnats still calls up: if the server does
+                // not answer a ping either, the link to it went silent (cut, not closed) — connect
+                // again rather than wait ~40 s for libnats's own pings to give up.
+                if client.isConnected, !client.ping(timeoutMillis: 2000) {
+                    return "the hub did not answer a ping within 2 s after a failed round (the link to it is down?): \(failed)"
+                }
                 if failures >= 5 { return "\(failures) rounds failed in a row; last: \(failed)" }
                 pause()
                 continue
@@ -311,7 +321,14 @@ final class UplinkBridge: @unchecked Sendable {  // loop state is touched only b
 
     // MARK: - Status
 
+    /// While the loop waits on the hub: the heartbeat and the lag, at most once a second.
+    func keepStatusCurrent() {
+        beat.withLock { $0 = .now }
+        if ContinuousClock.now - lagPublishedAt > .seconds(1) { publishLag() }
+    }
+
     private func publishLag() {
+        lagPublishedAt = .now
         var collections: [UplinkBoard.Collection] = []
         let now = Int64(writer.clock.wallMillis)
         for lane in lanes {

@@ -12,9 +12,9 @@ import ShoalThreads
 public final class DocumentStore: @unchecked Sendable {  // a SQLite connection, every use under its lock
     public let options: StoreOptions
     public let openReport: OpenReport
-    private let lock = ConditionLock()
+    let lock = ConditionLock()  // internal: DocumentStore+Backup.swift steps a backup under it
     private var db: SQLiteConnection?
-    private var lastSequenceValue: Int64 = 0
+    var lastSequenceValue: Int64 = 0  // internal: read under the lock by DocumentStore+Backup.swift
     private var collectionIDs: [CollectionName: Int64] = [:]
     private let logger: Logger
     /// What expiration did since the process started (see DocumentStore+Expiry).
@@ -143,7 +143,7 @@ public final class DocumentStore: @unchecked Sendable {  // a SQLite connection,
     }
 
     /// Runs `body` under the lock, translating errors to StoreError.
-    private func locked<T>(_ body: (SQLiteConnection) throws(StoreError) -> T) throws(StoreError) -> T {
+    func locked<T>(_ body: (SQLiteConnection) throws(StoreError) -> T) throws(StoreError) -> T {
         try lock.withLock { () throws(StoreError) -> T in
             let db = try connection()
             defer { db.releaseReads() }

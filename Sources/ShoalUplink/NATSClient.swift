@@ -162,6 +162,7 @@ public final class NATSClient: @unchecked Sendable {  // owns libnats handles; l
         defer { if !handedOver { callbacks.release() } }
         try check("natsOptions_SetErrorHandler", natsOptions_SetErrorHandler(opts, natsAsyncError, callbacks.toOpaque()))
         try check("natsOptions_SetClosedCB", natsOptions_SetClosedCB(opts, natsConnectionClosed, callbacks.toOpaque()))
+        try check("natsOptions_SetDisconnectedCB", natsOptions_SetDisconnectedCB(opts, natsConnectionLost, callbacks.toOpaque()))
         if let u = o.username { try check("natsOptions_SetUserInfo", natsOptions_SetUserInfo(opts, u, o.password ?? "")) }
         if let c = o.credentialsFile {
             try check("natsOptions_SetUserCredentialsFromFiles(\(c))", natsOptions_SetUserCredentialsFromFiles(opts, c, nil))
@@ -196,13 +197,20 @@ public final class NATSClient: @unchecked Sendable {  // owns libnats handles; l
             natsConnection_Destroy(conn)
             throw NATSError("natsConnection_JetStream", s)
         }
-        return NATSClient(nc: conn, js: ctx, acks: acks, serverErrors: serverErrors, timeout: o.requestTimeoutMillis)
+        return NATSClient(nc: conn, js: ctx, acks: acks, serverErrors: serverErrors, lost: callbacks.takeUnretainedValue().lost,
+                          timeout: o.requestTimeoutMillis)
     }
 
     private let serverErrors: AsyncErrors
+    private let lost: LossWatch
 
-    private init(nc: OpaquePointer, js: OpaquePointer, acks: AckCollector, serverErrors: AsyncErrors, timeout: Int64) {
+    /// Called on libnats's thread the moment it finds the connection lost (a read error, or pings
+    /// unanswered), even while the caller's thread waits on the hub; libnats then reconnects.
+    public func onConnectionLost(_ f: @escaping @Sendable () -> Void) { lost.set(f) }
+
+    private init(nc: OpaquePointer, js: OpaquePointer, acks: AckCollector, serverErrors: AsyncErrors, lost: LossWatch, timeout: Int64) {
         self.nc = nc
+        self.lost = lost
         self.js = js
         self.acks = acks
         self.serverErrors = serverErrors
@@ -220,6 +228,9 @@ public final class NATSClient: @unchecked Sendable {  // owns libnats handles; l
     }
 
     public var isConnected: Bool { natsConnection_Status(nc) == NATS_CONN_STATUS_CONNECTED }
+    /// Whether the server answers a ping within `timeoutMillis` (libnats alone finds a link that
+    /// went silent only after its unanswered pings, ~40 s).
+    public func ping(timeoutMillis: Int64) -> Bool { natsConnection_FlushTimeout(nc, timeoutMillis) == NATS_OK }
     public var isClosed: Bool { natsConnection_IsClosed(nc) }
 
     /// How many times libnats reconnected this connection (to the same server or another).
@@ -353,8 +364,21 @@ public final class NATSClient: @unchecked Sendable {  // owns libnats handles; l
 
     /// The acknowledgements of a batch `send` sent, in its order. libnats reports each publish
     /// within the request timeout (a timeout is a failure); one it never reports fails after it.
-    public func wait(_ ticket: PublishTicket) -> [PublishResult] {
-        let got = acks.wait(ticket.tokens.filter { $0 >= 0 }, timeoutMillis: Int(timeout) + 5000)
+    /// `meanwhile` runs on the caller's thread about once a second while acknowledgements are
+    /// awaited (the uplink keeps its status current through a hub that went silent).
+    public func wait(_ ticket: PublishTicket, meanwhile: () -> Void = {}) -> [PublishResult] {
+        let deadline = ContinuousClock.now + .milliseconds(timeout + 5000)
+        var pending = ticket.tokens.filter { $0 >= 0 }
+        var got: [Int: PublishResult] = [:]
+        while !pending.isEmpty {
+            let left = deadline - ContinuousClock.now
+            let slice = min(1000, Int(left.components.seconds * 1000 + left.components.attoseconds / 1_000_000_000_000_000))
+            let last = slice <= 0 || left <= .seconds(1)
+            got.merge(acks.wait(pending, timeoutMillis: max(1, slice), forgetRest: last)) { $1 }
+            pending.removeAll { got[$0] != nil }
+            if last { break }
+            if !pending.isEmpty { meanwhile() }
+        }
         return ticket.tokens.enumerated().map { i, token in
             ticket.early[i] ?? got[token] ?? .failed("no acknowledgement within \(timeout + 5000) ms")
         }
@@ -473,6 +497,7 @@ final class CallbackBoxes: Sendable {
     static let live = Locked(0)
     let errors: AsyncErrors
     let acks: AckCollector
+    let lost = LossWatch()
     init(errors: AsyncErrors, acks: AckCollector) {
         self.errors = errors
         self.acks = acks
@@ -484,6 +509,18 @@ final class CallbackBoxes: Sendable {
 private let natsConnectionClosed: natsConnectionHandler = { _, closure in
     guard let closure else { return }
     Unmanaged<CallbackBoxes>.fromOpaque(closure).release()
+}
+
+private let natsConnectionLost: natsConnectionHandler = { _, closure in
+    guard let closure else { return }
+    Unmanaged<CallbackBoxes>.fromOpaque(closure).takeUnretainedValue().lost.fire()
+}
+
+/// Whom to tell when libnats finds the connection lost.
+final class LossWatch: Sendable {
+    private let handler = Locked<(@Sendable () -> Void)?>(nil)
+    func set(_ f: @escaping @Sendable () -> Void) { handler.withLock { $0 = f } }
+    func fire() { handler.withLock { $0 }?() }
 }
 
 /// The server's asynchronous errors, filled by libnats's callback thread.
@@ -548,7 +585,7 @@ final class AckCollector: @unchecked Sendable {  // every field only under lock
     }
 
     /// The results of `tokens` once all came, or what came within the time; the rest are forgotten.
-    func wait(_ tokens: [Int], timeoutMillis: Int) -> [Int: PublishResult] {
+    func wait(_ tokens: [Int], timeoutMillis: Int, forgetRest: Bool = true) -> [Int: PublishResult] {
         let deadline = ContinuousClock.now + .milliseconds(timeoutMillis)
         return lock.withLock {
             while !tokens.allSatisfy({ results[$0] != nil }) {
@@ -560,7 +597,7 @@ final class AckCollector: @unchecked Sendable {  // every field only under lock
             for t in tokens {
                 if let r = results.removeValue(forKey: t) {
                     out[t] = r
-                } else if let k = messageOf.removeValue(forKey: t) {
+                } else if forgetRest, let k = messageOf.removeValue(forKey: t) {
                     tokenOf[k] = nil
                 }
             }

@@ -86,6 +86,8 @@ enum CLI {
             case "trust": return try trust(rest)
             case "doctor": return try doctor(rest)
             case "conflicts": return try conflicts(rest)
+            case "backup": return try backup(rest)
+            case "restore": return try restore(rest)
             default:
                 throw UsageError(command: command, message: "unknown command; commands: \(Help.commandNames.joined(separator: ", "))", helpTopic: "")
             }

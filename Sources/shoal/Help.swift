@@ -24,8 +24,10 @@ enum Help {
                    "add-admin-key | remove-admin-key | checkpoint | import | export | crl"]),
         ("doctor", ["Check this gateway before trusting it in the field (board, LED, radios, avahi,",
                     "identity, store, clock, free space)"]),
+        ("backup", ["Copy the running gateway's store to FILE while it keeps writing (online backup)"]),
+        ("restore", ["Replace a stopped gateway's store with a checked backup; it catches up from the mesh"]),
         ("board", ["Board files: list | show NAME | check FILE"]),
-        ("bench", ["Benchmarks that print figures: all (one table), store, tls, replication, http, mqtt, uplink"]),
+        ("bench", ["Benchmarks that print figures: all (one table), store, tls, replication, http, mqtt, uplink, backup"]),
         ("sim", ["Simulate a mesh of gateways (virtual time, real stores): plan a site"]),
         ("demo", ["Five gateways in this process on a simulated radio: the mesh at work"]),
         ("version", ["Versions of shoal and of the C libraries it uses"]),
@@ -213,6 +215,25 @@ enum Help {
             both versions). The log keeps the newest 10,000 entries within 64 MiB of bodies, and
             none older than the board's txLogMaxAgeSeconds.
             """,
+        "backup": """
+            Usage: shoal backup FILE [--json] [--socket PATH]
+
+            The running gateway copies its store to FILE through SQLite's online backup API while
+            writes go on (a relative FILE is relative to this shell's directory; the gateway
+            process writes it). The copy is the store at one committed point: written to FILE.tmp
+            (mode 0600), fsynced, then renamed. Prints the size, pages, seconds and MB/s.
+            """,
+        "restore": """
+            Usage: shoal restore FILE [--config FILE] [--data-dir DIR] [--board NAME]
+
+            Replaces the store of a STOPPED gateway (the options `shoal run` takes find it) with a
+            backup from `shoal backup`. Refused, with the reason and nothing changed, when the
+            gateway runs, or the file is truncated, not a database, fails SQLite's integrity
+            check, is not a Shoal store, has a newer schema than this shoal, or is from another
+            group. The current store is kept as STORE.before-restore-<unix time>. On its next start
+            the gateway takes a new store epoch, so peers compare everything again: it catches up
+            from the mesh, and deletes made since the backup stay deleted (tombstones win).
+            """,
         "help": """
             Usage: shoal help [COMMAND]
 
@@ -329,6 +350,7 @@ enum Help {
                    shoal bench http [--seconds N] [--connections N] [--dir DIR]
                    shoal bench mqtt [--docs N] [--changes N] [--burst N] [--publisher PATH] [--dir DIR]
                    shoal bench uplink [--count N] [--body-bytes N] [--dir DIR]
+                   shoal bench backup [--docs N] [--rounds N] [--dir DIR]
 
             all (the default): every figure below plus the simulator's and memory's, each beside a
             baseline measured in the same run, then one table with the date and machine: store

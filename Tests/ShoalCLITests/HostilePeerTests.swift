@@ -231,7 +231,9 @@ extension ProcessSuites {
             let failed = counters?["failedConnectionAttempts"] as? Int ?? 0
             #expect(failed > 0, "no failed connection attempts counted")
             let wEnd = w.stop(), jEnd = j.stop(), hEnd = h.stop(), gEnd = g.stop()
-            #expect(gEnd.status == 0 && hEnd.status == 0 && jEnd.status == 0 && wEnd.status == 0)
+            for (name, end) in [("g", gEnd), ("h", hEnd), ("j", jEnd), ("w", wEnd)] {
+                #expect(end.status == 0, "\(name) stopped with status \(end.status): \(end.stderr.suffix(2000))")
+            }
             #expect(gEnd.stderr.contains("refusing connections from 127.0.0.2"), "no refusal of the flood in g's log")
             #expect(gEnd.stderr.contains("refused an incoming replication link from 127.0.0.5"), "no refusal of the replay in g's log")
             #expect(gEnd.stderr.contains("not ours"), "the wrong group was not refused: \(gEnd.stderr.suffix(1500))")

@@ -68,6 +68,9 @@ final class RunningGateway {
     let process = Process()
     let dir: TemporaryDirectory
     let stdout = Pipe(), stderr = Pipe()
+    /// Read all along: a gateway logging verbosely fills a pipe's 64 KB and blocks in its log
+    /// writes (it then never stops on SIGTERM) if the pipe is read only after it exits.
+    private var drains: [PipeDrain] = []
     var socket: String { dir.path + "/control.sock" }
 
     init(dataDir: String? = nil, board: String = "sim", extraArgs: [String] = [], env: [String: String] = [:]) throws {
@@ -81,6 +84,7 @@ final class RunningGateway {
         process.standardOutput = stdout
         process.standardError = stderr
         try process.run()
+        drains = [PipeDrain(stdout), PipeDrain(stderr)]
         let deadline = Date().addingTimeInterval(30)
         while Date() < deadline {
             if FileManager.default.fileExists(atPath: socket),
@@ -88,7 +92,7 @@ final class RunningGateway {
             guard process.isRunning else { break }
             Thread.sleep(forTimeInterval: 0.05)
         }
-        Issue.record("gateway did not come up: \(String(decoding: stderr.fileHandleForReading.availableData, as: UTF8.self))")
+        Issue.record("gateway did not come up: \(drains[1].text)")
     }
 
     func cli(_ args: [String], stdin: String? = nil) throws -> Shoal.Result {
@@ -99,18 +103,18 @@ final class RunningGateway {
 
     /// SIGTERM, then waits; returns the exit status and what the gateway printed. A second call
     /// returns the first one's result (the pipes are closed by then, and the pid may be reused).
-    func stop(signal: Int32 = SIGTERM) -> (status: Int32, stdout: String, stderr: String) {
+    /// `keepDirectory` leaves the data directory for a later gateway (restore tests).
+    func stop(signal: Int32 = SIGTERM, keepDirectory: Bool = false) -> (status: Int32, stdout: String, stderr: String) {
         if let stopped { return stopped }
         kill(process.processIdentifier, signal)
         let deadline = Date().addingTimeInterval(30)
         while process.isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
         if process.isRunning { kill(process.processIdentifier, SIGKILL) }
         process.waitUntilExit()
-        let o = String(decoding: stdout.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        let e = String(decoding: stderr.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        let o = drains[0].waitForEnd(), e = drains[1].waitForEnd()
         try? stdout.fileHandleForReading.close()
         try? stderr.fileHandleForReading.close()
-        dir.remove()
+        if !keepDirectory { dir.remove() }
         stopped = (process.terminationStatus, o, e)
         return stopped!
     }
@@ -121,3 +125,35 @@ final class RunningGateway {
 /// two threads — two such tests at once would starve the timing-sensitive suites (supervision).
 @Suite("Processes", .serialized)
 struct ProcessSuites {}
+
+/// Reads a pipe on a thread of its own until its end, keeping what came.
+final class PipeDrain: @unchecked Sendable {  // `data` and `ended` only under `lock`
+    private let lock = NSCondition()
+    private var data = Data()
+    private var ended = false
+
+    init(_ pipe: Pipe) {
+        let handle = pipe.fileHandleForReading
+        Thread.detachNewThread { [self] in
+            while true {
+                let chunk = handle.availableData
+                lock.lock()
+                if chunk.isEmpty { ended = true; lock.broadcast(); lock.unlock(); return }
+                data.append(chunk)
+                lock.unlock()
+            }
+        }
+    }
+
+    /// What came so far.
+    var text: String { lock.lock(); defer { lock.unlock() }; return String(decoding: data, as: UTF8.self) }
+
+    /// Everything, once the writer closed its end (at most 10 s after the process ended).
+    func waitForEnd() -> String {
+        lock.lock()
+        defer { lock.unlock() }
+        let deadline = Date().addingTimeInterval(10)
+        while !ended && lock.wait(until: deadline) {}
+        return String(decoding: data, as: UTF8.self)
+    }
+}
