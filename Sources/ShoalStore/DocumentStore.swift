@@ -15,7 +15,7 @@ public final class DocumentStore: @unchecked Sendable {  // a SQLite connection,
     private let lock = ConditionLock()
     private var db: SQLiteConnection?
     private var lastSequenceValue: Int64 = 0
-    private var collectionIDs: [CollectionName: Int64] = [:]
+    var collectionIDs: [CollectionName: Int64] = [:]
     private let logger: Logger
 
     /// Opens (or creates) the store. A file that is corrupt, or not a database, is moved aside to
@@ -135,7 +135,7 @@ public final class DocumentStore: @unchecked Sendable {  // a SQLite connection,
     }
 
     /// Runs `body` under the lock, translating errors to StoreError.
-    private func locked<T>(_ body: (SQLiteConnection) throws(StoreError) -> T) throws(StoreError) -> T {
+    func locked<T>(_ body: (SQLiteConnection) throws(StoreError) -> T) throws(StoreError) -> T {
         try lock.withLock { () throws(StoreError) -> T in
             let db = try connection()
             defer { db.releaseReads() }
@@ -187,7 +187,7 @@ extension DocumentStore {
         try locked { _ throws(StoreError) in collectionIDs.keys.filter { !$0.isSystem }.sorted() }
     }
 
-    private func collectionID(_ name: CollectionName) throws(StoreError) -> Int64 {
+    func collectionID(_ name: CollectionName) throws(StoreError) -> Int64 {
         guard let id = collectionIDs[name] else { throw .unknownCollection(name.description) }
         return id
     }
