@@ -376,6 +376,7 @@ public struct ConfigLoader: Sendable {
         }
         errors.attempt { () throws(ConfigError) in c.pushFilter = try r.filterSpec("pushFilter") }
         errors.attempt { () throws(ConfigError) in c.pullFilter = try r.filterSpec("pullFilter") }
+        errors.attempt { () throws(ConfigError) in c.indexes = try r.indexList("indexes") ?? [] }
         errors.attempt { () throws(ConfigError) in try r.finish() }
         try errors.check()
         return c

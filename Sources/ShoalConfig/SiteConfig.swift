@@ -63,6 +63,8 @@ public struct SiteConfig: Sendable, Equatable {
         public var documentIDs: [String]?
         public var pushFilter: FilterSpec?
         public var pullFilter: FilterSpec?
+        /// Expression indexes to keep (`indexes: [site, [site, pressure]]`): each a list of fields.
+        public var indexes: [[String]] = []
         public init(name: CollectionName) { self.name = name }
     }
 

@@ -16,11 +16,17 @@ struct StoreService: Service {
         let options = StoreOptions(path: gateway.storePath, durability: gateway.board.durability == .normal ? .normal : .full)
         let logger = gateway.logger
         let collections = [CollectionName.trust] + gateway.site.collections.map(\.name)
+        let indexes = gateway.site.collections.flatMap { c in c.indexes.map { (c.name, $0) } }
         let trust = gateway.trust
         let opened = try await gateway.storeThread.run { () throws -> OpenedStore in
             try Files.makeDirectories(Files.directory(of: options.path))
             let store = try DocumentStore.open(options, logger: logger)
             for c in collections { try store.createCollection(c) }
+            // The site's indexes (checked when the site file was read); one made by the CLI stays.
+            for (c, fields) in indexes {
+                let paths = try fields.map { f throws(QueryError) in try FieldPath(parsing: f) }
+                if try store.createIndex(on: c, fields: paths) { logger.info(.store, "created index \(c) (\(fields.joined(separator: ",")))") }
+            }
             // The fleet's trust entries, before anything handshakes.
             try trust.load(from: store)
             return OpenedStore(store: store, clock: try NodeClock(store: store))

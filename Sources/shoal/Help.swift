@@ -6,7 +6,7 @@ enum Help {
     static let commandSummaries: [(name: String, summary: [String])] = [
         ("run", ["Run the gateway until stopped (store, status console, control socket)"]),
         ("status", ["Show the running gateway's state"]),
-        ("doc", ["Write and read documents: put | import | get | delete | list"]),
+        ("doc", ["Write, read and query documents: put | import | get | delete | list | query | index | indexes"]),
         ("changes", ["Show the change feed; --follow keeps streaming"]),
         ("conflicts", ["The conflict log: each conflict replication resolved, and how"]),
         ("peers", ["Peers this gateway knows: online, transports, link, activity, neighbours"]),
@@ -115,6 +115,9 @@ enum Help {
                    shoal doc get <collection> <id>            [--socket PATH] [--json]
                    shoal doc delete <collection> <id>         [--socket PATH] [--json]
                    shoal doc list <collection> [--limit N] [--after ID] [--deleted] [--socket PATH] [--json]
+                   shoal doc query <collection> ['FILTER'] [--order F,-F] [--limit N] [--offset N] [--after CURSOR]
+                                  [--fields F,F] [--aggregate count,avg(F)] [--group-by F,F] [--explain] [--json]
+                   shoal doc index create|drop <collection> FIELD[,FIELD…]   shoal doc indexes [collection]
 
             A collection is `scope.collection`, or `collection` in the default scope (`_default`
             alone is `_default._default`). A body is a JSON object of at most 1 MiB; `-` reads it
@@ -123,6 +126,18 @@ enum Help {
             leaves a tombstone, so the deletion replicates. list --deleted includes tombstones;
             list gives up to --limit documents (default 100, at most 10,000) in id order after
             --after ID, fetched in as many pages as their size needs.
+
+            query: the live documents whose FILTER holds (README "Queries and indexes"), e.g.
+              shoal doc query sensors.readings 'site = "east" and pressure > 2.5' --order -updatedAt --limit 20
+            FILTER: fields `a` or `a.b.c` (`odd name` in backticks; id and updatedAt are the
+            document's id and last write), =, !=, <, <=, >, >=, in [..], exists, starts "prefix",
+            and, or, not, parentheses; values "string", numbers, true, false, null. A string never
+            equals a number; a missing field fails every comparison (so != holds). --order: fields,
+            `-` for descending; ties go by id. --limit: default 100, at most 10,000; a full page prints
+            its --after cursor on standard error. --fields: only these fields. --aggregate with
+            --group-by: count, min, max, sum, avg over numbers, per group. --explain: SQLite's plan
+            and whether an index is used. index create|drop: an expression index over the fields
+            (letters, digits, _ and dots), as `indexes:` in the site file makes; indexes lists them.
             """,
         "changes": """
             Usage: shoal changes [--since SEQ] [--limit N] [--follow] [--json] [--socket PATH]
