@@ -149,6 +149,11 @@ extension DocumentStore {
                 }
             }
             try db.exec("CREATE INDEX \"\(name)\" ON documents(\(columns.joined(separator: ", "))) WHERE collection_id = \(cid) AND deleted = 0")
+            // Statistics, so the planner weighs this index against the collection's own: without
+            // them it guesses that `collection_id = ?` alone finds 10 rows, and never picks an
+            // index for a range. One pass over the table's indexes, as long as building one.
+            try db.exec("ANALYZE documents")
+            db.queryStatements.finalizeAll()
             return true
         }
     }
