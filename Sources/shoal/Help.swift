@@ -25,7 +25,7 @@ enum Help {
         ("doctor", ["Check this gateway before trusting it in the field (board, LED, radios, avahi,",
                     "identity, store, clock, free space)"]),
         ("board", ["Board files: list | show NAME | check FILE"]),
-        ("bench", ["Benchmarks that print figures: all (one table), store, tls, replication, http, mqtt, uplink"]),
+        ("bench", ["Benchmarks that print figures: all (one table), store, tls, replication, http, mqtt, uplink, query"]),
         ("sim", ["Simulate a mesh of gateways (virtual time, real stores): plan a site"]),
         ("demo", ["Five gateways in this process on a simulated radio: the mesh at work"]),
         ("version", ["Versions of shoal and of the C libraries it uses"]),
@@ -339,6 +339,7 @@ enum Help {
                    shoal bench http [--seconds N] [--connections N] [--dir DIR]
                    shoal bench mqtt [--docs N] [--changes N] [--burst N] [--publisher PATH] [--dir DIR]
                    shoal bench uplink [--count N] [--body-bytes N] [--dir DIR]
+                   shoal bench query [--docs N] [--rounds N] [--seconds S] [--dir DIR]
 
             all (the default): every figure below plus the simulator's and memory's, each beside a
             baseline measured in the same run, then one table with the date and machine: store
@@ -385,6 +386,12 @@ enum Help {
             (another) pulls: docs/s of A's push (until A's board says all published) and end to
             end (until B holds all), each against the baseline; bytes per document each way from
             the server's /connz, against the body and the uplink's headers. About 15 s.
+
+            query: --docs (default 100000) ~1 KB documents in one collection; the query
+            'site = "east" and pressure > 2.5' --order -updatedAt --limit 20, queries/s through the
+            store vs the same compiled SQL through the bare SQLite C API (prepared once), --rounds
+            (default 3) of --seconds (default 2) each side, alternately: without an index, then
+            with one over (site, pressure). Prints each plan and the ratio (goal >= 0.80).
             """,
         "identity": """
             Usage: shoal identity create [--label L] [--days N] [--cn NAME] [--ca-key K --ca-cert C] [--force [--new-key | --self-signed]] [--json]
