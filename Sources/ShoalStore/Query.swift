@@ -42,7 +42,8 @@ public struct Query: Sendable, Equatable {
 /// Bounds every query: nothing returns an unbounded result or parses without bound.
 public enum QueryLimits {
     public static let maxTextBytes = 4096
-    public static let maxDepth = 32
+    /// Parentheses and `not`s nested (the compiled SQL must also stay within SQLite's parser).
+    public static let maxDepth = 16
     /// Comparisons (and `in` values) in one filter.
     public static let maxTerms = 128
     public static let defaultLimit = 100
