@@ -106,6 +106,10 @@ struct QueryCompiler {
         guard q.offset >= 0 && q.offset <= QueryLimits.maxOffset else {
             throw QueryError(position: 0, message: "offset is 0 to \(QueryLimits.maxOffset) (page with the after cursor instead), not \(q.offset)")
         }
+        // A filter built in Swift has not been through the parser's bound.
+        if let f = q.filter, QueryCompiler.terms(f) > QueryLimits.maxTerms {
+            throw QueryError(position: 0, message: "the query has more than \(QueryLimits.maxTerms) terms")
+        }
         guard q.order.count <= QueryLimits.maxOrderKeys else { throw QueryError(position: 0, message: "at most \(QueryLimits.maxOrderKeys) order keys") }
         guard (q.fields?.count ?? 0) <= QueryLimits.maxFields else { throw QueryError(position: 0, message: "at most \(QueryLimits.maxFields) fields") }
         guard q.aggregates.count <= QueryLimits.maxAggregates else { throw QueryError(position: 0, message: "at most \(QueryLimits.maxAggregates) aggregates") }
@@ -203,6 +207,22 @@ struct QueryCompiler {
         case .oneOf(let f, let lits): return oneOf(f, lits)
         case .startsWith(let f, let prefix): return startsWith(f, prefix)
         }
+    }
+
+    /// Comparisons (an `in` list counts each value), as the parser counts them.
+    static func terms(_ p: QueryPredicate) -> Int {
+        var n = 0
+        var stack = [p]
+        while let next = stack.popLast() {
+            switch next {
+            case .and(let a, let b), .or(let a, let b): stack.append(a); stack.append(b)
+            case .not(let a): stack.append(a)
+            case .oneOf(_, let values): n += values.count
+            case .always: break
+            default: n += 1
+            }
+        }
+        return n
     }
 
     /// The operands of a chain of `and`s (or `or`s), in order, however it is nested.

@@ -182,6 +182,8 @@ struct QueryTests {
             let b = QueryPredicate.compare(try FieldPath(segments: ["b"]), .equal, .number("2"))
             var deep = QueryPredicate.compare(try FieldPath(segments: ["a"]), .equal, .number("1"))
             for i in 0..<40 { deep = i % 2 == 0 ? .or(b, deep) : .and(b, deep) }
+            let wide = (0..<200).reduce(b) { p, _ in .and(p, b) }
+            #expect(throws: StoreError.self) { try store.query(Query(filter: wide), in: readings) }
             let refused = #expect(throws: StoreError.self) { try store.query(Query(filter: deep), in: readings) }
             #expect("\(refused.map { "\($0)" } ?? "")".contains("nests too deeply"), "\(String(describing: refused))")
         }
