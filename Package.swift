@@ -82,7 +82,7 @@ let package = Package(
         .executableTarget(name: "shoal-crash-writer", dependencies: ["ShoalCore", "ShoalStore"], path: "Sources/ShoalCrashWriter"),
 
         // Fuzz targets for every input from outside (make fuzz); without libFuzzer, a corpus replayer.
-        .executableTarget(name: "shoal-fuzz", dependencies: ["ShoalTrust", "ShoalConfig", "ShoalCore", "ShoalReplication", "ShoalTLS", "ShoalWire", "ShoalYAML"], path: "Sources/ShoalFuzz"),
+        .executableTarget(name: "shoal-fuzz", dependencies: ["ShoalTrust", "ShoalConfig", "ShoalCore", "ShoalReplication", "ShoalTLS", "ShoalWire", "ShoalYAML", "ShoalStore"], path: "Sources/ShoalFuzz"),
 
         .testTarget(name: "ShoalCoreTests", dependencies: ["ShoalCore", "ShoalWire", "ShoalStatus", "ShoalTesting"]),
         .testTarget(name: "ShoalSupervisionTests", dependencies: ["ShoalThreads", "ShoalSupervision", "ShoalTesting"]),

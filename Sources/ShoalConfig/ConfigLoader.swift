@@ -379,6 +379,7 @@ public struct ConfigLoader: Sendable {
         errors.attempt { () throws(ConfigError) in c.ttlSeconds = try r.durationSeconds("ttl") }
         errors.attempt { () throws(ConfigError) in c.maxDocuments = try r.int("maxDocuments", in: 1...1_000_000_000_000) }
         errors.attempt { () throws(ConfigError) in c.maxBytes = try r.byteSize("maxBytes") }
+        errors.attempt { () throws(ConfigError) in c.indexes = try r.indexList("indexes") ?? [] }
         errors.attempt { () throws(ConfigError) in try r.finish() }
         try errors.check()
         return c

@@ -69,6 +69,8 @@ public struct SiteConfig: Sendable, Equatable {
         public var ttlSeconds: Int64?
         public var maxDocuments: Int64?
         public var maxBytes: Int64?
+        /// Expression indexes to keep (`indexes: [site, [site, pressure]]`): each a list of fields.
+        public var indexes: [[String]] = []
         public init(name: CollectionName) { self.name = name }
     }
 

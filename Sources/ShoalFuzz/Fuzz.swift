@@ -32,6 +32,9 @@ enum FuzzTarget: String, CaseIterable {
     /// A `_trust` document body (any peer may relay any body, signed or not): read strictly, then
     /// judged by a ledger that trusts one fixed admin key and already holds a few entries.
     case trust
+    /// A query (filter, order, aggregates, group by): parsed, printed back, and run on a small
+    /// store against the Swift reference.
+    case query
 
     func run(_ bytes: [UInt8]) {
         switch self {
@@ -84,6 +87,8 @@ enum FuzzTarget: String, CaseIterable {
             if let id = HubLayout.untoken(token), HubLayout.untoken(HubLayout.token(id)) != id {
                 fatalError("a hub document id did not survive encode + decode")
             }
+        case .query:
+            QueryFuzz.run(bytes)
         case .trust:
             guard let entry = try? TrustEntry.decode(String(decoding: bytes, as: UTF8.self)) else { break }
             // What decodes must encode to a body that decodes to the same entry.

@@ -28,6 +28,7 @@ struct ControlHandler {
         case .notFound: ControlError(code: .notFound, message: error.description)
         case .unknownCollection: ControlError(code: .notFound, message: error.description)
         case .invalidDocument, .invalidName: ControlError(code: .invalidDocument, message: error.description)
+        case .invalidQuery: ControlError(code: .badRequest, message: error.description)
         case .closed: ControlError(code: .unavailable, message: "the store is restarting; try again")
         default: ControlError(code: .internalError, message: error.description)
         }
@@ -92,6 +93,7 @@ struct ControlHandler {
         default:
             if let answer = try dispatchDocument(op, r) { return answer }
             if let answer = try dispatchExpiry(op, r) { return answer }
+            if let answer = try dispatchQuery(op, r) { return answer }
             if let answer = try dispatchMesh(op, r) { return answer }
             if let answer = try dispatchTrust(op, r) { return answer }
             if let answer = try dispatchBackup(op, r) { return answer }

@@ -16,6 +16,7 @@ struct StoreService: Service {
         let options = StoreOptions(path: gateway.storePath, durability: gateway.board.durability == .normal ? .normal : .full)
         let logger = gateway.logger
         let collections = [CollectionName.trust] + gateway.site.collections.map(\.name)
+        let indexes = gateway.site.collections.flatMap { c in c.indexes.map { (c.name, $0) } }
         let trust = gateway.trust
         let group = gateway.site.group
         let opened = try await gateway.storeThread.run { () throws -> OpenedStore in
@@ -24,6 +25,11 @@ struct StoreService: Service {
             for c in collections { try store.createCollection(c) }
             // Which group the store belongs to: `shoal restore` refuses another group's backup.
             try store.setMetadata(DocumentStore.groupKey, group)
+            // The site's indexes (checked when the site file was read); one made by the CLI stays.
+            for (c, fields) in indexes {
+                let paths = try fields.map { f throws(QueryError) in try FieldPath(parsing: f) }
+                if try store.createIndex(on: c, fields: paths) { logger.info(.store, "created index \(c) (\(fields.joined(separator: ",")))") }
+            }
             // The fleet's trust entries, before anything handshakes.
             try trust.load(from: store)
             return OpenedStore(store: store, clock: try NodeClock(store: store))

@@ -15,7 +15,7 @@ public final class DocumentStore: @unchecked Sendable {  // a SQLite connection,
     let lock = ConditionLock()  // internal: DocumentStore+Backup.swift steps a backup under it
     private var db: SQLiteConnection?
     var lastSequenceValue: Int64 = 0  // internal: read under the lock by DocumentStore+Backup.swift
-    private var collectionIDs: [CollectionName: Int64] = [:]
+    var collectionIDs: [CollectionName: Int64] = [:]
     private let logger: Logger
     /// What expiration did since the process started (see DocumentStore+Expiry).
     public let expiryCounts = Locked(ExpiryCounts())
@@ -195,7 +195,7 @@ extension DocumentStore {
         try locked { _ throws(StoreError) in collectionIDs.keys.filter { !$0.isSystem }.sorted() }
     }
 
-    private func collectionID(_ name: CollectionName) throws(StoreError) -> Int64 {
+    func collectionID(_ name: CollectionName) throws(StoreError) -> Int64 {
         guard let id = collectionIDs[name] else { throw .unknownCollection(name.description) }
         return id
     }

@@ -25,7 +25,12 @@ final class SQLiteConnection {
 
     deinit { close() }
 
+    /// Prepared statements of queries (`DocumentStore.query`): their SQL is made from users'
+    /// queries, so this cache is bounded (the one above holds only the store's own statements).
+    let queryStatements = BoundedStatementCache(capacity: 64)
+
     func close() {
+        queryStatements.finalizeAll()
         for (_, s) in statements { sqlite3_finalize(s) }
         statements.removeAll()
         for case let s? in hot { sqlite3_finalize(s) }

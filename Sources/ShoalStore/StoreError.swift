@@ -15,6 +15,8 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
     case closed
     /// A conditional write (HTTP If-Match / If-None-Match) found another revision; nothing written.
     case preconditionFailed(String)
+    /// A query or index that is malformed or over a limit; nothing was run.
+    case invalidQuery(QueryError)
 
     public var description: String {
         switch self {
@@ -27,6 +29,7 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
             "store \(path) has schema version \(found), newer than this shoal supports (\(supported)); upgrade shoal or point storage.path elsewhere"
         case .closed: "the store is closed"
         case .preconditionFailed(let why): why
+        case .invalidQuery(let e): "invalid query: \(e)"
         }
     }
 

@@ -193,11 +193,14 @@ enum CLI {
         guard let sub = args.first, !sub.hasPrefix("-") else {
             let a = try Arguments.parse(args, command: "doc")
             if helpIfAsked(a, "doc") { return ExitCode.ok }
-            throw UsageError(command: "doc", message: "missing subcommand: put, import, get, delete or list")
+            throw UsageError(command: "doc", message: "missing subcommand: put, import, get, delete, list, query, index or indexes")
         }
         let command = "doc \(sub)"
         let rest = Array(args.dropFirst())
         switch sub {
+        case "query": return try docQuery(rest)
+        case "index": return try docIndex(rest)
+        case "indexes": return try docIndexes(rest)
         case "put":
             let a = try Arguments.parse(rest, command: command, valueOptions: ["--socket"], flagOptions: ["--json"])
             if helpIfAsked(a, "doc") { return ExitCode.ok }
@@ -303,7 +306,7 @@ enum CLI {
         case "expire":
             return try docExpire(rest, command: command)
         default:
-            throw UsageError(command: "doc", message: "unknown subcommand \"\(sub)\": put, import, get, delete or list")
+            throw UsageError(command: "doc", message: "unknown subcommand \"\(sub)\": put, import, get, delete, list, query, index or indexes")
         }
         return ExitCode.ok
     }

@@ -6,7 +6,7 @@ enum Help {
     static let commandSummaries: [(name: String, summary: [String])] = [
         ("run", ["Run the gateway until stopped (store, status console, control socket)"]),
         ("status", ["Show the running gateway's state"]),
-        ("doc", ["Write and read documents: put | import | get | delete | list"]),
+        ("doc", ["Write, read and query documents: put | import | get | delete | list | query | index | indexes"]),
         ("changes", ["Show the change feed; --follow keeps streaming"]),
         ("conflicts", ["The conflict log: each conflict replication resolved, and how"]),
         ("peers", ["Peers this gateway knows: online, transports, link, activity, neighbours"]),
@@ -27,7 +27,7 @@ enum Help {
         ("backup", ["Copy the running gateway's store to FILE while it keeps writing (online backup)"]),
         ("restore", ["Replace a stopped gateway's store with a checked backup; it catches up from the mesh"]),
         ("board", ["Board files: list | show NAME | check FILE"]),
-        ("bench", ["Benchmarks that print figures: all (one table), store, tls, replication, http, mqtt, uplink, backup"]),
+        ("bench", ["Benchmarks that print figures: all (one table), store, tls, replication, http, mqtt, uplink, backup, query"]),
         ("sim", ["Simulate a mesh of gateways (virtual time, real stores): plan a site"]),
         ("demo", ["Five gateways in this process on a simulated radio: the mesh at work"]),
         ("version", ["Versions of shoal and of the C libraries it uses"]),
@@ -118,6 +118,9 @@ enum Help {
                    shoal doc delete <collection> <id>         [--socket PATH] [--json]
                    shoal doc list <collection> [--limit N] [--after ID] [--deleted] [--socket PATH] [--json]
                    shoal doc expire <collection> <id> --in DURATION | --at UNIX | --never [--socket PATH] [--json]
+                   shoal doc query <collection> ['FILTER'] [--order F,-F] [--limit N] [--offset N] [--after CURSOR]
+                                  [--fields F,F] [--aggregate count,avg(F)] [--group-by F,F] [--explain] [--json]
+                   shoal doc index create|drop <collection> FIELD[,FIELD…]   shoal doc indexes [collection]
 
             A collection is `scope.collection`, or `collection` in the default scope (`_default`
             alone is `_default._default`). A body is a JSON object of at most 1 MiB; `-` reads it
@@ -130,6 +133,18 @@ enum Help {
             it): no tombstone, nothing replicated, other gateways keep their copies; an update keeps
             the expiry, a delete clears it. The site file's per-collection ttl, maxDocuments and
             maxBytes purge alike (README "Expiration").
+
+            query: the live documents whose FILTER holds (README "Queries and indexes"), e.g.
+              shoal doc query sensors.readings 'site = "east" and pressure > 2.5' --order -updatedAt --limit 20
+            FILTER: fields `a` or `a.b.c` (`odd name` in backticks; id and updatedAt are the
+            document's id and last write), =, !=, <, <=, >, >=, in [..], exists, starts "prefix",
+            and, or, not, parentheses; values "string", numbers, true, false, null. A string never
+            equals a number; a missing field fails every comparison (so != holds). --order: fields,
+            `-` for descending; ties go by id. --limit: default 100, at most 10,000; a full page prints
+            its --after cursor on standard error. --fields: only these fields. --aggregate with
+            --group-by: count, min, max, sum, avg over numbers, per group. --explain: SQLite's plan
+            and whether an index is used. index create|drop: an expression index over the fields
+            (letters, digits, _ and dots), as `indexes:` in the site file makes; indexes lists them.
             """,
         "changes": """
             Usage: shoal changes [--since SEQ] [--limit N] [--follow] [--json] [--socket PATH]
@@ -351,6 +366,7 @@ enum Help {
                    shoal bench mqtt [--docs N] [--changes N] [--burst N] [--publisher PATH] [--dir DIR]
                    shoal bench uplink [--count N] [--body-bytes N] [--dir DIR]
                    shoal bench backup [--docs N] [--rounds N] [--dir DIR]
+                   shoal bench query [--docs N] [--rounds N] [--seconds S] [--dir DIR]
 
             all (the default): every figure below plus the simulator's and memory's, each beside a
             baseline measured in the same run, then one table with the date and machine: store
@@ -397,6 +413,12 @@ enum Help {
             (another) pulls: docs/s of A's push (until A's board says all published) and end to
             end (until B holds all), each against the baseline; bytes per document each way from
             the server's /connz, against the body and the uplink's headers. About 15 s.
+
+            query: --docs (default 100000) ~1 KB documents in one collection; the query
+            'site = "east" and pressure > 2.5' --order -updatedAt --limit 20, queries/s through the
+            store vs the same compiled SQL through the bare SQLite C API (prepared once), --rounds
+            (default 3) of --seconds (default 2) each side, alternately: without an index, then
+            with one over (site, pressure). Prints each plan and the ratio (goal >= 0.80).
             """,
         "identity": """
             Usage: shoal identity create [--label L] [--days N] [--cn NAME] [--ca-key K --ca-cert C] [--force [--new-key | --self-signed]] [--json]

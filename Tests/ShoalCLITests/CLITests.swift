@@ -40,7 +40,7 @@ extension ProcessSuites {
             (["changes", "--since", "x"], "--since must be a whole number 0 or more, not \"x\""),
             (["sim", "--topology", "star"], "not \"star\""), (["sim", "--kind", "lora"], "--kind is wifi or ble, not \"lora\""),
             (["sim", "--loss", "2"], "not \"2\""), (["sim", "--edits", "maybe"], "not \"maybe\""),
-            (["doc", "frob"], "put, import, get, delete or list"), (["peer", "74"], "at least its first 4 hex digits (as `shoal peers` shows them), not \"74\""),
+            (["doc", "frob"], "put, import, get, delete, list, query, index or indexes"), (["peer", "74"], "at least its first 4 hex digits (as `shoal peers` shows them), not \"74\""),
             (["peer", "zzzz"], "not \"zzzz\""), (["mesh", "--dot", "--json"], "--dot and --json go one at a time"), (["help", "nosuch"], "no command \"nosuch\" (see `shoal --help`)"),
         ])
         func badValuesNamed(_ args: [String], _ needle: String) throws {
