@@ -116,7 +116,7 @@ enum Help {
                    shoal doc delete <collection> <id>         [--socket PATH] [--json]
                    shoal doc list <collection> [--limit N] [--after ID] [--deleted] [--socket PATH] [--json]
                    shoal doc query <collection> ['FILTER'] [--order F,-F] [--limit N] [--offset N] [--after CURSOR]
-                                  [--fields F,F] [--aggregate count,avg(F)] [--group-by F,F] [--explain] [--json]
+                                  [--fields F,F] [--aggregate count,avg(F)] [--group-by F,F] [--explain] [--follow] [--json]
                    shoal doc index create|drop <collection> FIELD[,FIELD…]   shoal doc indexes [collection]
 
             A collection is `scope.collection`, or `collection` in the default scope (`_default`
@@ -138,6 +138,9 @@ enum Help {
             --group-by: count, min, max, sum, avg over numbers, per group. --explain: SQLite's plan
             and whether an index is used. index create|drop: an expression index over the fields
             (letters, digits, _ and dots), as `indexes:` in the site file makes; indexes lists them.
+            query --follow: a live query; prints the whole result, then each update that changes
+            it (+ added, ~ changed, - removed; --json: one JSON line per update) until ^C. It is
+            evaluated again only when the collection changes, at most 10 times a second.
             """,
         "changes": """
             Usage: shoal changes [--since SEQ] [--limit N] [--follow] [--json] [--socket PATH]
