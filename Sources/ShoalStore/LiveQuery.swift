@@ -77,7 +77,9 @@ public struct LiveQueryState: Sendable {
             if dirtySince == nil, !(try store.changes(in: collection, since: seen, limit: 1)).isEmpty { dirtySince = now }
             seen = head
         }
-        guard let due = due(), now >= due else { return nil }
+        if last != nil {
+            guard let due = due(), now >= due else { return nil }
+        }
         let sequence = store.lastSequence
         let result = try store.query(query, in: collection)
         evaluations += 1
