@@ -28,8 +28,12 @@ extension DocumentStore {
         try locked { db throws(StoreError) in
             let compiled = try DocumentStore.compile(q, collectionID: try collectionID(collection))
             let s = try db.queryStatements.statement(compiled.sql, on: db)
-            // Every `?` of the text has its value, in order: a mismatch is the compiler's bug.
-            precondition(Int(sqlite3_bind_parameter_count(s.raw)) == compiled.bindings.count, "query compiler: \(compiled.sql) has \(sqlite3_bind_parameter_count(s.raw)) parameters for \(compiled.bindings.count) values")
+            // Every `?` of the text has its value, in order: a mismatch is the compiler's bug (the
+            // fuzz target treats this error as a crash); the gateway refuses the query and stays up.
+            guard Int(sqlite3_bind_parameter_count(s.raw)) == compiled.bindings.count else {
+                throw .sqlite(call: "query compiler", code: SQLITE_MISUSE,
+                              message: "\(sqlite3_bind_parameter_count(s.raw)) parameters for \(compiled.bindings.count) values in \(compiled.sql.prefix(200))")
+            }
             for (i, v) in compiled.bindings.enumerated() { try s.bind(Int32(i), v) }
             var result = QueryResult()
             if !q.aggregates.isEmpty {

@@ -42,7 +42,8 @@ public struct Query: Sendable, Equatable {
 /// Bounds every query: nothing returns an unbounded result or parses without bound.
 public enum QueryLimits {
     public static let maxTextBytes = 4096
-    public static let maxDepth = 32
+    /// Parentheses and `not`s nested (the compiled SQL must also stay within SQLite's parser).
+    public static let maxDepth = 16
     /// Comparisons (and `in` values) in one filter.
     public static let maxTerms = 128
     public static let defaultLimit = 100
@@ -225,17 +226,22 @@ public struct QueryResult: Sendable, Equatable {
 }
 
 extension QueryPredicate: CustomStringConvertible {
-    /// The query text that parses back to this predicate (fully parenthesized).
+    /// The query text that parses back to this predicate, with only the parentheses its shape
+    /// needs (`and` and `or` chains read left to right): never deeper than the text it came from.
     public var description: String {
         switch self {
         case .compare(let f, let op, let lit): "\(f) \(op.rawValue) \(lit)"
         case .oneOf(let f, let lits): "\(f) in [\(lits.map(\.description).joined(separator: ", "))]"
         case .exists(let f): "\(f) exists"
         case .startsWith(let f, let p): "\(f) starts \(JSONValue.string(p).compactText)"
-        case .and(let a, let b): "(\(a) and \(b))"
-        case .or(let a, let b): "(\(a) or \(b))"
-        case .not(let a): "not \(a)"
+        case .and(let a, let b):
+            "\(a.isOr ? "(\(a))" : "\(a)") and \(b.isOr || b.isAnd ? "(\(b))" : "\(b)")"
+        case .or(let a, let b): "\(a) or \(b.isOr ? "(\(b))" : "\(b)")"
+        case .not(let a): a.isOr || a.isAnd ? "not (\(a))" : "not \(a)"
         case .always(let b): b ? "exists id" : "not exists id"
         }
     }
+
+    var isAnd: Bool { if case .and = self { return true }; return false }
+    var isOr: Bool { if case .or = self { return true }; return false }
 }

@@ -106,6 +106,10 @@ struct QueryCompiler {
         guard q.offset >= 0 && q.offset <= QueryLimits.maxOffset else {
             throw QueryError(position: 0, message: "offset is 0 to \(QueryLimits.maxOffset) (page with the after cursor instead), not \(q.offset)")
         }
+        // A filter built in Swift has not been through the parser's bound.
+        if let f = q.filter, QueryCompiler.terms(f) > QueryLimits.maxTerms {
+            throw QueryError(position: 0, message: "the query has more than \(QueryLimits.maxTerms) terms")
+        }
         guard q.order.count <= QueryLimits.maxOrderKeys else { throw QueryError(position: 0, message: "at most \(QueryLimits.maxOrderKeys) order keys") }
         guard (q.fields?.count ?? 0) <= QueryLimits.maxFields else { throw QueryError(position: 0, message: "at most \(QueryLimits.maxFields) fields") }
         guard q.aggregates.count <= QueryLimits.maxAggregates else { throw QueryError(position: 0, message: "at most \(QueryLimits.maxAggregates) aggregates") }
@@ -122,7 +126,7 @@ struct QueryCompiler {
 
     mutating func compile(_ q: Query) throws(QueryError) -> CompiledQuery {
         let limit = try QueryCompiler.checkLimits(q)
-        if !q.aggregates.isEmpty { return compileAggregate(q, limit: limit) }
+        if !q.aggregates.isEmpty { return try compileAggregate(q, limit: limit) }
         let keys = QueryCompiler.keyComponents(q.order)
         var select = "SELECT doc_id, updated_at, body"
         for k in keys { select += ", " + keyExpression(k.field, k.part) }
@@ -135,6 +139,7 @@ struct QueryCompiler {
         // By the select list's key columns (4, 5, …): the expressions are not written twice.
         sql += " ORDER BY " + keys.indices.map { i in "\(i + 4)" + (keys[i].ascending ? " ASC" : " DESC") }.joined(separator: ", ")
         sql += " LIMIT \(bind(.int(Int64(limit)))) OFFSET \(bind(.int(Int64(q.offset))))"
+        try QueryCompiler.checkNesting(sql)
         return CompiledQuery(sql: sql, bindings: bindings, keyColumns: keys.count, keyAscending: keys.map(\.ascending), limit: limit)
     }
 
@@ -192,14 +197,59 @@ struct QueryCompiler {
     mutating func predicate(_ p: QueryPredicate) -> String {
         switch p {
         case .always(let b): return b ? "1" : "0"
-        case .and(let a, let b): return "(\(predicate(a)) AND \(predicate(b)))"
-        case .or(let a, let b): return "(\(predicate(a)) OR \(predicate(b)))"
+        // A chain of one operator is one flat list: SQLite's parser overflows its stack on
+        // parentheses nested about 30 deep, and `a and b and …` must not nest at all.
+        case .and: return "(" + QueryCompiler.chain(p, and: true).map { predicate($0) }.joined(separator: " AND ") + ")"
+        case .or: return "(" + QueryCompiler.chain(p, and: false).map { predicate($0) }.joined(separator: " OR ") + ")"
         case .not(let a): return "NOT \(predicate(a))"
         case .exists(let f): return f.pseudo != nil ? "1" : "(json_type(body, \(path(f))) IS NOT NULL)"
         case .compare(let f, let op, let lit): return compare(f, op, lit)
         case .oneOf(let f, let lits): return oneOf(f, lits)
         case .startsWith(let f, let prefix): return startsWith(f, prefix)
         }
+    }
+
+    /// Comparisons (an `in` list counts each value), as the parser counts them.
+    static func terms(_ p: QueryPredicate) -> Int {
+        var n = 0
+        var stack = [p]
+        while let next = stack.popLast() {
+            switch next {
+            case .and(let a, let b), .or(let a, let b): stack.append(a); stack.append(b)
+            case .not(let a): stack.append(a)
+            case .oneOf(_, let values): n += values.count
+            case .always: break
+            default: n += 1
+            }
+        }
+        return n
+    }
+
+    /// The operands of a chain of `and`s (or `or`s), in order, however it is nested.
+    static func chain(_ p: QueryPredicate, and: Bool) -> [QueryPredicate] {
+        var out: [QueryPredicate] = []
+        var stack = [p]
+        while let next = stack.popLast() {
+            switch (next, and) {
+            case (.and(let a, let b), true), (.or(let a, let b), false):
+                stack.append(b)
+                stack.append(a)
+            default:
+                out.append(next)
+            }
+        }
+        return out
+    }
+
+    /// SQLite's parser takes about 28 levels of parentheses; the compiled text stays below this.
+    static let maxSQLNesting = 24
+
+    static func nesting(_ sql: String) -> Int {
+        var depth = 0, deepest = 0
+        for b in sql.utf8 {
+            if b == 0x28 { depth += 1; deepest = max(deepest, depth) } else if b == 0x29 { depth -= 1 }
+        }
+        return deepest
     }
 
     static func literalValue(_ lit: QueryLiteral) -> SQLValue {
@@ -320,7 +370,14 @@ struct QueryCompiler {
         }
     }
 
-    mutating func compileAggregate(_ q: Query, limit: Int) -> CompiledQuery {
+    static func checkNesting(_ sql: String) throws(QueryError) {
+        let n = nesting(sql)
+        guard n <= maxSQLNesting else {
+            throw QueryError(position: 0, message: "the query nests too deeply (\(n) levels of SQL, at most \(maxSQLNesting)): use fewer nested parentheses, or write a not (x = 1 and y = 2) as x != 1 or y != 2")
+        }
+    }
+
+    mutating func compileAggregate(_ q: Query, limit: Int) throws(QueryError) -> CompiledQuery {
         var groupColumns: [String] = []
         for g in q.groupBy {
             if g.pseudo != nil { groupColumns.append(keyExpression(g, .column)) } else {
@@ -339,6 +396,7 @@ struct QueryCompiler {
             sql += " GROUP BY \(numbers) ORDER BY \(numbers)"
         }
         sql += " LIMIT \(bind(.int(Int64(limit)))) OFFSET \(bind(.int(Int64(q.offset))))"
+        try QueryCompiler.checkNesting(sql)
         return CompiledQuery(sql: sql, bindings: bindings, keyColumns: groupColumns.count, keyAscending: [], limit: limit)
     }
 }

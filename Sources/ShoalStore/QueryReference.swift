@@ -19,6 +19,9 @@ public enum QueryReference {
 
     public static func evaluate(_ q: Query, over documents: [Document]) throws(QueryError) -> QueryResult {
         let limit = try QueryCompiler.checkLimits(q)
+        // The same refusal as the store's: a filter its SQL would nest too deeply for SQLite.
+        var compiler = QueryCompiler(collectionID: 0)
+        _ = try compiler.compile(q)
         let matching = documents.filter { d in q.filter.map { holds($0, d) } ?? true }
         if !q.aggregates.isEmpty { return aggregate(q, matching, limit: limit) }
         let keys = QueryCompiler.keyComponents(q.order)

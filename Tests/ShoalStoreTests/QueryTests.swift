@@ -175,6 +175,17 @@ struct QueryTests {
             #expect(throws: StoreError.self) { try store.query(Query(limit: 0), in: readings) }
             #expect(throws: StoreError.self) { try store.query(Query(limit: QueryLimits.maxLimit + 1), in: readings) }
             #expect(try store.query(Query(), in: readings).rows.isEmpty)
+            // 128 terms in one chain compile flat and run; nesting SQLite could not parse is refused.
+            let chain = Array(repeating: "a != 1", count: 64).joined(separator: " and ") + " or " + Array(repeating: "b = 2", count: 64).joined(separator: " or ")
+            #expect(try store.query(Query(chain), in: readings).rows.isEmpty)
+            // (A filter built in Swift, not parsed, can nest without the parser's bound.)
+            let b = QueryPredicate.compare(try FieldPath(segments: ["b"]), .equal, .number("2"))
+            var deep = QueryPredicate.compare(try FieldPath(segments: ["a"]), .equal, .number("1"))
+            for i in 0..<40 { deep = i % 2 == 0 ? .or(b, deep) : .and(b, deep) }
+            let wide = (0..<200).reduce(b) { p, _ in .and(p, b) }
+            #expect(throws: StoreError.self) { try store.query(Query(filter: wide), in: readings) }
+            let refused = #expect(throws: StoreError.self) { try store.query(Query(filter: deep), in: readings) }
+            #expect("\(refused.map { "\($0)" } ?? "")".contains("nests too deeply"), "\(String(describing: refused))")
         }
     }
 }
