@@ -343,6 +343,7 @@ enum Help {
                    shoal bench mqtt [--docs N] [--changes N] [--burst N] [--publisher PATH] [--dir DIR]
                    shoal bench uplink [--count N] [--body-bytes N] [--dir DIR]
                    shoal bench query [--docs N] [--rounds N] [--seconds S] [--dir DIR]
+                   shoal bench live-query [--docs N] [--samples N] [--dir DIR]
 
             all (the default): every figure below plus the simulator's and memory's, each beside a
             baseline measured in the same run, then one table with the date and machine: store
@@ -395,6 +396,11 @@ enum Help {
             store vs the same compiled SQL through the bare SQLite C API (prepared once), --rounds
             (default 3) of --seconds (default 2) each side, alternately: without an index, then
             with one over (site, pressure). Prints each plan and the ratio (goal >= 0.80).
+
+            live-query: the same documents and index; that query kept live by a thread of its own;
+            --samples (default 100) writes of a matching document, each timed until the update
+            holding it reaches the live query's thread: median and p99, with the standard pacing
+            (coalesce 25 ms, at most 10 evaluations/s) and with none.
             """,
         "identity": """
             Usage: shoal identity create [--label L] [--days N] [--cn NAME] [--ca-key K --ca-cert C] [--force [--new-key | --self-signed]] [--json]
