@@ -583,10 +583,9 @@ public enum OpenAPIDocument {
             "name": "q",
             "in": "query",
             "required": false,
-            "description": "the filter (README \"Queries and indexes\"), e.g. `site = \"east\" and pressure > 2.5`; absent: every document",
+            "description": "the filter (README \"Queries and indexes\"), e.g. `site = \"east\" and pressure > 2.5`; absent: every document; at most 4096 bytes",
             "schema": {
-              "type": "string",
-              "maxLength": 4096
+              "type": "string"
             }
           },
           {
