@@ -94,6 +94,7 @@ extension HTTPFeed {
 
     /// The soonest a live query has work to do without a new change (nil: none).
     func liveQueryDue() -> ContinuousClock.Instant? {
-        liveSubscribers.withLock { subs in subs.values.compactMap { $0.state.due() }.min() }
+        // A stream over half full is skipped until it drains (the keepalive round finds it).
+        liveSubscribers.withLock { subs in subs.values.filter { $0.stream.buffered < $0.stream.maxBuffered / 2 }.compactMap { $0.state.due() }.min() }
     }
 }

@@ -83,8 +83,8 @@ final class HTTPFeed: Sendable {
             let behind = changeSubscribers.withLock { subs in subs.values.contains { $0.cursor < seen && $0.stream.buffered < $0.stream.maxBuffered / 2 } }
             let hasLongPolls = changeSubscribers.withLock { subs in subs.values.contains { $0.longPoll != nil } }
             var waitMillis = hasLongPolls ? 100 : 250
-            if let due = liveQueryDue() { waitMillis = min(waitMillis, max(0, Int((due - .now) / .milliseconds(1)) + 1)) }
-            if !behind && waitMillis > 0 { seen = store.waitForChange(after: seen, timeoutMillis: waitMillis) }
+            if let due = liveQueryDue() { waitMillis = min(waitMillis, max(1, Int((due - .now) / .milliseconds(1)) + 1)) }
+            if !behind { seen = store.waitForChange(after: seen, timeoutMillis: waitMillis) }
             seen = store.lastSequence
             pushChanges(upTo: seen)
             pushEvents()

@@ -80,6 +80,11 @@ extension ProcessSuites {
             let bad = try gw.cli(["doc", "query", "sensors.readings", "site = east", "--follow"])
             #expect(bad.status == 6 && bad.stderr.contains("(character 8)"), "\(bad.stderr)")
             #expect(try gw.cli(["status"]).status == 0)
+
+            // The gateway stops: --follow ends with exit 5 and says so.
+            _ = gw.stop()
+            #expect(eventuallyBlocking(within: 10) { !follow.process.isRunning }, "doc query --follow still running after the gateway stopped")
+            if !follow.process.isRunning { #expect(follow.process.terminationStatus == 5) }
         }
 
         @Test("HTTP: a query as JSON, a malformed one as a 400 with its position, and a live query over SSE")
