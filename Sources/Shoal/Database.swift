@@ -56,6 +56,9 @@ public final class Database: Sendable {
     let writer: LocalWriter
     let identity: TLSIdentity
     public let path: String
+    /// Live queries open at once (`QueryBuilder.live()`): at most `maxLiveQueries`.
+    let liveQueries = LiveQuerySlots(limit: Database.maxLiveQueries)
+    public static let maxLiveQueries = 64
 
     /// Opens (or creates) `<directory>/shoal.db`. A corrupt file is moved aside (named in the
     /// log) and a fresh store started, as the stock gateway does.

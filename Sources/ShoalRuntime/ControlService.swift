@@ -129,6 +129,10 @@ struct ControlConnection {
                             try follow(request)
                             return
                         }
+                        if request["op"]?.stringValue == "doc.query", request["follow"]?.boolValue == true {
+                            try followQuery(request)
+                            return
+                        }
                         try send(ControlHandler(gateway: gateway, opened: opened).handle(request))
                     }
                 }

@@ -41,6 +41,9 @@ public final class Gateway: Sendable {
     public let counters = Locked(ReplicationCounters())
     /// The mesh as this gateway sees it, and its recent events (published by the replication driver).
     public let meshView = Locked(MeshView())
+    /// Live queries open at once over the control socket and HTTP (`shoal doc query --follow`,
+    /// `/v1/collections/{c}/query` with SSE): at most `LiveQueryLimits.perGateway`.
+    public let liveQueries = LiveQuerySlots(limit: LiveQueryLimits.perGateway)
     public let meshEvents = MeshEventLog()
     /// The MQTT bridge's brokers (empty when the site has no `mqtt:` section).
     public let mqtt = MQTTBoard()

@@ -61,6 +61,8 @@ struct HTTPAPI: Sendable {
             case "POST": return try bulk(path[2], r)
             default: throw HTTPFailure.methodNotAllowed("GET, HEAD, POST")
             }
+        case ("collections", 4) where path[3] == "query":
+            return try only(method, "GET") { try query(path[2], r) }
         case ("collections", 5) where path[3] == "docs":
             switch method {
             case "GET": return try getDocument(path[2], path[4], r)

@@ -29,6 +29,7 @@ final class HTTPFeed: Sendable {
     let events: MeshEventLog
     private let changeSubscribers = Locked<[ObjectIdentifier: ChangeSubscriber]>([:])
     private let eventSubscribers = Locked<[ObjectIdentifier: EventSubscriber]>([:])
+    let liveSubscribers = Locked<[ObjectIdentifier: LiveSubscriber]>([:])
     private let stopping = Locked(false)
     /// 15 s. Tests shorten it with SHOAL_HTTP_KEEPALIVE_MILLIS (100…60000); not a site-file option.
     static let keepaliveEvery: Duration = {
@@ -43,7 +44,17 @@ final class HTTPFeed: Sendable {
         self.events = events
     }
 
-    var subscriberCount: Int { changeSubscribers.withLock { $0.count } + eventSubscribers.withLock { $0.count } }
+    var subscriberCount: Int { changeSubscribers.withLock { $0.count } + eventSubscribers.withLock { $0.count } + liveSubscribers.withLock { $0.count } }
+
+    /// A live query's stream (`HTTPAPI.query`); `release` runs once when it closes.
+    func addLiveQuery(_ s: LiveSubscriber, release: @escaping @Sendable () -> Void) {
+        let key = ObjectIdentifier(s.stream)
+        liveSubscribers.withLock { $0[key] = s }
+        s.stream.whenClosed { [weak self] in
+            if self?.liveSubscribers.withLock({ $0.removeValue(forKey: key) }) != nil { release() }
+        }
+        store.wake()
+    }
 
     func addChanges(_ s: ChangeSubscriber) {
         let key = ObjectIdentifier(s.stream)
@@ -71,14 +82,18 @@ final class HTTPFeed: Sendable {
             heartbeat()
             let behind = changeSubscribers.withLock { subs in subs.values.contains { $0.cursor < seen && $0.stream.buffered < $0.stream.maxBuffered / 2 } }
             let hasLongPolls = changeSubscribers.withLock { subs in subs.values.contains { $0.longPoll != nil } }
-            if !behind { seen = store.waitForChange(after: seen, timeoutMillis: hasLongPolls ? 100 : 250) }
+            var waitMillis = hasLongPolls ? 100 : 250
+            if let due = liveQueryDue() { waitMillis = min(waitMillis, max(1, Int((due - .now) / .milliseconds(1)) + 1)) }
+            if !behind { seen = store.waitForChange(after: seen, timeoutMillis: waitMillis) }
             seen = store.lastSequence
             pushChanges(upTo: seen)
             pushEvents()
+            pushLiveQueries()
             if ContinuousClock.now - lastKeepalive >= HTTPFeed.keepaliveEvery {
                 lastKeepalive = .now
                 // SSE streams only: a long poll's body is one JSON document.
-                for s in changeSubscribers.withLock({ $0.values.filter { $0.longPoll == nil }.map(\.stream) }) + eventSubscribers.withLock({ $0.values.map(\.stream) }) {
+                for s in changeSubscribers.withLock({ $0.values.filter { $0.longPoll == nil }.map(\.stream) }) + eventSubscribers.withLock({ $0.values.map(\.stream) })
+                    + liveSubscribers.withLock({ $0.values.map(\.stream) }) {
                     s.send(": keepalive\n\n")
                 }
             }
@@ -89,7 +104,8 @@ final class HTTPFeed: Sendable {
         for sub in changeSubscribers.withLock({ Array($0.values) }) where sub.longPoll != nil {
             sub.stream.send(HTTPFeed.page([], includeDocs: false, store: store, head: head, requested: 1).compactText + "\n")
         }
-        for s in changeSubscribers.withLock({ $0.values.map(\.stream) }) + eventSubscribers.withLock({ $0.values.map(\.stream) }) { s.finish() }
+        for s in changeSubscribers.withLock({ $0.values.map(\.stream) }) + eventSubscribers.withLock({ $0.values.map(\.stream) })
+            + liveSubscribers.withLock({ $0.values.map(\.stream) }) { s.finish() }
     }
 
     private func pushChanges(upTo last: Int64) {

@@ -568,6 +568,147 @@ public enum OpenAPIDocument {
         }
       }
     },
+    "/v1/collections/{collection}/query": {
+      "get": {
+        "summary": "A query of a collection's documents, or a live query as Server-Sent Events",
+        "operationId": "queryCollection",
+        "tags": [
+          "documents"
+        ],
+        "parameters": [
+          {
+            "$ref": "#/components/parameters/Collection"
+          },
+          {
+            "name": "q",
+            "in": "query",
+            "required": false,
+            "description": "the filter (README \"Queries and indexes\"), e.g. `site = \"east\" and pressure > 2.5`; absent: every document; at most 4096 bytes",
+            "schema": {
+              "type": "string"
+            }
+          },
+          {
+            "name": "order",
+            "in": "query",
+            "required": false,
+            "description": "fields to order by, `-` for descending: `-updatedAt`, `site,-pressure`; ties go by id",
+            "schema": {
+              "type": "string"
+            }
+          },
+          {
+            "name": "limit",
+            "in": "query",
+            "required": false,
+            "description": "at most this many documents or groups",
+            "schema": {
+              "type": "integer",
+              "minimum": 1,
+              "maximum": 10000,
+              "default": 100
+            }
+          },
+          {
+            "name": "offset",
+            "in": "query",
+            "required": false,
+            "description": "skip this many first",
+            "schema": {
+              "type": "integer",
+              "minimum": 0,
+              "maximum": 100000,
+              "default": 0
+            }
+          },
+          {
+            "name": "after",
+            "in": "query",
+            "required": false,
+            "description": "continue after a previous answer's `next` cursor",
+            "schema": {
+              "type": "string"
+            }
+          },
+          {
+            "name": "fields",
+            "in": "query",
+            "required": false,
+            "description": "only these fields of each document: `site,a.b`",
+            "schema": {
+              "type": "string"
+            }
+          },
+          {
+            "name": "aggregate",
+            "in": "query",
+            "required": false,
+            "description": "aggregates instead of documents: `count,avg(pressure),max(a.b)`",
+            "schema": {
+              "type": "string"
+            }
+          },
+          {
+            "name": "group_by",
+            "in": "query",
+            "required": false,
+            "description": "with aggregate: one group per value of these fields",
+            "schema": {
+              "type": "string"
+            }
+          },
+          {
+            "name": "follow",
+            "in": "query",
+            "required": false,
+            "description": "a live query: a `text/event-stream` (also chosen by `Accept: text/event-stream`) whose first `update` event holds the whole result and each later one the result again once a change alters it",
+            "schema": {
+              "type": "boolean",
+              "default": false
+            }
+          }
+        ],
+        "responses": {
+          "200": {
+            "description": "JSON: the result (as `shoal doc query --json`); follow: a stream, one event per update (`id: <update number>`, `event: update`, `data: <QueryResult JSON with update, sequence, evaluations, added, changed, removed>`), a `: keepalive` comment every 15 s",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/QueryResult"
+                }
+              },
+              "text/event-stream": {
+                "schema": {
+                  "type": "string"
+                }
+              }
+            }
+          },
+          "400": {
+            "description": "bad_request: a malformed query part: `parameter` names it and `position` the character (1-based; 0: not at one place)",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/QueryError"
+                }
+              }
+            }
+          },
+          "401": {
+            "$ref": "#/components/responses/Unauthorized"
+          },
+          "403": {
+            "$ref": "#/components/responses/Forbidden"
+          },
+          "404": {
+            "$ref": "#/components/responses/NotFound"
+          },
+          "503": {
+            "$ref": "#/components/responses/Unavailable"
+          }
+        }
+      }
+    },
     "/v1/changes": {
       "get": {
         "summary": "The change feed: normal, long poll, or Server-Sent Events",
@@ -2103,6 +2244,114 @@ public enum OpenAPIDocument {
         "required": [
           "events",
           "last"
+        ]
+      },
+      "QueryResult": {
+        "type": "object",
+        "properties": {
+          "collection": {
+            "type": "string"
+          },
+          "documents": {
+            "type": "array",
+            "items": {
+              "type": "object",
+              "properties": {
+                "id": {
+                  "type": "string"
+                },
+                "updatedAtMillis": {
+                  "type": "integer"
+                },
+                "body": {
+                  "type": "object"
+                }
+              },
+              "required": [
+                "id",
+                "updatedAtMillis",
+                "body"
+              ]
+            },
+            "description": "a document query's rows, in order (body: only `fields` when given)"
+          },
+          "groups": {
+            "type": "array",
+            "items": {
+              "type": "object"
+            },
+            "description": "an aggregate query's groups: `key` (per group_by field) and one member per aggregate"
+          },
+          "next": {
+            "type": "string",
+            "description": "the page was full: pass as `after` for the next"
+          },
+          "update": {
+            "type": "integer",
+            "description": "follow: the update's number (1: the first, whole result)"
+          },
+          "sequence": {
+            "type": "integer",
+            "description": "follow: every change up to this store sequence is reflected"
+          },
+          "evaluations": {
+            "type": "integer",
+            "description": "follow: times the query was evaluated so far"
+          },
+          "added": {
+            "type": "array",
+            "items": {
+              "type": "string"
+            },
+            "description": "follow: ids new to the result"
+          },
+          "changed": {
+            "type": "array",
+            "items": {
+              "type": "string"
+            },
+            "description": "follow: ids whose document changed"
+          },
+          "removed": {
+            "type": "array",
+            "items": {
+              "type": "string"
+            },
+            "description": "follow: ids gone from the result"
+          }
+        },
+        "required": [
+          "collection"
+        ]
+      },
+      "QueryError": {
+        "type": "object",
+        "properties": {
+          "error": {
+            "type": "string",
+            "enum": [
+              "bad_request"
+            ]
+          },
+          "reason": {
+            "type": "string"
+          },
+          "parameter": {
+            "type": "string",
+            "description": "the malformed query parameter (absent when another parameter is wrong)"
+          },
+          "position": {
+            "type": "integer",
+            "minimum": 0,
+            "description": "1-based character of the parameter's text; 0: not at one place"
+          },
+          "message": {
+            "type": "string"
+          }
+        },
+        "required": [
+          "error",
+          "reason"
         ]
       }
     },

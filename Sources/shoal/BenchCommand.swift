@@ -7,9 +7,9 @@ import ShoalRuntime
 
 extension CLI {
     static func bench(_ args: [String]) throws -> Int32 {
-        let a = try Arguments.parse(args, command: "bench", valueOptions: ["--docs", "--batch", "--rounds", "--durability", "--dir", "--handshakes", "--megabytes", "--port", "--baseline-binary", "--seconds", "--connections", "--changes", "--burst", "--publisher", "--count", "--body-bytes"])
+        let a = try Arguments.parse(args, command: "bench", valueOptions: ["--docs", "--batch", "--rounds", "--durability", "--dir", "--handshakes", "--megabytes", "--port", "--baseline-binary", "--seconds", "--connections", "--changes", "--burst", "--publisher", "--count", "--body-bytes", "--samples"])
         if helpIfAsked(a, "bench") { return ExitCode.ok }
-        try a.expectPositionals(0...1, command: "bench", usage: "bench [all|store|tls|replication|http|mqtt|uplink|backup|query]")
+        try a.expectPositionals(0...1, command: "bench", usage: "bench [all|store|tls|replication|http|mqtt|uplink|backup|query|live-query]")
         if a.positionals.isEmpty || a.positionals[0] == "all" { return try benchAll(a) }
         if a.positionals[0] == "tls" { return try benchTLS(a) }
         if a.positionals[0] == "replication" { return try benchReplication(a) }
@@ -18,7 +18,8 @@ extension CLI {
         if a.positionals[0] == "uplink" { return try benchUplink(a) }
         if a.positionals[0] == "backup" { return try benchBackup(a) }
         if a.positionals[0] == "query" { return try benchQuery(a) }
-        guard a.positionals[0] == "store" else { throw UsageError(command: "bench", message: "unknown benchmark \"\(a.positionals[0])\" (all, store, tls, replication, http, mqtt, uplink, backup, query)") }
+        if a.positionals[0] == "live-query" { return try benchLiveQuery(a) }
+        guard a.positionals[0] == "store" else { throw UsageError(command: "bench", message: "unknown benchmark \"\(a.positionals[0])\" (all, store, tls, replication, http, mqtt, uplink, backup, query, live-query)") }
         let docs = try a.int("--docs", command: "bench", default: 20_000, range: 1...10_000_000)
         let batch = try a.int("--batch", command: "bench", default: 100, range: 1...100_000)
         let rounds = try a.int("--rounds", command: "bench", default: 3, range: 1...50)

@@ -1,4 +1,5 @@
 import ShoalCore
+import ShoalRuntime
 import ShoalStore
 
 /// `shoal doc query`, `shoal doc index create|drop`, `shoal doc indexes`: queries and indexes of a
@@ -8,9 +9,9 @@ extension CLI {
     static func docQuery(_ rest: [String]) throws -> Int32 {
         let command = "doc query"
         let a = try Arguments.parse(rest, command: command, valueOptions: ["--socket", "--order", "--limit", "--offset", "--after", "--fields", "--aggregate", "--group-by"],
-                                    flagOptions: ["--json", "--explain"])
+                                    flagOptions: ["--json", "--explain", "--follow"])
         if helpIfAsked(a, "doc") { return ExitCode.ok }
-        try a.expectPositionals(1...2, command: command, usage: "doc query <collection> ['FILTER'] [--order F,-F] [--limit N] [--fields F,F] [--after CURSOR] [--explain] [--json]")
+        try a.expectPositionals(1...2, command: command, usage: "doc query <collection> ['FILTER'] [--order F,-F] [--limit N] [--fields F,F] [--after CURSOR] [--explain] [--follow] [--json]")
         var request: [String: JSONValue] = ["op": "doc.query", "collection": .string(a.positionals[0])]
         func check(_ text: String, _ what: String, _ parse: (String) throws(QueryError) -> Void) throws {
             do throws(QueryError) { try parse(text) } catch {
@@ -42,6 +43,11 @@ extension CLI {
         if a.values["--offset"] != nil { request["offset"] = .int(try a.int("--offset", command: command, default: 0, range: 0...QueryLimits.maxOffset)) }
         if let after = a.values["--after"] { request["after"] = .string(after) }
         if a.flags.contains("--explain") { request["explain"] = true }
+        if a.flags.contains("--follow") {
+            guard !a.flags.contains("--explain") else { throw UsageError(command: command, message: "--follow and --explain do not go together", helpTopic: "doc") }
+            request["follow"] = true
+            return try followQuery(client(a), request, json: a.flags.contains("--json"))
+        }
         let result = try client(a).call(.object(request))
         if a.flags.contains("--json") { output(result); return ExitCode.ok }
         if a.flags.contains("--explain") {
@@ -60,6 +66,40 @@ extension CLI {
         }
         if let next = result["next"]?.stringValue { printError("more: --after \(next)") }
         return ExitCode.ok
+    }
+
+    /// `doc query --follow`: the whole result first, then what each update adds (`+`), changes
+    /// (`~`) and removes (`-`); with --json, each update as one JSON line. Ends (exit 5) when the
+    /// gateway stops.
+    static func followQuery(_ c: ControlClient, _ request: [String: JSONValue], json: Bool) throws -> Int32 {
+        try c.send(.object(request))
+        guard let first = try c.receive() else { throw gatewayGone(c) }
+        _ = try ControlClient.unwrap(first)
+        while let frame = try c.receive(timeoutMillis: Int32.max) {
+            guard let u = frame["update"] else { _ = try ControlClient.unwrap(frame); continue }
+            if json { out(u.compactText); continue }
+            let number = u["update"]?.int64Value ?? 0
+            if let groups = u["groups"]?.arrayValue {
+                out("-- update \(number)")
+                for g in groups { out(g.compactText) }
+                continue
+            }
+            let docs = u["documents"]?.arrayValue ?? []
+            func ids(_ key: String) -> [String] { (u[key]?.arrayValue ?? []).compactMap(\.stringValue) }
+            let added = ids("added"), changed = ids("changed"), removed = ids("removed")
+            if number == 1 {
+                out("-- update 1: \(docs.count.counted("document"))")
+                for d in docs { out("\(d["id"]?.stringValue ?? "?")\t\((d["body"] ?? .null).compactText)") }
+                continue
+            }
+            out("-- update \(number): \(added.count) added, \(changed.count) changed, \(removed.count) removed (\(docs.count.counted("document")))")
+            let byID = Dictionary(docs.map { ($0["id"]?.stringValue ?? "", $0) }, uniquingKeysWith: { a, _ in a })
+            for id in added { out("+ \(id)\t\((byID[id]?["body"] ?? .null).compactText)") }
+            for id in changed { out("~ \(id)\t\((byID[id]?["body"] ?? .null).compactText)") }
+            for id in removed { out("- \(id)") }
+            if added.isEmpty && changed.isEmpty && removed.isEmpty { out("(order changed) " + docs.compactMap { $0["id"]?.stringValue }.joined(separator: " ")) }
+        }
+        throw gatewayGone(c)
     }
 
     static func docIndex(_ rest: [String]) throws -> Int32 {

@@ -119,7 +119,7 @@ enum Help {
                    shoal doc list <collection> [--limit N] [--after ID] [--deleted] [--socket PATH] [--json]
                    shoal doc expire <collection> <id> --in DURATION | --at UNIX | --never [--socket PATH] [--json]
                    shoal doc query <collection> ['FILTER'] [--order F,-F] [--limit N] [--offset N] [--after CURSOR]
-                                  [--fields F,F] [--aggregate count,avg(F)] [--group-by F,F] [--explain] [--json]
+                                  [--fields F,F] [--aggregate count,avg(F)] [--group-by F,F] [--explain] [--follow] [--json]
                    shoal doc index create|drop <collection> FIELD[,FIELD…]   shoal doc indexes [collection]
 
             A collection is `scope.collection`, or `collection` in the default scope (`_default`
@@ -145,6 +145,9 @@ enum Help {
             --group-by: count, min, max, sum, avg over numbers, per group. --explain: SQLite's plan
             and whether an index is used. index create|drop: an expression index over the fields
             (letters, digits, _ and dots), as `indexes:` in the site file makes; indexes lists them.
+            query --follow: a live query; prints the whole result, then each update that changes
+            it (+ added, ~ changed, - removed; --json: one JSON line per update) until ^C. It is
+            evaluated again only when the collection changes, at most 10 times a second.
             """,
         "changes": """
             Usage: shoal changes [--since SEQ] [--limit N] [--follow] [--json] [--socket PATH]
@@ -367,6 +370,7 @@ enum Help {
                    shoal bench uplink [--count N] [--body-bytes N] [--dir DIR]
                    shoal bench backup [--docs N] [--rounds N] [--dir DIR]
                    shoal bench query [--docs N] [--rounds N] [--seconds S] [--dir DIR]
+                   shoal bench live-query [--docs N] [--samples N] [--dir DIR]
 
             all (the default): every figure below plus the simulator's and memory's, each beside a
             baseline measured in the same run, then one table with the date and machine: store
@@ -419,6 +423,11 @@ enum Help {
             store vs the same compiled SQL through the bare SQLite C API (prepared once), --rounds
             (default 3) of --seconds (default 2) each side, alternately: without an index, then
             with one over (site, pressure). Prints each plan and the ratio (goal >= 0.80).
+
+            live-query: the same documents and index; that query kept live by a thread of its own;
+            --samples (default 100) writes of a matching document, each timed until the update
+            holding it reaches the live query's thread: median and p99, with the standard pacing
+            (coalesce 25 ms, at most 10 evaluations/s) and with none.
             """,
         "identity": """
             Usage: shoal identity create [--label L] [--days N] [--cn NAME] [--ca-key K --ca-cert C] [--force [--new-key | --self-signed]] [--json]

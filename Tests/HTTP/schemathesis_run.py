@@ -6,7 +6,8 @@ its body valid against the documented schema. Usage: schemathesis_run.py BASE_UR
 The streams are left to the SSE test (sse_resume.py) and the long poll to the curl test: a
 generated `feed=sse` would never end and a generated `timeout=300000` would hold a worker five
 minutes, so the run uses a copy of the served document without the parameters that ask for them
-(`feed`, `timeout` and `Last-Event-ID` on /v1/changes, `feed` and `Last-Event-ID` on /v1/events).
+(`feed`, `timeout` and `Last-Event-ID` on /v1/changes, `feed` and `Last-Event-ID` on /v1/events,
+`follow` on /v1/collections/{collection}/query).
 Every route, status and schema is otherwise tested as served. The run is bounded twice: a fixed
 number of examples per operation, and a deadline on the whole process. Exits 1 saying what failed.
 """
@@ -23,7 +24,8 @@ BASE = sys.argv[1].rstrip("/")
 MAX_EXAMPLES = sys.argv[2] if len(sys.argv) > 2 else "40"
 DEADLINE_SECONDS = 240
 CHECKS = "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance"
-STREAMING = {"/v1/changes": {"feed", "timeout", "Last-Event-ID"}, "/v1/events": {"feed", "Last-Event-ID"}}
+STREAMING = {"/v1/changes": {"feed", "timeout", "Last-Event-ID"}, "/v1/events": {"feed", "Last-Event-ID"},
+             "/v1/collections/{collection}/query": {"follow"}}
 
 
 def fail(message):
