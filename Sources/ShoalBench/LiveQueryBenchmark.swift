@@ -32,21 +32,12 @@ public enum LiveQueryBenchmark {
 
     public static func run(directory: String, documents: Int, samples: Int, pacings: [LiveQueryPacing], logger: Logger) throws -> Result {
         let path = directory + "/live.db"
-        let collection = try CollectionName(parsing: "sensors.readings")
-        let store = try DocumentStore.open(StoreOptions(path: path, durability: .normal), logger: logger)
+        let (store, collection, writeSeconds) = try QueryBenchmark.filledStore(path: path, documents: documents, logger: logger)
         defer {
             store.close()
             for s in ["", "-wal", "-shm"] { unlink(path + s) }
         }
-        try store.createCollection(collection)
-        let start = ContinuousClock.now
-        var i = 0
-        while i < documents {
-            let end = min(i + 1000, documents)
-            _ = try store.write(try (i..<end).map { k in DocumentWrite(collection: collection, id: try DocumentID("r-\(k)"), body: QueryBenchmark.body(k)) })
-            i = end
-        }
-        var result = Result(documents: documents, writeSeconds: (ContinuousClock.now - start).secondsDouble, evaluationMillis: 0)
+        var result = Result(documents: documents, writeSeconds: writeSeconds, evaluationMillis: 0)
         try store.createIndex(on: collection, fields: [try FieldPath(parsing: "site"), try FieldPath(parsing: "pressure")])
         var q = try Query(QueryBenchmark.filter)
         q.order = [QueryOrderKey(.updatedAt, descending: true)]

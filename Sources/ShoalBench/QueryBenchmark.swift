@@ -39,25 +39,37 @@ public enum QueryBenchmark {
         return text + "\"}"
     }
 
+    /// A new store at `path` holding `documents` bodies of `body(_:)` in `sensors.readings`, written
+    /// 1,000 to a transaction; and how long the writes took.
+    static func filledStore(path: String, documents: Int, logger: Logger) throws -> (DocumentStore, CollectionName, Double) {
+        let collection = try CollectionName(parsing: "sensors.readings")
+        let store = try DocumentStore.open(StoreOptions(path: path, durability: .normal), logger: logger)
+        do {
+            try store.createCollection(collection)
+            let start = ContinuousClock.now
+            var i = 0
+            while i < documents {
+                let end = min(i + 1000, documents)
+                _ = try store.write(try (i..<end).map { k in DocumentWrite(collection: collection, id: try DocumentID("r-\(k)"), body: body(k)) })
+                i = end
+            }
+            return (store, collection, (ContinuousClock.now - start).secondsDouble)
+        } catch {
+            store.close()
+            throw error
+        }
+    }
+
     public static func run(directory: String, documents: Int, rounds: Int, secondsPerRound: Double, logger: Logger) throws -> Result {
         precondition(documents > 0 && rounds > 0)
         let path = directory + "/query.db"
-        let collection = try CollectionName(parsing: "sensors.readings")
-        let store = try DocumentStore.open(StoreOptions(path: path, durability: .normal), logger: logger)
+        let (store, collection, writeSeconds) = try filledStore(path: path, documents: documents, logger: logger)
         defer {
             store.close()
             for s in ["", "-wal", "-shm"] { unlink(path + s) }
         }
-        try store.createCollection(collection)
-        let start = ContinuousClock.now
-        var i = 0
-        while i < documents {
-            let end = min(i + 1000, documents)
-            _ = try store.write(try (i..<end).map { k in DocumentWrite(collection: collection, id: try DocumentID("r-\(k)"), body: body(k)) })
-            i = end
-        }
         var result = Result(documents: documents, bodyBytes: body(0).utf8.count, matching: 0,
-                            writeSeconds: (ContinuousClock.now - start).secondsDouble, indexSeconds: 0)
+                            writeSeconds: writeSeconds, indexSeconds: 0)
         var q = try Query(filter)
         q.order = [QueryOrderKey(.updatedAt, descending: true)]
         q.limit = 20

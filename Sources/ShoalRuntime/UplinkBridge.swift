@@ -127,7 +127,13 @@ final class UplinkBridge: @unchecked Sendable {  // loop state is touched only b
             guard let client else { continue }
             // Status says so as soon as libnats knows, even while this thread waits on the hub for
             // acknowledgements; the session's loop does the rest (counts, events, resubscribing).
-            client.onConnectionLost { [board] in board.update { if $0.state == "connected" { Self.move(&$0, to: "reconnecting") } } }
+            client.onConnectionChange { [board, weak client] connected in
+                let url = connected ? client?.connectedURL : nil
+                board.update {
+                    if !connected, $0.state == "connected" { Self.move(&$0, to: "reconnecting") }
+                    if let url, $0.state == "reconnecting" { Self.move(&$0, to: "connected"); $0.server = url }
+                }
+            }
             board.update {
                 Self.move(&$0, to: "connected")
                 $0.server = client.connectedURL

@@ -163,6 +163,7 @@ public final class NATSClient: @unchecked Sendable {  // owns libnats handles; l
         try check("natsOptions_SetErrorHandler", natsOptions_SetErrorHandler(opts, natsAsyncError, callbacks.toOpaque()))
         try check("natsOptions_SetClosedCB", natsOptions_SetClosedCB(opts, natsConnectionClosed, callbacks.toOpaque()))
         try check("natsOptions_SetDisconnectedCB", natsOptions_SetDisconnectedCB(opts, natsConnectionLost, callbacks.toOpaque()))
+        try check("natsOptions_SetReconnectedCB", natsOptions_SetReconnectedCB(opts, natsConnectionBack, callbacks.toOpaque()))
         if let u = o.username { try check("natsOptions_SetUserInfo", natsOptions_SetUserInfo(opts, u, o.password ?? "")) }
         if let c = o.credentialsFile {
             try check("natsOptions_SetUserCredentialsFromFiles(\(c))", natsOptions_SetUserCredentialsFromFiles(opts, c, nil))
@@ -202,13 +203,14 @@ public final class NATSClient: @unchecked Sendable {  // owns libnats handles; l
     }
 
     private let serverErrors: AsyncErrors
-    private let lost: LossWatch
+    private let lost: ConnectionWatch
 
-    /// Called on libnats's thread the moment it finds the connection lost (a read error, or pings
-    /// unanswered), even while the caller's thread waits on the hub; libnats then reconnects.
-    public func onConnectionLost(_ f: @escaping @Sendable () -> Void) { lost.set(f) }
+    /// Called on libnats's thread the moment it finds the connection lost (false: a read error, or
+    /// pings unanswered) and when it has connected again (true), even while the caller's thread
+    /// waits on the hub.
+    public func onConnectionChange(_ f: @escaping @Sendable (Bool) -> Void) { lost.set(f) }
 
-    private init(nc: OpaquePointer, js: OpaquePointer, acks: AckCollector, serverErrors: AsyncErrors, lost: LossWatch, timeout: Int64) {
+    private init(nc: OpaquePointer, js: OpaquePointer, acks: AckCollector, serverErrors: AsyncErrors, lost: ConnectionWatch, timeout: Int64) {
         self.nc = nc
         self.lost = lost
         self.js = js
@@ -497,7 +499,7 @@ final class CallbackBoxes: Sendable {
     static let live = Locked(0)
     let errors: AsyncErrors
     let acks: AckCollector
-    let lost = LossWatch()
+    let lost = ConnectionWatch()
     init(errors: AsyncErrors, acks: AckCollector) {
         self.errors = errors
         self.acks = acks
@@ -513,14 +515,19 @@ private let natsConnectionClosed: natsConnectionHandler = { _, closure in
 
 private let natsConnectionLost: natsConnectionHandler = { _, closure in
     guard let closure else { return }
-    Unmanaged<CallbackBoxes>.fromOpaque(closure).takeUnretainedValue().lost.fire()
+    Unmanaged<CallbackBoxes>.fromOpaque(closure).takeUnretainedValue().lost.fire(false)
 }
 
-/// Whom to tell when libnats finds the connection lost.
-final class LossWatch: Sendable {
-    private let handler = Locked<(@Sendable () -> Void)?>(nil)
-    func set(_ f: @escaping @Sendable () -> Void) { handler.withLock { $0 = f } }
-    func fire() { handler.withLock { $0 }?() }
+private let natsConnectionBack: natsConnectionHandler = { _, closure in
+    guard let closure else { return }
+    Unmanaged<CallbackBoxes>.fromOpaque(closure).takeUnretainedValue().lost.fire(true)
+}
+
+/// Whom to tell when libnats finds the connection lost or made again.
+final class ConnectionWatch: Sendable {
+    private let handler = Locked<(@Sendable (Bool) -> Void)?>(nil)
+    func set(_ f: @escaping @Sendable (Bool) -> Void) { handler.withLock { $0 = f } }
+    func fire(_ connected: Bool) { handler.withLock { $0 }?(connected) }
 }
 
 /// The server's asynchronous errors, filled by libnats's callback thread.

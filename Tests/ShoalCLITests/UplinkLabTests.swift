@@ -354,7 +354,8 @@ extension ProcessSuites {
                 holders = Self.nodesServing(lab.nodes[0].address, in: cluster)
                 return !holders.isEmpty && !holders.contains(victim)
             }
-            up = Self.uplink(g)
+            // The status follows libnats's reconnect within moments (its callback thread).
+            _ = eventuallyBlocking(within: 10, every: 0.1) { up = Self.uplink(g); return up.server != server }
             #expect(moved, "the gateway connected to a live node: the nodes' connz list it on \(holders.map { "n\($0 + 1)" }) \(Self.diagnose(g))")
             phases.end("gateway on \(holders.map { "n\($0 + 1)" }) by the nodes' connz (\(String(format: "%.1f", Date().timeIntervalSince(killedAt))) s after the kill; \(up.published) published; its status says server \(up.server), state \(up.state), \(up.connects) connects)")
             #expect(up.server != server, "`shoal status` names the server the gateway is on: it says \(up.server), the node killed, while the nodes list the gateway on \(holders.map { cluster.urls[$0] }) \(Self.diagnose(g))")
