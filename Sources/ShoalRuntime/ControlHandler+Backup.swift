@@ -13,8 +13,9 @@ extension ControlHandler {
         guard let path = r["path"]?.stringValue, path.hasPrefix("/"), path.utf8.count <= 4096, !path.utf8.contains(0) else {
             throw bad("\"path\" must be an absolute file path (up to 4096 bytes)")
         }
-        let pagesPerStep = Int32(r["pagesPerStep"]?.int64Value ?? 256)
-        guard pagesPerStep >= 1 && pagesPerStep <= 65536 else { throw bad("\"pagesPerStep\" is 1 to 65536") }
+        let pages = r["pagesPerStep"]?.int64Value ?? 256
+        guard (1...65536).contains(pages) else { throw bad("\"pagesPerStep\" is 1 to 65536") }
+        let pagesPerStep = Int32(pages)
         let store = Files.absolute(gateway.storePath)
         let name = path.split(separator: "/").last.map(String.init) ?? ""
         guard !name.isEmpty else { throw bad("\"path\" names a directory; give a file name") }

@@ -250,7 +250,9 @@ enum Help {
             check, is not a Shoal store, has a newer schema than this shoal, or is from another
             group. The current store is kept as STORE.before-restore-<unix time>. On its next start
             the gateway takes a new store epoch, so peers compare everything again: it catches up
-            from the mesh, and deletes made since the backup stay deleted (tombstones win).
+            from the mesh, and deletes made since the backup stay deleted (tombstones win) while
+            the peers still hold their tombstones: restore a backup younger than the mesh's
+            txLogMaxAgeSeconds (8 hours by default), or a deletion the peers have purged comes back.
             """,
         "help": """
             Usage: shoal help [COMMAND]
