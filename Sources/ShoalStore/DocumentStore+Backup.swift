@@ -42,6 +42,7 @@ extension DocumentStore {
         var done = false
         defer { if !done { for suffix in ["", "-journal"] { unlink(tmp + suffix) } } }
         let (pages, steps, last) = try copy(into: tmp, pagesPerStep: pagesPerStep)
+        try Self.stampBackupTime(tmp)
         try Self.syncFile(tmp)
         guard rename(tmp, path) == 0 else { throw Self.systemError("rename(\(tmp), \(path))") }
         done = true
@@ -96,6 +97,19 @@ extension DocumentStore {
             // Let a waiting writer take the lock before the next step (the mutex is not fair).
             usleep(50)
         }
+    }
+
+    /// The meta key a backup carries: when it was taken (unix ms). `shoal restore` refuses a backup
+    /// older than the mesh's tombstone retention: deletions the peers made since may be purged.
+    public static let backupTakenKey = "backupTakenAtMillis"
+
+    static func stampBackupTime(_ path: String) throws(StoreError) {
+        let db = try SQLiteConnection(path: path)
+        defer { db.close() }
+        let s = try db.statement("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)")
+        try s.bind(0, backupTakenKey)
+        try s.bind(1, String(nowMillis()))
+        try s.run()
     }
 
     static func systemError(_ call: String) -> StoreError {

@@ -32,7 +32,11 @@ public enum StoreRestore {
 
     /// Checks `backup` (a SQLite file that is whole, passes integrity_check, is a Shoal store of a
     /// schema this shoal knows, of `group`), then moves the current store aside and installs it.
-    public static func restore(backup: String, storePath: String, group: String) throws(RestoreRefusal) -> Report {
+    /// `maxAgeSeconds`: the mesh's tombstone retention; a backup taken longer ago than that is
+    /// refused unless `force` (a deletion the peers made since may be purged everywhere, and the
+    /// backup's copy would come back). A backup that carries no time is aged by its last write.
+    public static func restore(backup: String, storePath: String, group: String,
+                               maxAgeSeconds: Int64? = nil, force: Bool = false) throws(RestoreRefusal) -> Report {
         try checkHeader(backup)
         let staging = storePath + ".restoring"
         for suffix in ["", "-journal", "-wal", "-shm"] { unlink(staging + suffix) }
@@ -40,6 +44,12 @@ public enum StoreRestore {
         defer { if !installed { for suffix in ["", "-journal", "-wal", "-shm"] { unlink(staging + suffix) } } }
         try copyFile(backup, to: staging)
         let (version, documents, last, recorded) = try check(staging, backup: backup, group: group)
+        if let maxAgeSeconds, !force, let taken = try takenAtMillis(staging, backup: backup) {
+            let age = (DocumentStore.nowMillis() - taken) / 1000
+            if age > maxAgeSeconds {
+                throw refusal("backup \(backup) is \(age / 3600) h \(age % 3600 / 60) min old, older than the mesh's tombstone retention (txLogMaxAgeSeconds \(maxAgeSeconds)): documents deleted since may have no tombstone left anywhere and would come back; restore a newer backup, or pass --force to restore it anyway; nothing was changed")
+            }
+        }
         // The store epoch is dropped (the next open makes a new one) and the group recorded.
         try prepare(staging, group: group)
         let moved = try moveCurrentAside(storePath)
@@ -53,6 +63,23 @@ public enum StoreRestore {
     }
 
     static func refusal(_ message: String) -> RestoreRefusal { RestoreRefusal(message: message) }
+
+    /// When the backup was taken (its stamp), else its newest write; nil for an empty store.
+    static func takenAtMillis(_ staging: String, backup: String) throws(RestoreRefusal) -> Int64? {
+        do {
+            let db = try SQLiteConnection(path: staging)
+            defer { db.close() }
+            let s = try db.statement("SELECT value FROM meta WHERE key = ?")
+            try s.bind(0, DocumentStore.backupTakenKey)
+            let stamp = try s.step() ? s.text(0).flatMap { Int64($0) } : nil
+            try s.run()
+            if let stamp { return stamp }
+            let newest = try db.strings("SELECT MAX(updated_at) FROM documents").first?.first ?? nil
+            return newest.flatMap { Int64($0) }
+        } catch {
+            throw refusal("backup \(backup) cannot be read as a store: \(error); nothing was changed")
+        }
+    }
 
     /// The first 100 bytes: SQLite's magic, and a file as long as its header says (a truncated
     /// copy is named as such, before SQLite reads a page of it).

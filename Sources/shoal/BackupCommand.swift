@@ -27,7 +27,7 @@ extension CLI {
     }
 
     static func restore(_ args: [String]) throws -> Int32 {
-        let a = try Arguments.parse(args, command: "restore", valueOptions: ["--board", "--config", "--data-dir", "--board-dir"], flagOptions: ["--json"])
+        let a = try Arguments.parse(args, command: "restore", valueOptions: ["--board", "--config", "--data-dir", "--board-dir"], flagOptions: ["--json", "--force"])
         if helpIfAsked(a, "restore") { return ExitCode.ok }
         try a.expectPositionals(1...1, command: "restore", usage: "restore FILE [--config FILE] [--data-dir DIR]")
         let backup = absolutePath(a.positionals[0])
@@ -46,7 +46,8 @@ extension CLI {
         defer { withExtendedLifetime(lock) {} }
         let report: StoreRestore.Report
         do {
-            report = try StoreRestore.restore(backup: backup, storePath: loaded.storePath, group: loaded.site.group)
+            report = try StoreRestore.restore(backup: backup, storePath: loaded.storePath, group: loaded.site.group,
+                                              maxAgeSeconds: loaded.board.mesh.txLogMaxAgeSeconds, force: a.flags.contains("--force"))
         } catch {
             throw Rejected(message: "refused: \(error)")
         }

@@ -242,7 +242,7 @@ enum Help {
             (mode 0600), fsynced, then renamed. Prints the size, pages, seconds and MB/s.
             """,
         "restore": """
-            Usage: shoal restore FILE [--config FILE] [--data-dir DIR] [--board NAME]
+            Usage: shoal restore FILE [--config FILE] [--data-dir DIR] [--board NAME] [--force]
 
             Replaces the store of a STOPPED gateway (the options `shoal run` takes find it) with a
             backup from `shoal backup`. Refused, with the reason and nothing changed, when the
@@ -251,8 +251,9 @@ enum Help {
             group. The current store is kept as STORE.before-restore-<unix time>. On its next start
             the gateway takes a new store epoch, so peers compare everything again: it catches up
             from the mesh, and deletes made since the backup stay deleted (tombstones win) while
-            the peers still hold their tombstones: restore a backup younger than the mesh's
-            txLogMaxAgeSeconds (8 hours by default), or a deletion the peers have purged comes back.
+            the peers still hold their tombstones: a backup older than the mesh's txLogMaxAgeSeconds
+            (8 hours by default) is refused, since a deletion the peers have purged would come back;
+            --force restores it anyway.
             """,
         "help": """
             Usage: shoal help [COMMAND]

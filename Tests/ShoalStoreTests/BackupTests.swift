@@ -128,6 +128,24 @@ struct BackupTests {
         #expect(try restored.metadata(DocumentStore.groupKey) == Self.group)
     }
 
+    @Test("a backup older than the mesh's tombstone retention is refused (deletions since may be purged everywhere); --force restores it")
+    func oldBackupRefusedUnlessForced() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        mkdir(dir.file("data"), 0o755)
+        let backup = try Self.makeBackup(in: dir)
+        let (current, _) = try Self.makeCurrent(in: dir)
+        // A retention of -1 s: the backup, taken a moment ago, is already older than it.
+        var message = ""
+        do { _ = try StoreRestore.restore(backup: backup, storePath: current, group: Self.group, maxAgeSeconds: -1) } catch { message = error.message }
+        #expect(message.contains("tombstone retention") && message.contains("--force"), "\(message)")
+        #expect(try Self.currentUntouched(current))
+        let fresh = try StoreRestore.restore(backup: backup, storePath: current, group: Self.group, maxAgeSeconds: 3600)
+        #expect(fresh.documents == 2)
+        let forced = try StoreRestore.restore(backup: backup, storePath: current, group: Self.group, maxAgeSeconds: -1, force: true)
+        #expect(forced.documents == 2)
+    }
+
     /// Restores `backup` over a fresh current store; the refusal's message, and whether the current
     /// store is still there as it was (and nothing was left beside it).
     static func refused(_ makeBad: (TemporaryDirectory) throws -> String) throws -> (String, Bool) {
