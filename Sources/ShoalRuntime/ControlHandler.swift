@@ -29,6 +29,9 @@ struct ControlHandler {
         case .unknownCollection: ControlError(code: .notFound, message: error.description)
         case .invalidDocument, .invalidName: ControlError(code: .invalidDocument, message: error.description)
         case .invalidQuery: ControlError(code: .badRequest, message: error.description)
+        case .blob(.notFound): ControlError(code: .notFound, message: error.description)
+        case .blob(.io): ControlError(code: .internalError, message: error.description)
+        case .blob: ControlError(code: .badRequest, message: error.description)
         case .closed: ControlError(code: .unavailable, message: "the store is restarting; try again")
         default: ControlError(code: .internalError, message: error.description)
         }

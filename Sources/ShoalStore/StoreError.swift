@@ -17,6 +17,8 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
     case preconditionFailed(String)
     /// A query or index that is malformed or over a limit; nothing was run.
     case invalidQuery(QueryError)
+    /// A blob, chunk or reference that is refused or missing.
+    case blob(BlobError)
 
     public var description: String {
         switch self {
@@ -30,6 +32,7 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
         case .closed: "the store is closed"
         case .preconditionFailed(let why): why
         case .invalidQuery(let e): "invalid query: \(e)"
+        case .blob(let e): e.description
         }
     }
 

@@ -1,0 +1,220 @@
+/// Blobs: binary content kept beside the documents, named by its SHA-256 and referenced from a
+/// document by a small JSON object, `{"@blob": "sha256-<64 hex>", "length": N, "contentType": "…"}`.
+///
+/// A blob moves between gateways in *chunks* of `BlobManifest.chunkSize` bytes (the last one
+/// shorter). Its manifest lists each chunk's SHA-256, so a receiver checks every chunk as it
+/// arrives and keeps only verified ones (a transfer cut resumes from them), and the whole blob
+/// against its name once the last chunk is in. The manifest is a function of the content alone,
+/// so every honest holder sends the same one.
+
+/// A blob's name: the SHA-256 of its content.
+public struct BlobDigest: Sendable, Hashable, Comparable, CustomStringConvertible {
+    public let bytes: [UInt8]
+
+    /// `bytes` must be 32 bytes long.
+    public init?(bytes: [UInt8]) {
+        guard bytes.count == 32 else { return nil }
+        self.bytes = bytes
+    }
+
+    /// Parses `sha256-<64 lowercase or uppercase hex digits>`.
+    public init?(_ text: String) {
+        let utf8 = Array(text.utf8)
+        let prefix = Array("sha256-".utf8)
+        guard utf8.count == prefix.count + 64, Array(utf8[0..<prefix.count]) == prefix else { return nil }
+        var out: [UInt8] = []
+        out.reserveCapacity(32)
+        var i = prefix.count
+        while i < utf8.count {
+            guard let hi = BlobDigest.nibble(utf8[i]), let lo = BlobDigest.nibble(utf8[i + 1]) else { return nil }
+            out.append(hi << 4 | lo)
+            i += 2
+        }
+        bytes = out
+    }
+
+    /// The digest of `content`.
+    public static func of(_ content: [UInt8]) -> BlobDigest { BlobDigest(bytes: SHA256.hash(content))! }
+
+    public var description: String { "sha256-" + SHA256.hex(bytes) }
+    /// The first 12 hex digits, for logs.
+    public var short: String { String(SHA256.hex(bytes).prefix(12)) }
+
+    public static func < (a: BlobDigest, b: BlobDigest) -> Bool { a.bytes.lexicographicallyPrecedes(b.bytes) }
+
+    static func nibble(_ c: UInt8) -> UInt8? {
+        switch c {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): c - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): c - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): c - UInt8(ascii: "A") + 10
+        default: nil
+        }
+    }
+}
+
+/// What a document holds to refer to a blob.
+public struct BlobReference: Sendable, Hashable, CustomStringConvertible {
+    public static let key = "@blob"
+    /// Largest blob Shoal accepts (declared length): 4 GiB.
+    public static let maxLength: Int64 = 4 << 30
+    public static let maxContentTypeBytes = 255
+
+    public var digest: BlobDigest
+    public var length: Int64
+    public var contentType: String?
+
+    public init(digest: BlobDigest, length: Int64, contentType: String? = nil) {
+        self.digest = digest
+        self.length = length
+        self.contentType = contentType
+    }
+
+    /// Reads a reference object; nil when `value` is not one (no `@blob` key). Throws when it has
+    /// the key but is malformed (a bad digest, a missing or negative length, a length over
+    /// `maxLength`, a content type that is not a short string).
+    public init?(_ value: JSONValue) throws(BlobError) {
+        guard case .object(let members) = value, let tag = members[BlobReference.key] else { return nil }
+        guard let text = tag.stringValue, let digest = BlobDigest(text) else {
+            throw .badReference("\"@blob\" must be \"sha256-\" and 64 hex digits")
+        }
+        guard let n = members["length"], case .number(let literal) = n, let length = Int64(literal), length >= 0 else {
+            throw .badReference("\"length\" must be a whole number of bytes, 0 or more")
+        }
+        guard length <= BlobReference.maxLength else { throw .badReference("length \(length) is over the limit of \(BlobReference.maxLength) bytes") }
+        var contentType: String?
+        if let t = members["contentType"], t != .null {
+            guard let s = t.stringValue, s.utf8.count <= BlobReference.maxContentTypeBytes else {
+                throw .badReference("\"contentType\" must be a string of at most \(BlobReference.maxContentTypeBytes) bytes")
+            }
+            contentType = s
+        }
+        self.init(digest: digest, length: length, contentType: contentType)
+    }
+
+    /// The reference as a JSON object to put in a document.
+    public var json: JSONValue {
+        var members: [String: JSONValue] = [BlobReference.key: .string(digest.description), "length": .int(length)]
+        if let contentType { members["contentType"] = .string(contentType) }
+        return .object(members)
+    }
+
+    public var description: String { "\(digest) (\(length) bytes)" }
+
+    /// Every reference anywhere in a document body (objects nested in objects and arrays), in the
+    /// order met, each digest once. Malformed reference objects are skipped; `references(inText:)`
+    /// is the cheap entry point for stored bodies.
+    public static func references(in value: JSONValue) -> [BlobReference] {
+        var found: [BlobReference] = []
+        var seen: Set<BlobDigest> = []
+        func visit(_ v: JSONValue, depth: Int) {
+            guard depth < 64 else { return }
+            switch v {
+            case .object(let members):
+                if members[BlobReference.key] != nil {
+                    if let r = (try? BlobReference(v)) ?? nil, seen.insert(r.digest).inserted { found.append(r) }
+                    return
+                }
+                for key in members.keys.sorted() { visit(members[key]!, depth: depth + 1) }
+            case .array(let items):
+                for item in items { visit(item, depth: depth + 1) }
+            default:
+                break
+            }
+        }
+        visit(value, depth: 0)
+        return found
+    }
+
+    /// References in a JSON text; a body without the text `"@blob"` is not parsed at all.
+    public static func references(inText body: String) -> [BlobReference] {
+        guard body.utf8.count >= 7, containsTag(body) else { return [] }
+        guard let value = try? JSONValue.parse(body) else { return [] }
+        return references(in: value)
+    }
+
+    static func containsTag(_ body: String) -> Bool {
+        let needle = Array("\"@blob\"".utf8)
+        var utf8 = body
+        return utf8.withUTF8 { buf -> Bool in
+            guard buf.count >= needle.count else { return false }
+            var i = 0
+            let last = buf.count - needle.count
+            while i <= last {
+                if buf[i] == needle[0] {
+                    var j = 1
+                    while j < needle.count, buf[i + j] == needle[j] { j += 1 }
+                    if j == needle.count { return true }
+                }
+                i += 1
+            }
+            return false
+        }
+    }
+}
+
+/// The chunk list of a blob: its name, length and each chunk's SHA-256.
+public struct BlobManifest: Sendable, Equatable {
+    /// Bytes per chunk (the last chunk is shorter): the unit of verification and resumption. Links
+    /// move a chunk in pieces sized for the transport; only whole verified chunks are kept.
+    public static let chunkSize = 64 * 1024
+
+    public let digest: BlobDigest
+    public let length: Int64
+    /// One 32-byte SHA-256 per chunk, in order.
+    public let chunkDigests: [[UInt8]]
+
+    public init(digest: BlobDigest, length: Int64, chunkDigests: [[UInt8]]) throws(BlobError) {
+        guard length >= 0, length <= BlobReference.maxLength else { throw .badManifest("length \(length) out of range") }
+        guard chunkDigests.count == BlobManifest.chunkCount(length: length) else {
+            throw .badManifest("\(chunkDigests.count) chunk digests for \(length) bytes (\(BlobManifest.chunkCount(length: length)) expected)")
+        }
+        guard chunkDigests.allSatisfy({ $0.count == 32 }) else { throw .badManifest("a chunk digest is not 32 bytes") }
+        self.digest = digest
+        self.length = length
+        self.chunkDigests = chunkDigests
+    }
+
+    /// The manifest of `content` (hashing with `hash`, SHA-256 by default).
+    public static func of(_ content: [UInt8], hash: ([UInt8]) -> [UInt8] = SHA256.hash) -> BlobManifest {
+        var digests: [[UInt8]] = []
+        var start = 0
+        while start < content.count {
+            let end = min(content.count, start + chunkSize)
+            digests.append(hash(Array(content[start..<end])))
+            start = end
+        }
+        return try! BlobManifest(digest: BlobDigest(bytes: hash(content))!, length: Int64(content.count), chunkDigests: digests)
+    }
+
+    /// Chunks of a blob of `length` bytes (0 for an empty blob).
+    public static func chunkCount(length: Int64) -> Int { Int((length + Int64(chunkSize) - 1) / Int64(chunkSize)) }
+    public var chunkCount: Int { chunkDigests.count }
+    /// Bytes in chunk `index`.
+    public func chunkLength(_ index: Int) -> Int {
+        let start = Int64(index) * Int64(BlobManifest.chunkSize)
+        return Int(min(Int64(BlobManifest.chunkSize), length - start))
+    }
+}
+
+/// Why a blob or a reference is refused.
+public enum BlobError: Error, Sendable, Equatable, CustomStringConvertible {
+    case badReference(String)
+    case badManifest(String)
+    /// A chunk or the whole blob does not match its digest.
+    case digestMismatch(String)
+    case notFound(BlobDigest)
+    /// The blob (or the budget it would exceed) is too large.
+    case tooLarge(String)
+    case io(String)
+
+    public var description: String {
+        switch self {
+        case .badReference(let why): "bad blob reference: \(why)"
+        case .badManifest(let why): "bad blob manifest: \(why)"
+        case .digestMismatch(let why): "blob digest mismatch: \(why)"
+        case .notFound(let d): "no blob \(d) here"
+        case .tooLarge(let why): "blob too large: \(why)"
+        case .io(let why): "blob storage: \(why)"
+        }
+    }
+}
