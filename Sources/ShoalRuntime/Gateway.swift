@@ -195,6 +195,7 @@ public final class Gateway: Sendable {
         if let e = store?.expiryCounts.withLock({ $0 }) {
             status.expiration = ["expired": e.expired, "ttl": e.ttl, "budget": e.budget, "refused": e.refused]
         }
+        if let store, let b = BlobRetention.figures(store, budget: site.blobBudgetBytes) { status.blobs = b }
         status.storeRunning = report.snapshot.first { $0.path == GatewayRuntime.storeChildPath }.map { $0.state == .running } ?? true
         status.ledPattern = ledPattern.withLock { $0 }
         status.httpAddresses = httpAddresses
