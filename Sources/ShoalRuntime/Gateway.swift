@@ -39,6 +39,8 @@ public final class Gateway: Sendable {
     private let identitySlot = Locked<(Identity?, String?)>((nil, nil))
     /// Replication figures for status (the ObjectBox seed's counters).
     public let counters = Locked(ReplicationCounters())
+    /// Blob uploads open on the control socket (bounded; see `BlobUploads`).
+    let blobUploads = BlobUploads()
     /// The mesh as this gateway sees it, and its recent events (published by the replication driver).
     public let meshView = Locked(MeshView())
     /// Live queries open at once over the control socket and HTTP (`shoal doc query --follow`,

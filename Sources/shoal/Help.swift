@@ -24,6 +24,7 @@ enum Help {
                    "add-admin-key | remove-admin-key | checkpoint | import | export | crl"]),
         ("doctor", ["Check this gateway before trusting it in the field (board, LED, radios, avahi,",
                     "identity, store, clock, free space)"]),
+        ("blob", ["Blobs on the running gateway: put FILE | get DIGEST | ls | gc"]),
         ("backup", ["Copy the running gateway's store to FILE while it keeps writing (online backup)"]),
         ("restore", ["Replace a stopped gateway's store with a checked backup; it catches up from the mesh"]),
         ("board", ["Board files: list | show NAME | check FILE"]),
@@ -232,6 +233,25 @@ enum Help {
             they were (the loser's too; cut at 200 characters, whole with --json, which also has
             both versions). The log keeps the newest 10,000 entries within 64 MiB of bodies, and
             none older than the board's txLogMaxAgeSeconds.
+            """,
+        "blob": """
+            Usage: shoal blob put FILE [--content-type TYPE] [--doc COLLECTION/ID [--field FIELD]]
+                   shoal blob get DIGEST [--out FILE]
+                   shoal blob ls [--json]
+                   shoal blob gc [--json]
+            (each takes --socket PATH)
+
+            Blobs are binary content kept beside the documents, named by their SHA-256 and
+            referenced from a document by {"@blob": "sha256-…", "length": N, "contentType": "…"}.
+            put sends FILE to the running gateway in pieces of 256 KiB and prints the reference;
+            with --doc it also writes it into that document's FIELD (default "blob"), creating
+            the document or keeping its other fields. Over storage.maxBlobSize it is refused and
+            nothing is kept. get writes the blob to FILE (FILE.tmp, fsynced, renamed once its
+            SHA-256 matched the digest) or to standard output. ls lists the blobs held (state,
+            bytes, documents referring to each). gc runs the blob GC now: unreferenced blobs and
+            unwanted partial ones older than 10 minutes go; over storage.blobBudget, blobs only
+            `blobs: onDemand` collections refer to go, least recently used first; a blob an eager
+            collection refers to never goes.
             """,
         "backup": """
             Usage: shoal backup FILE [--json] [--socket PATH]
