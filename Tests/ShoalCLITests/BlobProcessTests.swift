@@ -62,5 +62,49 @@ extension ProcessSuites {
             #expect(after.status == 0 && after.stdout.contains("\"count\" : 2") || after.stdout.contains("\"count\": 2"), "\(after.stdout)")
             #expect(try g.cli(["status"]).stdout.contains("blobs"))
         }
+
+        @Test("HTTP: POST a blob, GET it whole, by range and with If-None-Match, list it; bad digests and absent blobs are refused")
+        func overHTTP() throws {
+            let base = TemporaryDirectory()
+            defer { base.remove() }
+            let site = base.path + "/site.yaml"
+            try "group: test.blobhttp\ncollections:\n  - name: site.photos\nhttp:\n  listen: []\n".write(toFile: site, atomically: true, encoding: .utf8)
+            let g = try RunningGateway(extraArgs: ["--config", site])
+            defer { _ = g.stop() }
+            let sock = g.dir.path + "/http.sock"
+            #expect(eventuallyBlocking(within: 20) { FileManager.default.fileExists(atPath: sock) })
+            func curl(_ args: [String]) throws -> Shoal.Result {
+                try Shoal.run(["-s", "--unix-socket", sock] + args, executable: HTTPProcessTests.curl)
+            }
+            let file = base.path + "/data.bin"
+            let content = Data((0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ 1) })
+            try content.write(to: URL(fileURLWithPath: file))
+            let post = try curl(["-w", "\n%{http_code}", "-H", "Content-Type: application/x-test", "--data-binary", "@" + file, "http://localhost/v1/blobs"])
+            #expect(post.stdout.hasSuffix("\n201"), "\(post)")
+            let reference = try #require(try JSONSerialization.jsonObject(with: Data(post.stdout.split(separator: "\n").first.map(String.init)?.utf8 ?? "".utf8)) as? [String: Any])
+            let digest = try #require(reference["@blob"] as? String)
+            #expect(reference["length"] as? Int == 300_000 && reference["contentType"] as? String == "application/x-test")
+
+            let out = base.path + "/whole.bin"
+            let whole = try curl(["-o", out, "-D", "-", "http://localhost/v1/blobs/\(digest)"])
+            #expect(whole.stdout.contains("200") && whole.stdout.lowercased().contains("etag: \"\(digest)\""), "\(whole.stdout)")
+            #expect(try Data(contentsOf: URL(fileURLWithPath: out)) == content)
+            let part = base.path + "/part.bin"
+            let range = try curl(["-o", part, "-w", "%{http_code}", "-H", "Range: bytes=1000-1999", "http://localhost/v1/blobs/\(digest)"])
+            #expect(range.stdout == "206", "\(range)")
+            #expect(try Data(contentsOf: URL(fileURLWithPath: part)) == content.subdata(in: 1000..<2000))
+            let cached = try curl(["-o", "/dev/null", "-w", "%{http_code}", "-H", "If-None-Match: \"\(digest)\"", "http://localhost/v1/blobs/\(digest)"])
+            #expect(cached.stdout == "304")
+            let list = try curl(["http://localhost/v1/blobs"])
+            #expect(list.stdout.contains(digest) && list.stdout.contains("\"state\":\"complete\""), "\(list.stdout)")
+
+            let bad = try curl(["-o", "/dev/null", "-w", "%{http_code}", "http://localhost/v1/blobs/sha256-zz"])
+            #expect(bad.stdout == "400")
+            let absent = try curl(["-o", "/dev/null", "-w", "%{http_code}", "http://localhost/v1/blobs/sha256-" + String(repeating: "0", count: 64)])
+            #expect(absent.stdout == "404")
+            let outside = try curl(["-o", "/dev/null", "-w", "%{http_code}", "-H", "Range: bytes=400000-", "http://localhost/v1/blobs/\(digest)"])
+            #expect(outside.stdout == "416")
+            #expect(try g.cli(["status"]).status == 0)
+        }
     }
 }
