@@ -28,7 +28,8 @@ enum Help {
         ("backup", ["Copy the running gateway's store to FILE while it keeps writing (online backup)"]),
         ("restore", ["Replace a stopped gateway's store with a checked backup; it catches up from the mesh"]),
         ("board", ["Board files: list | show NAME | check FILE"]),
-        ("bench", ["Benchmarks that print figures: all (one table), store, tls, replication, http, mqtt, uplink, backup, query"]),
+        ("bench", ["Benchmarks that print figures: all (one table), store, tls, replication, http, mqtt, uplink, backup, query,",
+                   "live-query, blob-store"]),
         ("sim", ["Simulate a mesh of gateways (virtual time, real stores): plan a site"]),
         ("demo", ["Five gateways in this process on a simulated radio: the mesh at work"]),
         ("version", ["Versions of shoal and of the C libraries it uses"]),
@@ -394,6 +395,7 @@ enum Help {
                    shoal bench backup [--docs N] [--rounds N] [--dir DIR]
                    shoal bench query [--docs N] [--rounds N] [--seconds S] [--dir DIR]
                    shoal bench live-query [--docs N] [--samples N] [--dir DIR]
+                   shoal bench blob-store [--rounds N] [--durability full|normal] [--dir DIR]
 
             all (the default): every figure below plus the simulator's and memory's, each beside a
             baseline measured in the same run, then one table with the date and machine: store
@@ -408,6 +410,12 @@ enum Help {
             through the store, and the same statement through a bare SQLite C-API loop, alternately
             on fresh files in DIR (default /tmp), --rounds times (default 3); prints documents per
             second for both (medians) and their ratio. Figures, not a pass/fail test.
+
+            blob-store: one 10 MB blob and 100 blobs of 64 KB written through the store (64 KiB
+            chunk rows in SQLite, 1 MiB per transaction, digest and manifest computed on the way)
+            against the same bytes written as files (FILE.tmp, fsync, rename, fsync of the
+            directory), alternately, --rounds times: MB/s both and the ratio; and SHA-256 MB/s of
+            Shoal's own hasher against mbedTLS's on the same 8 MB.
 
             tls: CPU time of full and resumed mutual-TLS handshakes (both sides together), and bulk
             MB/s through Shoal's TLS session against a bare mbedtls_ssl_write/read loop on the same
