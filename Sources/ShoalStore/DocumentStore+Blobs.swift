@@ -301,6 +301,43 @@ extension DocumentStore {
     }
 }
 
+extension DocumentStore {
+    /// A store upgraded to schema 9 may already hold documents whose bodies refer to blobs (written
+    /// by hand, or replicated from a newer gateway): their references are recorded once.
+    static func backfillBlobReferences(_ db: SQLiteConnection, logger: Logger) throws(StoreError) {
+        let s = try db.statement("SELECT collection_id, doc_id, body FROM documents WHERE deleted = 0 AND instr(body, '\"@blob\"') > 0")
+        var found: [(Int64, String, [BlobReference])] = []
+        while try s.step() {
+            let refs = BlobReference.references(inText: s.text(2) ?? "")
+            if !refs.isEmpty { found.append((s.int64(0), s.text(1) ?? "", refs)) }
+        }
+        guard !found.isEmpty else { return }
+        let now = DocumentStore.nowMillis()
+        try db.exec("BEGIN IMMEDIATE")
+        do {
+            for (cid, id, refs) in found {
+                for r in refs {
+                    let i = try db.statement("""
+                        INSERT INTO blob_refs(collection_id, doc_id, digest, length, content_type, at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING
+                        """)
+                    try i.bind(0, cid)
+                    try i.bind(1, id)
+                    try i.bind(2, blob: r.digest.bytes)
+                    try i.bind(3, r.length)
+                    try i.bind(4, r.contentType)
+                    try i.bind(5, now)
+                    try i.run()
+                }
+            }
+            try db.exec("COMMIT")
+        } catch {
+            try? db.exec("ROLLBACK")
+            throw error
+        }
+        logger.info(.store, "recorded the blob references of \(found.count.counted("document")) already in the store")
+    }
+}
+
 extension StoreTransaction {
     /// Replaces the blob references of one document with those its new body holds (none for a
     /// tombstone or a purge). Cheap when no body has ever held one and this one does not.

@@ -110,6 +110,7 @@ public final class DocumentStore: @unchecked Sendable {  // a SQLite connection,
         if try floor.step(), let text = floor.text(0), let value = Int64(text) { lastSequenceValue = max(lastSequenceValue, value) }
         try floor.run()
         if found < 8 { try DocumentStore.backfillWrittenAt(db) }
+        if found < 9 { try DocumentStore.backfillBlobReferences(db, logger: logger) }
         blobReferencesMayExist = try db.strings("SELECT EXISTS(SELECT 1 FROM blob_refs)").first?.first == "1"
         let cols = try db.statement("SELECT id, scope, name FROM collections")
         while try cols.step() {

@@ -1,4 +1,5 @@
 import Glibc
+import CSQLite
 import ShoalCore
 import ShoalStore
 import ShoalTesting
@@ -314,5 +315,30 @@ enum DocumentStoreTestsClock {
         var ts = timespec()
         clock_gettime(CLOCK_REALTIME, &ts)
         return Int64(ts.tv_sec) * 1000 + Int64(ts.tv_nsec) / 1_000_000
+    }
+}
+
+@Suite("Blob store migration")
+struct BlobMigrationTests {
+    @Test("a store of schema 8 whose documents already refer to blobs gets their references recorded")
+    func backfill() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let path = dir.file("s.db")
+        let r = BlobReference(digest: .of([1, 2, 3]), length: 3)
+        do {
+            let store = try DocumentStore.open(StoreOptions(path: path), logger: quietLogger)
+            try store.createCollection(photos)
+            try store.put(photos, id: id("p"), body: body(with: r))
+            try store.put(photos, id: id("q"), body: "{}")
+            store.close()
+        }
+        var db: OpaquePointer?
+        sqlite3_open(path, &db)
+        #expect(sqlite3_exec(db, "DROP TABLE blob_chunks; DROP TABLE blob_refs; DROP TABLE blob_wants; DROP TABLE blobs; PRAGMA user_version=8;", nil, nil, nil) == SQLITE_OK)
+        sqlite3_close(db)
+        let store = try DocumentStore.open(StoreOptions(path: path), logger: quietLogger)
+        defer { store.close() }
+        #expect(try store.wantedBlobs(eagerCollections: ["site.photos"], limit: 10) == [r])
     }
 }
