@@ -8,7 +8,9 @@ import ShoalCore
 /// Not thread-safe: one writer per upload.
 public final class BlobWriter {
     let store: DocumentStore
-    let uploadID: Int64
+    /// The upload's row, made with its first chunks (nil before: a blob under 64 KiB is written in
+    /// one transaction by `finish`).
+    var uploadID: Int64?
     public let contentType: String?
     var whole = SHA256.Hasher()
     var pending: [UInt8] = []
@@ -16,9 +18,8 @@ public final class BlobWriter {
     public private(set) var length: Int64 = 0
     var done = false
 
-    init(store: DocumentStore, uploadID: Int64, contentType: String?) {
+    init(store: DocumentStore, contentType: String?) {
         self.store = store
-        self.uploadID = uploadID
         self.contentType = contentType
         pending.reserveCapacity(BlobManifest.chunkSize)
     }
@@ -45,7 +46,7 @@ public final class BlobWriter {
             }
         }
         guard !full.isEmpty else { return }
-        do { try store.storeUploadChunks(uploadID, full) } catch {
+        do { uploadID = try store.storeUploadChunks(uploadID, contentType: contentType, full) } catch {
             cancel()
             throw error
         }
@@ -67,7 +68,7 @@ public final class BlobWriter {
         do {
             return try store.finishUpload(uploadID, last: last, manifest: manifest, contentType: contentType)
         } catch {
-            try? store.dropUpload(uploadID)
+            if let uploadID { try? store.dropUpload(uploadID) }
             throw error
         }
     }
@@ -76,7 +77,7 @@ public final class BlobWriter {
     public func cancel() {
         guard !done else { return }
         done = true
-        try? store.dropUpload(uploadID)
+        if let uploadID { try? store.dropUpload(uploadID) }
     }
 }
 
@@ -111,18 +112,7 @@ extension DocumentStore {
         if let contentType, contentType.utf8.count > BlobReference.maxContentTypeBytes {
             throw .blob(.badReference("a content type is at most \(BlobReference.maxContentTypeBytes) bytes"))
         }
-        let id = try locked { db throws(StoreError) -> Int64 in
-            let s = try db.statement("""
-                INSERT INTO blobs(digest, length, content_type, state, created_at, used_at) VALUES (NULL, 0, ?1, 'writing', ?2, ?2) RETURNING id
-                """)
-            try s.bind(0, contentType)
-            try s.bind(1, DocumentStore.nowMillis())
-            guard try s.step() else { throw .sqlite(call: "INSERT blobs", code: 1, message: "no id returned") }
-            let id = s.int64(0)
-            try s.run()
-            return id
-        }
-        return BlobWriter(store: self, uploadID: id, contentType: contentType)
+        return BlobWriter(store: self, contentType: contentType)
     }
 
     /// Keeps `bytes` as a blob and returns the reference to put in a document.
@@ -165,30 +155,49 @@ extension DocumentStore {
         return out
     }
 
-    func storeUploadChunks(_ id: Int64, _ chunks: [(index: Int, bytes: [UInt8])]) throws(StoreError) {
-        try transaction { (tx) throws(StoreError) in
-            var added: Int64 = 0
-            for c in chunks {
-                let s = try tx.db.statement("INSERT INTO blob_chunks(blob_id, idx, data) VALUES (?, ?, ?)")
-                try s.bind(0, id)
-                try s.bind(1, Int64(c.index))
-                try s.bind(2, blob: c.bytes)
-                try s.run()
-                added += Int64(c.bytes.count)
-            }
-            let u = try tx.db.statement("UPDATE blobs SET held_bytes = held_bytes + ?1, length = length + ?1, used_at = ?3 WHERE id = ?2 AND state = 'writing'")
-            try u.bind(0, added)
-            try u.bind(1, id)
-            try u.bind(2, tx.now)
-            try u.run()
-            guard tx.db.changes == 1 else { throw .blob(.io("upload \(id) is gone (dropped by the blob GC after its grace period?)")) }
-        }
+    /// Keeps chunks of an upload in one transaction, making its row first when `id` is nil;
+    /// returns the row's id.
+    func storeUploadChunks(_ id: Int64?, contentType: String?, _ chunks: [(index: Int, bytes: [UInt8])]) throws(StoreError) -> Int64 {
+        try transaction { (tx) throws(StoreError) -> Int64 in try Self.storeUploadChunks(tx, id, contentType: contentType, chunks) }
     }
 
-    func finishUpload(_ id: Int64, last: [(index: Int, bytes: [UInt8])], manifest: BlobManifest, contentType: String?) throws(StoreError) -> BlobReference {
-        if !last.isEmpty { try storeUploadChunks(id, last) }
-        return try transaction { (tx) throws(StoreError) -> BlobReference in
+    static func storeUploadChunks(_ tx: StoreTransaction, _ id: Int64?, contentType: String?, _ chunks: [(index: Int, bytes: [UInt8])]) throws(StoreError) -> Int64 {
+        let uploadID: Int64
+        if let id {
+            uploadID = id
+        } else {
+            let s = try tx.db.statement("""
+                INSERT INTO blobs(digest, length, content_type, state, created_at, used_at) VALUES (NULL, 0, ?1, 'writing', ?2, ?2) RETURNING id
+                """)
+            try s.bind(0, contentType)
+            try s.bind(1, tx.now)
+            guard try s.step() else { throw .sqlite(call: "INSERT blobs", code: 1, message: "no id returned") }
+            uploadID = s.int64(0)
+            try s.run()
+        }
+        var added: Int64 = 0
+        for c in chunks {
+            let s = try tx.db.statement("INSERT INTO blob_chunks(blob_id, idx, data) VALUES (?, ?, ?)")
+            try s.bind(0, uploadID)
+            try s.bind(1, Int64(c.index))
+            try s.bind(2, blob: c.bytes)
+            try s.run()
+            added += Int64(c.bytes.count)
+        }
+        let u = try tx.db.statement("UPDATE blobs SET held_bytes = held_bytes + ?1, length = length + ?1, used_at = ?3 WHERE id = ?2 AND state = 'writing'")
+        try u.bind(0, added)
+        try u.bind(1, uploadID)
+        try u.bind(2, tx.now)
+        try u.run()
+        guard tx.db.changes == 1 else { throw .blob(.io("upload \(uploadID) is gone (dropped by the blob GC after its grace period?)")) }
+        return uploadID
+    }
+
+    /// The last chunk and the naming, in one transaction (so a blob under 64 KiB costs one commit).
+    func finishUpload(_ id: Int64?, last: [(index: Int, bytes: [UInt8])], manifest: BlobManifest, contentType: String?) throws(StoreError) -> BlobReference {
+        try transaction { (tx) throws(StoreError) -> BlobReference in
             let db = tx.db
+            let id = try Self.storeUploadChunks(tx, id, contentType: contentType, last)
             if let existing = try Self.blobRow(db, manifest.digest) {
                 if existing.state == .complete {
                     let d = try db.statement("DELETE FROM blobs WHERE id = ?")
