@@ -302,6 +302,19 @@ extension DocumentStore {
 }
 
 extension DocumentStore {
+    static func insertReference(_ db: SQLiteConnection, collectionID: Int64, id: String, _ r: BlobReference, at: Int64) throws(StoreError) {
+        let s = try db.statement("""
+            INSERT INTO blob_refs(collection_id, doc_id, digest, length, content_type, at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING
+            """)
+        try s.bind(0, collectionID)
+        try s.bind(1, id)
+        try s.bind(2, blob: r.digest.bytes)
+        try s.bind(3, r.length)
+        try s.bind(4, r.contentType)
+        try s.bind(5, at)
+        try s.run()
+    }
+
     /// A store upgraded to schema 9 may already hold documents whose bodies refer to blobs (written
     /// by hand, or replicated from a newer gateway): their references are recorded once.
     static func backfillBlobReferences(_ db: SQLiteConnection, logger: Logger) throws(StoreError) {
@@ -316,18 +329,7 @@ extension DocumentStore {
         try db.exec("BEGIN IMMEDIATE")
         do {
             for (cid, id, refs) in found {
-                for r in refs {
-                    let i = try db.statement("""
-                        INSERT INTO blob_refs(collection_id, doc_id, digest, length, content_type, at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING
-                        """)
-                    try i.bind(0, cid)
-                    try i.bind(1, id)
-                    try i.bind(2, blob: r.digest.bytes)
-                    try i.bind(3, r.length)
-                    try i.bind(4, r.contentType)
-                    try i.bind(5, now)
-                    try i.run()
-                }
+                for r in refs { try insertReference(db, collectionID: cid, id: id, r, at: now) }
             }
             try db.exec("COMMIT")
         } catch {
@@ -351,18 +353,6 @@ extension StoreTransaction {
         }
         guard !refs.isEmpty else { return }
         store.blobReferencesMayExist = true
-        for r in refs {
-            let s = try db.statement("""
-                INSERT INTO blob_refs(collection_id, doc_id, digest, length, content_type, at) VALUES (?, ?, ?, ?, ?, ?)
-                ON CONFLICT DO NOTHING
-                """)
-            try s.bind(0, collectionID)
-            try s.bind(1, id)
-            try s.bind(2, blob: r.digest.bytes)
-            try s.bind(3, r.length)
-            try s.bind(4, r.contentType)
-            try s.bind(5, now)
-            try s.run()
-        }
+        for r in refs { try DocumentStore.insertReference(db, collectionID: collectionID, id: id, r, at: now) }
     }
 }
