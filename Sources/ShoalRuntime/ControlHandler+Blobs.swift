@@ -93,12 +93,19 @@ extension ControlHandler {
             throw bad("\"length\" is 0 to \(ControlHandler.blobPieceMaxBytes)")
         }
         let store = try openStore()
-        guard let info = try store.blobInfo(digest), info.state == .complete else { throw StoreError.blob(.notFound(digest)) }
+        guard let info = try store.blobInfo(digest), info.state == .complete else { throw try ControlHandler.missing(store, digest) }
         guard offset <= info.length else { throw bad("\"offset\" \(offset) is past the end of \(digest) (\(info.length) bytes)") }
         let bytes = try store.readBlob(digest, offset: offset, length: Int(length))
         return ["digest": .string(digest.description), "length": .int(info.length), "offset": .int(offset),
                 "contentType": info.contentType.map { .string($0) } ?? .null,
                 "data": .string(Base64.encode(bytes)), "end": .bool(offset + Int64(bytes.count) >= info.length)]
+    }
+
+    /// A blob not held whole here: when a document refers to it, it is demanded from the mesh and
+    /// the reader told to come back (unavailable); else not found.
+    static func missing(_ store: DocumentStore, _ digest: BlobDigest) throws -> ControlError {
+        guard try store.demandIfReferenced(digest) != nil else { return translate(.blob(.notFound(digest))) }
+        return ControlError(code: .unavailable, message: "blob \(digest) is not here yet; a document refers to it, so it was asked for from the mesh: try again later")
     }
 
     func blobDigest(_ r: [String: JSONValue]) throws -> BlobDigest {

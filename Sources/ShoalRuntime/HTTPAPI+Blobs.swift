@@ -35,7 +35,7 @@ extension HTTPAPI {
     func getBlob(_ text: String, _ r: HTTPRequest) throws -> HTTPResponse {
         guard let digest = BlobDigest(text) else { throw HTTPFailure.badRequest("\"\(text.prefix(80))\" is not a blob digest: sha256- and 64 hex digits") }
         let store = opened.store
-        guard let info = try store.blobInfo(digest), info.state == .complete else { throw StoreError.blob(.notFound(digest)) }
+        guard let info = try store.blobInfo(digest), info.state == .complete else { throw try ControlHandler.missing(store, digest) }
         let etag = "\"\(digest)\""
         if let match = r.header("if-none-match"), match == etag || match == "*" {
             return HTTPResponse(status: 304, headers: [("ETag", etag)])

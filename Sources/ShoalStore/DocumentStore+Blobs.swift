@@ -182,9 +182,11 @@ extension DocumentStore: BlobStorage {
                 try s.run()
                 if db.changes > 0 { added += Int64(c.bytes.count) }
             }
-            let u = try db.statement("UPDATE blobs SET held_bytes = held_bytes + ? WHERE id = ?")
+            // A transfer in progress counts as a use: the GC's grace period runs from the last chunk.
+            let u = try db.statement("UPDATE blobs SET held_bytes = held_bytes + ?, used_at = ? WHERE id = ?")
             try u.bind(0, added)
-            try u.bind(1, row.id)
+            try u.bind(1, tx.now)
+            try u.bind(2, row.id)
             try u.run()
             return try completeIfWhole(db, row, manifest)
         }
@@ -235,7 +237,37 @@ extension DocumentStore: BlobStorage {
             try s.bind(2, reference.contentType)
             try s.bind(3, DocumentStore.nowMillis())
             try s.run()
+            // Bounded: past `maxWants` the oldest demands are forgotten (a reader asks again).
+            let trim = try db.statement("""
+                DELETE FROM blob_wants WHERE digest IN (SELECT digest FROM blob_wants ORDER BY wanted_at DESC, digest LIMIT -1 OFFSET ?)
+                """)
+            try trim.bind(0, Int64(DocumentStore.maxBlobWants))
+            try trim.run()
         }
+    }
+
+    /// Demands kept at most (`demandBlob`); the oldest go first.
+    public static let maxBlobWants = 10_000
+
+    /// The reference a live document holds to `digest` (its length and content type), when one
+    /// does: what a reader of a blob not held here can demand.
+    public func referencedBlob(_ digest: BlobDigest) throws(StoreError) -> BlobReference? {
+        try locked { db throws(StoreError) in
+            let s = try db.statement("SELECT length, content_type FROM blob_refs WHERE digest = ? LIMIT 1")
+            try s.bind(0, blob: digest.bytes)
+            guard try s.step() else { return nil }
+            let r = BlobReference(digest: digest, length: s.int64(0), contentType: s.text(1))
+            try s.run()
+            return r
+        }
+    }
+
+    /// For a reader of a blob not held whole here: when a live document refers to it, demands it
+    /// (the replicator fetches it) and says so; else nil.
+    public func demandIfReferenced(_ digest: BlobDigest) throws(StoreError) -> BlobReference? {
+        guard let r = try referencedBlob(digest) else { return nil }
+        try demandBlob(r)
+        return r
     }
 }
 

@@ -104,6 +104,13 @@ extension ProcessSuites {
             #expect(absent.stdout == "404")
             let outside = try curl(["-o", "/dev/null", "-w", "%{http_code}", "-H", "Range: bytes=400000-", "http://localhost/v1/blobs/\(digest)"])
             #expect(outside.stdout == "416")
+            // Referred to by a document but not here: asked for from the mesh, 503 with Retry-After; the CLI says so too.
+            let elsewhere = "sha256-" + String(repeating: "cd", count: 32)
+            #expect(try g.cli(["doc", "put", "site.photos", "far", #"{"img":{"@blob":"\#(elsewhere)","length":5}}"#]).status == 0)
+            let wanted = try curl(["-o", "/dev/null", "-D", "-", "http://localhost/v1/blobs/\(elsewhere)"])
+            #expect(wanted.stdout.contains("503") && wanted.stdout.lowercased().contains("retry-after"), "\(wanted.stdout)")
+            let viaCLI = try g.cli(["blob", "get", elsewhere])
+            #expect(viaCLI.status == 1 && viaCLI.stderr.contains("asked for from the mesh"), "\(viaCLI.stderr)")
             #expect(try g.cli(["status"]).status == 0)
         }
     }

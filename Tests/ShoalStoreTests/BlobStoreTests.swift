@@ -243,6 +243,19 @@ struct BlobStoreTests {
         }
     }
 
+    @Test("a reader of a blob not held here demands it when a document refers to it, and only then")
+    func demandOnRead() throws {
+        try withStore { (store, _) throws in
+            try store.createCollection(cache)
+            let r = BlobReference(digest: .of([7, 7]), length: 2, contentType: "x/y")
+            try store.put(cache, id: id("c"), body: body(with: r))
+            #expect(try store.wantedBlobs(eagerCollections: [], limit: 10) == [])
+            #expect(try store.demandIfReferenced(r.digest) == r)
+            #expect(try store.wantedBlobs(eagerCollections: [], limit: 10) == [r])
+            #expect(try store.demandIfReferenced(BlobDigest.of([8])) == nil)
+        }
+    }
+
     @Test("GC drops unreferenced blobs and unwanted partials after the grace period, never an eager-referenced one")
     func garbage() throws {
         try withStore { (store, _) throws in
