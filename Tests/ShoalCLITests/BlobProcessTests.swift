@@ -1,4 +1,6 @@
 import Foundation
+import ShoalCore
+import ShoalRuntime
 import ShoalTesting
 import Testing
 
@@ -112,6 +114,48 @@ extension ProcessSuites {
             let viaCLI = try g.cli(["blob", "get", elsewhere])
             #expect(viaCLI.status == 1 && viaCLI.stderr.contains("asked for from the mesh"), "\(viaCLI.stderr)")
             #expect(try g.cli(["status"]).status == 0)
+        }
+
+        @Test("control ops refuse bad pieces, unknown uploads, too many uploads and bad reads, keeping nothing")
+        func controlOpsRefuseBadInput() throws {
+            let g = try RunningGateway()
+            defer { _ = g.stop() }
+            let client = try ControlClient(path: g.socket)
+            func code(_ request: JSONValue) -> String? {
+                do { _ = try client.call(request); return nil } catch {
+                    if case .remote(let e) = error { return e.code.rawValue }
+                    return "\(error)"
+                }
+            }
+            let token = try #require(try client.call(["op": "blob.begin", "contentType": "text/plain"])["upload"]?.stringValue)
+            #expect(code(["op": "blob.append", "upload": .string(token), "data": "not base64!"]) == "bad_request")
+            #expect(code(["op": "blob.append", "upload": .string(token), "data": "QUJD="]) == "bad_request")
+            #expect(code(["op": "blob.append", "upload": .string(token), "data": .string(Base64.encode([UInt8](repeating: 1, count: (256 << 10) + 1)))]) == "bad_request")
+            #expect(code(["op": "blob.append", "upload": "u-nope", "data": "QUJD"]) == "not_found")
+            #expect(code(["op": "blob.append", "data": "QUJD"]) == "bad_request")
+            // The bad pieces added nothing: the upload goes on.
+            _ = try client.call(["op": "blob.append", "upload": .string(token), "data": .string(Base64.encode(Array("ABC".utf8)))])
+            let reference = try client.call(["op": "blob.finish", "upload": .string(token)])
+            #expect(reference["length"]?.int64Value == 3 && reference["@blob"]?.stringValue == BlobDigest.of(Array("ABC".utf8)).description)
+            #expect(code(["op": "blob.finish", "upload": .string(token)]) == "not_found")
+            // At most 8 uploads open at once.
+            var open: [String] = []
+            for _ in 0..<8 { if let t = try client.call(["op": "blob.begin"])["upload"]?.stringValue { open.append(t) } }
+            #expect(open.count == 8)
+            #expect(code(["op": "blob.begin"]) == "unavailable")
+            for t in open { _ = try client.call(["op": "blob.cancel", "upload": .string(t)]) }
+            #expect(code(["op": "blob.begin"]) == nil)
+            // Reads: a bad digest, a bad offset or length, an absent blob.
+            let digest = BlobDigest.of(Array("ABC".utf8)).description
+            #expect(code(["op": "blob.get", "digest": "sha256-xyz"]) == "bad_request")
+            #expect(code(["op": "blob.get", "digest": .string(digest), "offset": -1]) == "bad_request")
+            #expect(code(["op": "blob.get", "digest": .string(digest), "offset": 4]) == "bad_request")
+            #expect(code(["op": "blob.get", "digest": .string(digest), "length": 999_999_999]) == "bad_request")
+            #expect(code(["op": "blob.stat", "digest": .string("sha256-" + String(repeating: "0", count: 64))]) == "not_found")
+            #expect(code(["op": "blob.begin", "contentType": .string(String(repeating: "t", count: 300))]) == "bad_request")
+            let piece = try client.call(["op": "blob.get", "digest": .string(digest), "offset": 1, "length": 5])
+            #expect(piece["data"]?.stringValue == Base64.encode(Array("BC".utf8)) && piece["end"]?.boolValue == true)
+            #expect(try client.call(["op": "blob.stat", "digest": .string(digest)])["state"]?.stringValue == "complete")
         }
     }
 }
