@@ -209,11 +209,12 @@ extension DocumentStore: BlobStorage {
                     UNION ALL
                     SELECT digest, length, content_type, wanted_at FROM blob_wants
                 ) w
-                WHERE NOT EXISTS (SELECT 1 FROM blobs b WHERE b.digest = w.digest AND b.state = 'complete')
+                WHERE w.length <= ?3 AND NOT EXISTS (SELECT 1 FROM blobs b WHERE b.digest = w.digest AND b.state = 'complete')
                 GROUP BY w.digest ORDER BY min(w.at), w.digest LIMIT ?2
                 """)
             try s.bind(0, "[" + ids.map(String.init).joined(separator: ",") + "]")
             try s.bind(1, Int64(max(0, min(limit, 10_000))))
+            try s.bind(2, options.maxBlobBytes)  // one this gateway refuses to keep is not asked for
             var out: [BlobReference] = []
             while try s.step() {
                 guard let d = BlobDigest(bytes: s.blob(0)) else { continue }

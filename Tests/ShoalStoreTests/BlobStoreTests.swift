@@ -95,6 +95,11 @@ struct BlobStoreTests {
         #expect(throws: StoreError.self) { try w.finish() }
         #expect(try store.blobStats() == BlobStats())
         #expect(throws: StoreError.self) { try store.beginBlob(BlobManifest.of(blobBytes(100_001))) }
+        // A reference to a blob over the limit is not asked for from peers.
+        try store.createCollection(photos)
+        try store.put(photos, id: id("big"), body: body(with: BlobReference(digest: .of([1]), length: 100_001)))
+        try store.put(photos, id: id("ok"), body: body(with: BlobReference(digest: .of([2]), length: 100_000)))
+        #expect(try store.wantedBlobs(eagerCollections: ["site.photos"], limit: 10).map(\.length) == [100_000])
         #expect(throws: StoreError.self) { try store.blobWriter(contentType: String(repeating: "x", count: 256)) }
     }
 
