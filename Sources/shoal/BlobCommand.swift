@@ -85,13 +85,15 @@ extension CLI {
     /// Fetches a blob in pieces, checking its SHA-256 as it comes; to FILE (written aside, renamed
     /// once the digest matched) or to standard output.
     static func blobGet(_ args: [String], command: String) throws -> Int32 {
-        let a = try Arguments.parse(args, command: command, valueOptions: ["--socket", "--out"], flagOptions: [])
+        let a = try Arguments.parse(args, command: command, valueOptions: ["--socket", "--out", "--wait"], flagOptions: [])
         if helpIfAsked(a, "blob") { return ExitCode.ok }
-        try a.expectPositionals(1...1, command: command, usage: "blob get DIGEST [--out FILE]")
+        try a.expectPositionals(1...1, command: command, usage: "blob get DIGEST [--out FILE] [--wait SECONDS]")
+        let waitSeconds = try a.int("--wait", command: command, default: 0, range: 0...3600)
         guard let digest = BlobDigest(a.positionals[0]) else {
             throw UsageError(command: command, message: "\"\(a.positionals[0].prefix(80))\" is not a blob digest: sha256- and 64 hex digits")
         }
         let client = try client(a)
+        try waitForBlob(client, digest, seconds: waitSeconds)
         var fd = STDOUT_FILENO
         var temporary: String?
         if let path = a.values["--out"] {
@@ -126,6 +128,21 @@ extension CLI {
             printError("\(digest): \(offset) bytes written to \(path), digest verified")
         }
         return ExitCode.ok
+    }
+
+    /// With --wait: while the gateway answers that the blob is on its way (a document refers to
+    /// it, so it asked the mesh), asks again every half second until it is here or time is up.
+    static func waitForBlob(_ client: ControlClient, _ digest: BlobDigest, seconds: Int) throws {
+        let deadline = ContinuousClock.now + .seconds(seconds)
+        while true {
+            do {
+                _ = try client.call(["op": "blob.get", "digest": .string(digest.description), "offset": 0, "length": 0])
+                return
+            } catch ControlClient.Failure.remote(let e) {
+                guard e.code == .unavailable, ContinuousClock.now < deadline else { throw ControlClient.Failure.remote(e) }
+            }
+            usleep(500_000)
+        }
     }
 
     static func isNotFound(_ error: any Error) -> Bool {

@@ -237,7 +237,7 @@ enum Help {
             """,
         "blob": """
             Usage: shoal blob put FILE [--content-type TYPE] [--doc COLLECTION/ID [--field FIELD]]
-                   shoal blob get DIGEST [--out FILE]
+                   shoal blob get DIGEST [--out FILE] [--wait SECONDS]
                    shoal blob ls [--json]
                    shoal blob gc [--json]
             (each takes --socket PATH)
@@ -248,7 +248,8 @@ enum Help {
             with --doc it also writes it into that document's FIELD (default "blob"), creating
             the document or keeping its other fields. Over storage.maxBlobSize it is refused and
             nothing is kept. get writes the blob to FILE (FILE.tmp, fsynced, renamed once its
-            SHA-256 matched the digest) or to standard output. ls lists the blobs held (state,
+            SHA-256 matched the digest) or to standard output; a blob a document refers to but not
+            held here is asked for from the mesh, and --wait SECONDS waits for it to arrive. ls lists the blobs held (state,
             bytes, documents referring to each). gc runs the blob GC now: unreferenced blobs and
             unwanted partial ones older than 10 minutes go; over storage.blobBudget, blobs only
             `blobs: onDemand` collections refer to go, least recently used first; a blob an eager

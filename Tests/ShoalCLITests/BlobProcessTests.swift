@@ -113,6 +113,23 @@ extension ProcessSuites {
             #expect(wanted.stdout.contains("503") && wanted.stdout.lowercased().contains("retry-after"), "\(wanted.stdout)")
             let viaCLI = try g.cli(["blob", "get", elsewhere])
             #expect(viaCLI.status == 1 && viaCLI.stderr.contains("asked for from the mesh"), "\(viaCLI.stderr)")
+            // --wait: the blob arrives (here: put locally) while the reader waits.
+            let later = Array("arrives later\n".utf8)
+            let laterDigest = BlobDigest.of(later).description
+            #expect(try g.cli(["doc", "put", "site.photos", "later", #"{"img":{"@blob":"\#(laterDigest)","length":14}}"#]).status == 0)
+            let waiter = Process()
+            waiter.executableURL = URL(fileURLWithPath: Shoal.binary)
+            waiter.arguments = ["blob", "get", laterDigest, "--wait", "30", "--socket", g.socket]
+            let waited = Pipe()
+            waiter.standardOutput = waited
+            try waiter.run()
+            Thread.sleep(forTimeInterval: 1)
+            #expect(waiter.isRunning)
+            try Data(later).write(to: URL(fileURLWithPath: base.path + "/later.txt"))
+            #expect(try g.cli(["blob", "put", base.path + "/later.txt"]).status == 0)
+            waiter.waitUntilExit()
+            #expect(waiter.terminationStatus == 0)
+            #expect(waited.fileHandleForReading.readDataToEndOfFile() == Data(later))
             #expect(try g.cli(["status"]).status == 0)
         }
 
