@@ -94,7 +94,7 @@ let package = Package(
         .testTarget(name: "ShoalTLSTests", dependencies: ["ShoalTrust", "ShoalStore", "ShoalReplication", "ShoalThreads", "ShoalTLS", "ShoalLinux", "ShoalTesting", "ShoalCore"]),
         .testTarget(name: "ShoalLinuxTests", dependencies: ["ShoalThreads", "ShoalLinux", "ShoalCore", "ShoalTesting"]),
         .testTarget(name: "ShoalLibraryTests", dependencies: ["Shoal", "ShoalTesting"]),
-        .testTarget(name: "ShoalCLITests", dependencies: ["ShoalThreads", "shoal", "shoal-crash-writer", "ShoalStore", "ShoalTesting", "ShoalLinux"]),
+        .testTarget(name: "ShoalCLITests", dependencies: ["ShoalThreads", "shoal", "shoal-crash-writer", "ShoalStore", "ShoalTesting", "ShoalLinux", "ShoalRuntime"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -319,6 +319,20 @@ public struct ConfigLoader: Sendable {
             site.transports = transports
         }
         errors.attempt { () throws(ConfigError) in
+            guard var r = try top.mapping("storage") else { return }
+            var inner = ConfigErrors()
+            inner.attempt { () throws(ConfigError) in site.blobBudgetBytes = try r.byteSize("blobBudget") }
+            inner.attempt { () throws(ConfigError) in
+                guard let n = try r.byteSize("maxBlobSize") else { return }
+                guard n <= BlobReference.maxLength else {
+                    throw ConfigError(mark: r.mark(of: "maxBlobSize"), key: "storage.maxBlobSize", message: "at most 4GB (Shoal's largest blob)")
+                }
+                site.maxBlobBytes = n
+            }
+            inner.attempt { () throws(ConfigError) in try r.finish() }
+            try inner.check()
+        }
+        errors.attempt { () throws(ConfigError) in
             guard var r = try top.mapping("http") else { return }
             try site.http.apply(&r)
         }
@@ -380,6 +394,13 @@ public struct ConfigLoader: Sendable {
         errors.attempt { () throws(ConfigError) in c.maxDocuments = try r.int("maxDocuments", in: 1...1_000_000_000_000) }
         errors.attempt { () throws(ConfigError) in c.maxBytes = try r.byteSize("maxBytes") }
         errors.attempt { () throws(ConfigError) in c.indexes = try r.indexList("indexes") ?? [] }
+        errors.attempt { () throws(ConfigError) in
+            guard let text = try r.string("blobs") else { return }
+            guard let fetch = BlobFetch(rawValue: text) else {
+                throw ConfigError(mark: r.mark(of: "blobs"), key: "collections[\(i)].blobs", message: "\"\(text)\" is not one of: eager, onDemand")
+            }
+            c.blobs = fetch
+        }
         errors.attempt { () throws(ConfigError) in try r.finish() }
         try errors.check()
         return c

@@ -34,6 +34,10 @@ public struct SiteConfig: Sendable, Equatable {
     public var mqtt = MQTTSettings()
     /// The NATS JetStream uplink (`uplink:`); no servers, no uplink.
     public var uplink = UplinkSettings()
+    /// Blob storage (`storage:`): the bytes of blob chunks the gateway may hold (`blobBudget`; nil:
+    /// no budget, only garbage is collected) and the largest blob it accepts (`maxBlobSize`).
+    public var blobBudgetBytes: Int64?
+    public var maxBlobBytes: Int64?
     /// Days of validity for an identity the gateway creates for itself.
     public var identityValidDays: Int64 = 365
     /// The site's `mesh:` and `log:` mappings, applied over the board's.
@@ -71,6 +75,8 @@ public struct SiteConfig: Sendable, Equatable {
         public var maxBytes: Int64?
         /// Expression indexes to keep (`indexes: [site, [site, pressure]]`): each a list of fields.
         public var indexes: [[String]] = []
+        /// When the blobs its documents refer to are fetched (`blobs: eager | onDemand`).
+        public var blobs = BlobFetch.eager
         public init(name: CollectionName) { self.name = name }
     }
 
@@ -86,6 +92,14 @@ public struct SiteConfig: Sendable, Equatable {
           - name: _default._default
           - name: sensors.readings
         """
+}
+
+/// When a collection's blobs come to a gateway: `eager`, as soon as a document refers to them (and
+/// the budget never drops them), or `onDemand`, when a reader asks (and the budget may drop them,
+/// least recently used first: they can be fetched again).
+public enum BlobFetch: String, Sendable, Equatable, CaseIterable {
+    case eager
+    case onDemand
 }
 
 /// A numeric address and a TCP port, as written in the site file: `192.168.1.20:4984`, or IPv6 in

@@ -23,6 +23,7 @@ extension Gateway {
             uptimeSeconds: uptime, startTimeSeconds: (wallSeconds - uptime).rounded(), residentBytes: Gateway.residentBytes(),
             nowMillis: monotonicMillis())
         m.expiry = store?.expiryCounts.withLock { $0 }
+        m.blobs = store.flatMap { BlobRetention.figures($0, budget: site.blobBudgetBytes) }
         m.mqtt = mqtt.snapshot
         m.uplink = uplink.snapshot
         let current = trust.current()

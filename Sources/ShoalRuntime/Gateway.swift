@@ -39,6 +39,8 @@ public final class Gateway: Sendable {
     private let identitySlot = Locked<(Identity?, String?)>((nil, nil))
     /// Replication figures for status (the ObjectBox seed's counters).
     public let counters = Locked(ReplicationCounters())
+    /// Blob uploads open on the control socket (bounded; see `BlobUploads`).
+    let blobUploads = BlobUploads()
     /// The mesh as this gateway sees it, and its recent events (published by the replication driver).
     public let meshView = Locked(MeshView())
     /// Live queries open at once over the control socket and HTTP (`shoal doc query --follow`,
@@ -195,6 +197,7 @@ public final class Gateway: Sendable {
         if let e = store?.expiryCounts.withLock({ $0 }) {
             status.expiration = ["expired": e.expired, "ttl": e.ttl, "budget": e.budget, "refused": e.refused]
         }
+        if let store, let b = BlobRetention.figures(store, budget: site.blobBudgetBytes) { status.blobs = b }
         status.storeRunning = report.snapshot.first { $0.path == GatewayRuntime.storeChildPath }.map { $0.state == .running } ?? true
         status.ledPattern = ledPattern.withLock { $0 }
         status.httpAddresses = httpAddresses

@@ -36,6 +36,8 @@ public struct GatewayMetrics: Sendable {
     public var lastSequence: Int64?
     /// Expiration since start (nil while the store is closed).
     public var expiry: ExpiryCounts?
+    /// Blob figures (`BlobRetention.figures`; nil while the store is closed).
+    public var blobs: [String: Int64]?
     public var storeBytes: Int?
     public var uptimeSeconds: Double
     public var startTimeSeconds: Double?
@@ -272,6 +274,18 @@ public struct GatewayMetrics: Sendable {
                              Sample([("reason", "budget")], Int(e.budget))]))
             f.append(Family("shoal_documents_expiry_refused_total", .counter,
                             help: "Documents refused on receive: expired by this gateway's TTL, or a version it purged itself.", value: Int(e.refused)))
+        }
+        if let b = blobs {
+            let v = { (k: String) in Int(b[k] ?? 0) }
+            f.append(Family("shoal_blobs", .gauge, help: "Blobs held, complete or partial.", value: v("count")))
+            f.append(Family("shoal_blob_bytes", .gauge, help: "Bytes of blob chunks held, by state.",
+                            [Sample([("state", "all")], v("bytes")), Sample([("state", "partial")], v("partialBytes"))]))
+            if let budget = b["budget"] {
+                f.append(Family("shoal_blob_budget_bytes", .gauge, help: "storage.blobBudget: the bytes of blob chunks the gateway may hold.", value: Int(budget)))
+            }
+            f.append(Family("shoal_blobs_collected_total", .counter, help: "Blobs dropped by the blob GC since start.", value: v("gcDropped")))
+            f.append(Family("shoal_blob_collected_bytes_total", .counter, help: "Bytes of blobs dropped by the blob GC since start.", value: v("gcDroppedBytes")))
+            f.append(Family("shoal_blob_over_budget_total", .counter, help: "GC passes that ended over the budget with only blobs that must stay.", value: v("gcOverBudget")))
         }
         return f
     }

@@ -71,6 +71,13 @@ struct HTTPAPI: Sendable {
             default: throw HTTPFailure.methodNotAllowed("GET, HEAD, PUT, DELETE")
             }
         case ("changes", 2): return try only(method, "GET") { try changes(r) }
+        case ("blobs", 2):
+            switch method {
+            case "GET": return try listBlobs()
+            case "POST": return try postBlob(r)
+            default: throw HTTPFailure.methodNotAllowed("GET, HEAD, POST")
+            }
+        case ("blobs", 3): return try only(method, "GET") { try getBlob(path[2], r) }
         case ("conflicts", 2):
             return try only(method, "GET") { try conflicts(r) }
         case ("peers", 2): return try only(method, "GET") { json(["peers": try control.dispatch(["op": "peers"])]) }

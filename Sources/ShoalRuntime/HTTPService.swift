@@ -117,7 +117,12 @@ struct HTTPService: Service {
 
     static func socketPath(dataDirectory: String) -> String { dataDirectory + "/http.sock" }
 
+    /// A blob POSTed whole (`/v1/blobs`): the server holds it in memory, so it is bounded; larger
+    /// ones go in pieces (`shoal blob put`).
+    static let blobBodyLimit = 16 << 20
+
     @Sendable static func limit(_ method: String, _ path: String) -> Int {
-        method == "POST" ? bulkBodyLimit : bodyLimit
+        guard method == "POST" else { return bodyLimit }
+        return path == "/v1/blobs" ? blobBodyLimit : bulkBodyLimit
     }
 }

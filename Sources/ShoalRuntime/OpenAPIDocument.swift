@@ -34,6 +34,9 @@ public enum OpenAPIDocument {
     },
     {
       "name": "mesh"
+    },
+    {
+      "name": "blobs"
     }
   ],
   "paths": {
@@ -702,6 +705,193 @@ public enum OpenAPIDocument {
           },
           "404": {
             "$ref": "#/components/responses/NotFound"
+          },
+          "503": {
+            "$ref": "#/components/responses/Unavailable"
+          }
+        }
+      }
+    },
+    "/v1/blobs": {
+      "get": {
+        "summary": "The blobs held on this gateway",
+        "operationId": "listBlobs",
+        "tags": [
+          "blobs"
+        ],
+        "responses": {
+          "200": {
+            "description": "each blob held (complete or partial) and the totals",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/Blobs"
+                }
+              }
+            }
+          },
+          "401": {
+            "$ref": "#/components/responses/Unauthorized"
+          },
+          "403": {
+            "$ref": "#/components/responses/Forbidden"
+          },
+          "503": {
+            "$ref": "#/components/responses/Unavailable"
+          }
+        }
+      },
+      "post": {
+        "summary": "Keep the request body as a blob",
+        "operationId": "putBlob",
+        "tags": [
+          "blobs"
+        ],
+        "description": "The body (at most 16 MiB here; larger blobs go in pieces with `shoal blob put`) is kept as a blob named by its SHA-256; its Content-Type is kept with it. Put the answered reference in a document to refer to it.",
+        "requestBody": {
+          "required": true,
+          "content": {
+            "*/*": {
+              "schema": {
+                "type": "string",
+                "format": "binary"
+              }
+            }
+          }
+        },
+        "responses": {
+          "201": {
+            "description": "kept (or already held): the reference",
+            "headers": {
+              "Location": {
+                "description": "/v1/blobs/{digest}",
+                "schema": {
+                  "type": "string"
+                }
+              },
+              "ETag": {
+                "description": "the digest, quoted",
+                "schema": {
+                  "type": "string"
+                }
+              }
+            },
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/BlobReference"
+                }
+              }
+            }
+          },
+          "400": {
+            "$ref": "#/components/responses/BadRequest"
+          },
+          "401": {
+            "$ref": "#/components/responses/Unauthorized"
+          },
+          "403": {
+            "$ref": "#/components/responses/Forbidden"
+          },
+          "503": {
+            "$ref": "#/components/responses/Unavailable"
+          }
+        }
+      }
+    },
+    "/v1/blobs/{digest}": {
+      "get": {
+        "summary": "A blob's bytes",
+        "operationId": "getBlob",
+        "tags": [
+          "blobs"
+        ],
+        "parameters": [
+          {
+            "name": "digest",
+            "in": "path",
+            "required": true,
+            "description": "the blob's name: sha256- and 64 hex digits",
+            "schema": {
+              "type": "string",
+              "pattern": "^sha256-[0-9a-fA-F]{64}$"
+            }
+          },
+          {
+            "name": "Range",
+            "in": "header",
+            "required": false,
+            "description": "one range, `bytes=a-b`, `bytes=a-` or `bytes=-n`: 206 with Content-Range",
+            "schema": {
+              "type": "string"
+            }
+          },
+          {
+            "name": "If-None-Match",
+            "in": "header",
+            "required": false,
+            "description": "the ETag (the quoted digest): 304",
+            "schema": {
+              "type": "string"
+            }
+          }
+        ],
+        "responses": {
+          "200": {
+            "description": "the blob, with its Content-Type; ETag is the quoted digest",
+            "headers": {
+              "ETag": {
+                "description": "the digest, quoted",
+                "schema": {
+                  "type": "string"
+                }
+              }
+            },
+            "content": {
+              "*/*": {
+                "schema": {
+                  "type": "string",
+                  "format": "binary"
+                }
+              }
+            }
+          },
+          "206": {
+            "description": "the range asked for",
+            "headers": {
+              "Content-Range": {
+                "description": "bytes a-b/length",
+                "schema": {
+                  "type": "string"
+                }
+              }
+            },
+            "content": {
+              "*/*": {
+                "schema": {
+                  "type": "string",
+                  "format": "binary"
+                }
+              }
+            }
+          },
+          "304": {
+            "description": "If-None-Match named this blob"
+          },
+          "400": {
+            "$ref": "#/components/responses/BadRequest"
+          },
+          "404": {
+            "$ref": "#/components/responses/NotFound"
+          },
+          "416": {
+            "description": "the range is outside the blob, or not one simple range"
+          },
+          "401": {
+            "$ref": "#/components/responses/Unauthorized"
+          },
+          "403": {
+            "$ref": "#/components/responses/Forbidden"
           },
           "503": {
             "$ref": "#/components/responses/Unavailable"
@@ -2353,6 +2543,108 @@ public enum OpenAPIDocument {
           "error",
           "reason"
         ]
+      },
+      "BlobReference": {
+        "type": "object",
+        "description": "what a document holds to refer to a blob",
+        "required": [
+          "@blob",
+          "length"
+        ],
+        "properties": {
+          "@blob": {
+            "type": "string",
+            "pattern": "^sha256-[0-9a-f]{64}$"
+          },
+          "length": {
+            "type": "integer",
+            "minimum": 0
+          },
+          "contentType": {
+            "type": "string",
+            "maxLength": 255
+          }
+        }
+      },
+      "BlobInfo": {
+        "type": "object",
+        "required": [
+          "digest",
+          "length",
+          "state",
+          "heldBytes",
+          "referencedBy"
+        ],
+        "properties": {
+          "digest": {
+            "type": "string"
+          },
+          "length": {
+            "type": "integer"
+          },
+          "contentType": {
+            "type": [
+              "string",
+              "null"
+            ]
+          },
+          "state": {
+            "type": "string",
+            "enum": [
+              "partial",
+              "complete"
+            ]
+          },
+          "heldBytes": {
+            "type": "integer"
+          },
+          "referencedBy": {
+            "type": "integer",
+            "description": "live documents referring to it"
+          },
+          "createdAtMillis": {
+            "type": "integer"
+          },
+          "usedAtMillis": {
+            "type": "integer"
+          }
+        }
+      },
+      "BlobStats": {
+        "type": "object",
+        "properties": {
+          "count": {
+            "type": "integer"
+          },
+          "bytes": {
+            "type": "integer"
+          },
+          "partialBytes": {
+            "type": "integer"
+          }
+        }
+      },
+      "Blobs": {
+        "type": "object",
+        "required": [
+          "blobs",
+          "more",
+          "stats"
+        ],
+        "properties": {
+          "blobs": {
+            "type": "array",
+            "items": {
+              "$ref": "#/components/schemas/BlobInfo"
+            }
+          },
+          "more": {
+            "type": "boolean"
+          },
+          "stats": {
+            "$ref": "#/components/schemas/BlobStats"
+          }
+        }
       }
     },
     "responses": {

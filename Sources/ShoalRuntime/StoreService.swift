@@ -13,7 +13,8 @@ struct StoreService: Service {
     let provides: Provision<OpenedStore>
 
     func run(context: ServiceContext) async throws {
-        let options = StoreOptions(path: gateway.storePath, durability: gateway.board.durability == .normal ? .normal : .full)
+        let options = StoreOptions(path: gateway.storePath, durability: gateway.board.durability == .normal ? .normal : .full,
+                                   maxBlobBytes: gateway.site.maxBlobBytes ?? BlobReference.maxLength)
         let logger = gateway.logger
         let collections = [CollectionName.trust] + gateway.site.collections.map(\.name)
         let indexes = gateway.site.collections.flatMap { c in c.indexes.map { (c.name, $0) } }
@@ -45,6 +46,8 @@ struct StoreService: Service {
         let expiry = ExpiryRetention(site: gateway.site.collections)
         let expiryInterval = Duration.seconds(ExpiryRetention.intervalSeconds)
         var lastExpiry = ContinuousClock.now - expiryInterval
+        // Blob GC, with the expiration pass.
+        let blobs = BlobRetention(site: gateway.site)
         do {
             while await context.pause(for: .seconds(2)) {
                 try await gateway.storeThread.run { try store.ping() }
@@ -58,6 +61,7 @@ struct StoreService: Service {
                 if ContinuousClock.now - lastExpiry >= expiryInterval {
                     lastExpiry = ContinuousClock.now
                     _ = try await gateway.storeThread.run { try expiry.purge(store, logger: logger) }
+                    _ = try await gateway.storeThread.run { try blobs.collect(store) }
                 }
             }
         } catch {

@@ -49,6 +49,8 @@ public struct GatewayStatus: Sendable {
     public var counters: [String: Int64] = [:]
     /// Expiration since start: documents purged (expired, ttl, budget) and refused on receive.
     public var expiration: [String: Int64] = [:]
+    /// Blobs held (count, bytes, partialBytes), the budget when set, and what the GC dropped since start.
+    public var blobs: [String: Int64] = [:]
     /// Where the local HTTP API listens (`127.0.0.1:8470`, `unix:<path>`); empty when it does not.
     public var httpAddresses: [String] = []
     /// The MQTT bridge's brokers as `MQTTBoard` writes them (`{"brokers": [...]}`), null without one.
@@ -163,6 +165,11 @@ public struct GatewayStatus: Sendable {
             let e = { (k: String) in expiration[k] ?? 0 }
             lines.append("expiration  \(e("expired")) expired, \(e("ttl")) past ttl, \(e("budget")) over budget (purged, no tombstones); \(e("refused")) refused on receive")
         }
+        if !blobs.isEmpty {
+            let b = { (k: String) in blobs[k] ?? 0 }
+            let budget = blobs["budget"].map { " of a \($0)-byte budget" } ?? ""
+            lines.append("blobs       \(b("count")) held, \(b("bytes")) bytes\(budget) (\(b("partialBytes")) partial); GC dropped \(b("gcDropped")) (\(b("gcDroppedBytes")) bytes)\(b("gcOverBudget") > 0 ? ", over budget \(b("gcOverBudget")) times" : "")")
+        }
         if let sync { lines.append("syncing     \(sync.text) (received/announced so far)") }
         lines.append("collections \(collections.joined(separator: ", "))")
         lines.append("supervision")
@@ -193,6 +200,7 @@ public struct GatewayStatus: Sendable {
             "peerID": peerID.map { .string($0) } ?? .null,
             "counters": .object(counters.mapValues { .int($0) }),
             "expiration": .object(expiration.mapValues { .int($0) }),
+            "blobs": .object(blobs.mapValues { .int($0) }),
             "clockSkewPeers": .array(clockSkewPeers.map { .string($0) }),
             "led": ledPattern.map(JSONValue.string) ?? .null,
             "sync": sync?.json ?? .null,
@@ -235,6 +243,7 @@ public struct GatewayStatus: Sendable {
             })
         counters = (s["counters"]?.objectValue ?? [:]).compactMapValues(\.int64Value)
         expiration = (s["expiration"]?.objectValue ?? [:]).compactMapValues(\.int64Value)
+        blobs = (s["blobs"]?.objectValue ?? [:]).compactMapValues(\.int64Value)
         clockSkewPeers = (s["clockSkewPeers"]?.arrayValue ?? []).compactMap(\.stringValue)
         ledPattern = s["led"]?.stringValue
         sync = SyncProgress(json: s["sync"])

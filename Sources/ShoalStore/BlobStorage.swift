@@ -27,7 +27,8 @@ public protocol BlobStorage: AnyObject {
     /// Drops a blob and its chunks (complete or not).
     func discardBlob(_ digest: BlobDigest) throws(StoreError)
     /// Blobs to fetch, at most `limit`, oldest want first: referenced by a live document of one of
-    /// `eagerCollections`, or asked for by a reader (`demandBlob`), and not complete.
+    /// `eagerCollections`, or asked for by a reader (`demandBlob`), and not complete (nor larger
+    /// than the storage accepts).
     func wantedBlobs(eagerCollections: Set<String>, limit: Int) throws(StoreError) -> [BlobReference]
     /// A reader wants this blob (an on-demand collection): it is fetched like an eager one.
     func demandBlob(_ reference: BlobReference) throws(StoreError)

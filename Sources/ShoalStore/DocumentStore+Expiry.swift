@@ -174,6 +174,7 @@ extension DocumentStore {
                 let d = try tx.db.statement("DELETE FROM documents WHERE rowid = ?")
                 try d.bind(0, v.rowid)
                 try d.run()
+                try tx.updateBlobReferences(collectionID: v.collectionID, id: v.id, body: nil)
                 guard reason != .ttl else { continue }  // the TTL rule refuses it again by itself
                 let r = try tx.db.statement("""
                     INSERT INTO purged_documents(collection_id, doc_id, version, reason, purged_at) VALUES (?, ?, ?, ?, ?)

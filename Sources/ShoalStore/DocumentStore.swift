@@ -16,9 +16,14 @@ public final class DocumentStore: @unchecked Sendable {  // a SQLite connection,
     private var db: SQLiteConnection?
     var lastSequenceValue: Int64 = 0  // internal: read under the lock by DocumentStore+Backup.swift
     var collectionIDs: [CollectionName: Int64] = [:]
-    private let logger: Logger
+    let logger: Logger  // internal: DocumentStore+Blobs.swift logs a blob it drops
     /// What expiration did since the process started (see DocumentStore+Expiry).
     public let expiryCounts = Locked(ExpiryCounts())
+    /// What blob garbage collection did since the process started (see DocumentStore+Blobs).
+    public let blobCounts = Locked(BlobGCCounts())
+    /// False while no document refers to a blob: a write then skips clearing references (read
+    /// under the lock; set when a reference is written, never cleared while open).
+    var blobReferencesMayExist = false
 
     /// Opens (or creates) the store. A file that is corrupt, or not a database, is moved aside to
     /// `<path>.corrupt-<unix time>` (with its -wal and -shm) and the store starts empty: the mesh
@@ -105,6 +110,8 @@ public final class DocumentStore: @unchecked Sendable {  // a SQLite connection,
         if try floor.step(), let text = floor.text(0), let value = Int64(text) { lastSequenceValue = max(lastSequenceValue, value) }
         try floor.run()
         if found < 8 { try DocumentStore.backfillWrittenAt(db) }
+        if found < 9 { try DocumentStore.backfillBlobReferences(db, logger: logger) }
+        blobReferencesMayExist = try db.strings("SELECT EXISTS(SELECT 1 FROM blob_refs)").first?.first == "1"
         let cols = try db.statement("SELECT id, scope, name FROM collections")
         while try cols.step() {
             if let scope = cols.text(1), let name = cols.text(2), let c = try? CollectionName(stored: scope, name: name) {

@@ -32,6 +32,8 @@ public enum SQLiteBaseline {
                 sqlite3_bind_blob(stmt, 5, UnsafeRawPointer(bitPattern: 1), 0, shoal_sqlite_transient())
                 sqlite3_bind_int64(stmt, 6, sequence)
                 sqlite3_bind_int64(stmt, 7, 0)
+                sqlite3_bind_int64(stmt, 8, 0)  // written_at and body_bytes (schema 8), as the store binds them
+                sqlite3_bind_int64(stmt, 9, Int64(bodies[j].utf8.count))
                 var rc = sqlite3_step(stmt)
                 while rc == SQLITE_ROW { rc = sqlite3_step(stmt) }
                 try db.check(rc, "step")

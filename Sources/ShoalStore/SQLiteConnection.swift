@@ -164,6 +164,11 @@ struct Statement {
         guard let p = sqlite3_column_text(raw, i) else { return nil }
         return String(cString: p)
     }
+    /// A BLOB column's bytes without copying them (valid only inside `body`).
+    func withBlob<T>(_ i: Int32, _ body: (UnsafeRawBufferPointer) -> T) -> T {
+        let n = Int(sqlite3_column_bytes(raw, i))
+        return body(UnsafeRawBufferPointer(start: n > 0 ? sqlite3_column_blob(raw, i) : nil, count: n))
+    }
     func blob(_ i: Int32) -> [UInt8] {
         let n = Int(sqlite3_column_bytes(raw, i))
         guard n > 0, let p = sqlite3_column_blob(raw, i) else { return [] }

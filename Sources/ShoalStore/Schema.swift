@@ -123,6 +123,49 @@ enum Schema {
         ) WITHOUT ROWID;
         CREATE INDEX purged_documents_by_at ON purged_documents(purged_at);
         """),
+        (9, """
+        -- Blobs (see DocumentStore+Blobs). One row per blob held, whole or in part: its digest
+        -- (32 bytes; NULL while a local upload is still being written), length, content type,
+        -- manifest (the chunks' SHA-256s, 32 bytes each, in order), state, the bytes of its chunks
+        -- held, when it came and when it was last read (the budget drops the least recently used).
+        CREATE TABLE blobs(
+            id           INTEGER PRIMARY KEY,
+            digest       BLOB UNIQUE,
+            length       INTEGER NOT NULL,
+            content_type TEXT,
+            manifest     BLOB NOT NULL DEFAULT x'',
+            state        TEXT NOT NULL CHECK(state IN ('writing', 'partial', 'complete')),
+            held_bytes   INTEGER NOT NULL DEFAULT 0,
+            created_at   INTEGER NOT NULL,
+            used_at      INTEGER NOT NULL
+        );
+        -- Verified chunks, 64 KiB each (the last shorter).
+        CREATE TABLE blob_chunks(
+            blob_id INTEGER NOT NULL REFERENCES blobs(id) ON DELETE CASCADE,
+            idx     INTEGER NOT NULL,
+            data    BLOB NOT NULL,
+            UNIQUE(blob_id, idx)
+        );
+        -- Which live document refers to which blob: kept in the transaction of every document
+        -- write (a tombstone or a purge removes its rows).
+        CREATE TABLE blob_refs(
+            collection_id INTEGER NOT NULL REFERENCES collections(id),
+            doc_id        TEXT NOT NULL,
+            digest        BLOB NOT NULL,
+            length        INTEGER NOT NULL,
+            content_type  TEXT,
+            at            INTEGER NOT NULL,
+            PRIMARY KEY(collection_id, doc_id, digest)
+        ) WITHOUT ROWID;
+        CREATE INDEX blob_refs_by_digest ON blob_refs(digest, collection_id);
+        -- Blobs a reader asked for (on-demand collections): fetched like eager ones until complete.
+        CREATE TABLE blob_wants(
+            digest       BLOB PRIMARY KEY,
+            length       INTEGER NOT NULL,
+            content_type TEXT,
+            wanted_at    INTEGER NOT NULL
+        ) WITHOUT ROWID;
+        """),
     ]
 
     static var latestVersion: Int { migrations.last!.version }

@@ -75,6 +75,7 @@ public final class StoreTransaction {
         guard try s.step() else { return nil }
         let revision = s.int64(0)
         try s.run()
+        try updateBlobReferences(collectionID: cid, id: w.id.rawValue, body: w.body)
         sequence += 1
         return Change(sequence: sequence, collection: w.collection, id: w.id.rawValue, deleted: w.body == nil, revision: revision, version: w.version)
     }

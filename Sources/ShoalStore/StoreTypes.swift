@@ -14,11 +14,15 @@ public struct StoreOptions: Sendable {
     public var durability: Durability
     /// Largest document body accepted, in bytes.
     public var maxBodyBytes: Int
+    /// Largest blob accepted, in bytes (a local upload over it is refused and dropped; a blob
+    /// from a peer over it is not begun).
+    public var maxBlobBytes: Int64
 
-    public init(path: String, durability: Durability = .full, maxBodyBytes: Int = 1 << 20) {
+    public init(path: String, durability: Durability = .full, maxBodyBytes: Int = 1 << 20, maxBlobBytes: Int64 = BlobReference.maxLength) {
         self.path = path
         self.durability = durability
         self.maxBodyBytes = maxBodyBytes
+        self.maxBlobBytes = maxBlobBytes
     }
 }
 

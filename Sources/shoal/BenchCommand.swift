@@ -9,7 +9,7 @@ extension CLI {
     static func bench(_ args: [String]) throws -> Int32 {
         let a = try Arguments.parse(args, command: "bench", valueOptions: ["--docs", "--batch", "--rounds", "--durability", "--dir", "--handshakes", "--megabytes", "--port", "--baseline-binary", "--seconds", "--connections", "--changes", "--burst", "--publisher", "--count", "--body-bytes", "--samples"])
         if helpIfAsked(a, "bench") { return ExitCode.ok }
-        try a.expectPositionals(0...1, command: "bench", usage: "bench [all|store|tls|replication|http|mqtt|uplink|backup|query|live-query]")
+        try a.expectPositionals(0...1, command: "bench", usage: "bench [all|store|tls|replication|http|mqtt|uplink|backup|query|live-query|blob-store]")
         if a.positionals.isEmpty || a.positionals[0] == "all" { return try benchAll(a) }
         if a.positionals[0] == "tls" { return try benchTLS(a) }
         if a.positionals[0] == "replication" { return try benchReplication(a) }
@@ -19,7 +19,8 @@ extension CLI {
         if a.positionals[0] == "backup" { return try benchBackup(a) }
         if a.positionals[0] == "query" { return try benchQuery(a) }
         if a.positionals[0] == "live-query" { return try benchLiveQuery(a) }
-        guard a.positionals[0] == "store" else { throw UsageError(command: "bench", message: "unknown benchmark \"\(a.positionals[0])\" (all, store, tls, replication, http, mqtt, uplink, backup, query, live-query)") }
+        if a.positionals[0] == "blob-store" { return try benchBlobStore(a) }
+        guard a.positionals[0] == "store" else { throw UsageError(command: "bench", message: "unknown benchmark \"\(a.positionals[0])\" (all, store, tls, replication, http, mqtt, uplink, backup, query, live-query, blob-store)") }
         let docs = try a.int("--docs", command: "bench", default: 20_000, range: 1...10_000_000)
         let batch = try a.int("--batch", command: "bench", default: 100, range: 1...100_000)
         let rounds = try a.int("--rounds", command: "bench", default: 3, range: 1...50)
@@ -80,6 +81,26 @@ extension CLI {
         out("  body size                 \(r.bodyBytes) bytes")
         out("  pull rate                 \(fmt(r.median)) docs/s   rounds: \(r.docsPerSecond.map(fmt).joined(separator: ", "))   (goal >= 20000)")
         out("  frame bytes per document  \(fmt(r.wireBytesPerDocument)) (both directions; \(fmt2(r.wireBytesPerDocument / Double(r.bodyBytes))) × the body)")
+        return ExitCode.ok
+    }
+}
+
+extension CLI {
+    /// `shoal bench blob-store`: blobs in SQLite chunk rows against plain files, and SHA-256.
+    static func benchBlobStore(_ a: Arguments) throws -> Int32 {
+        let rounds = try a.int("--rounds", command: "bench", default: 3, range: 1...50)
+        guard let durability = Durability(rawValue: a.values["--durability"] ?? "full") else { throw UsageError(command: "bench", message: "--durability is full or normal") }
+        var template = Array("\(a.values["--dir"] ?? "/tmp")/shoal-bench-XXXXXX".utf8CString)
+        guard let made = mkdtemp(&template) else { throw UsageError(command: "bench", message: "cannot create a directory under \(a.values["--dir"] ?? "/tmp")") }
+        let dir = String(cString: made)
+        defer { _ = system("rm -rf '\(dir)'") }
+        out("blob-store benchmark: blobs through the store (64 KiB chunk rows) vs files (tmp + fsync + rename), durability \(durability.rawValue), \(rounds) rounds, in \(dir)")
+        let r = try BlobStoreBenchmark.run(directory: dir, rounds: rounds, durability: durability, logger: Logger(sink: MemoryLogSink(), level: .none))
+        for s in r.shapes {
+            out("  \(s.name.padding(12)) store \(fmt2(s.storeMedian)) MB/s, files \(fmt2(s.filesMedian)) MB/s, ratio store/files \(fmt2(s.ratio))")
+            out("               rounds: store \(s.storeMBps.map(fmt2).joined(separator: ", ")); files \(s.filesMBps.map(fmt2).joined(separator: ", "))")
+        }
+        out("  SHA-256      ShoalCore \(fmt2(r.hasherMBps)) MB/s, mbedTLS \(fmt2(r.mbedTLSMBps)) MB/s, ratio \(fmt2(r.hasherMBps / r.mbedTLSMBps))")
         return ExitCode.ok
     }
 }

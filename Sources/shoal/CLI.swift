@@ -50,7 +50,7 @@ enum CLI {
         }
         let rest = Array(args.dropFirst())
         // Errors name the command as typed: `shoal doc put: …`.
-        let label = ["doc", "log", "board", "bench", "identity", "radios", "http", "mqtt", "uplink", "trust"].contains(command) && rest.first.map({ !$0.hasPrefix("-") }) == true
+        let label = ["doc", "log", "board", "bench", "identity", "radios", "http", "mqtt", "uplink", "trust", "blob"].contains(command) && rest.first.map({ !$0.hasPrefix("-") }) == true
             ? "\(command) \(rest[0])" : command
         do {
             switch command {
@@ -87,6 +87,7 @@ enum CLI {
             case "doctor": return try doctor(rest)
             case "conflicts": return try conflicts(rest)
             case "backup": return try backup(rest)
+            case "blob": return try blob(rest)
             case "restore": return try restore(rest)
             default:
                 throw UsageError(command: command, message: "unknown command; commands: \(Help.commandNames.joined(separator: ", "))", helpTopic: "")

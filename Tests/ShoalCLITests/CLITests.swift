@@ -15,7 +15,7 @@ extension ProcessSuites {
             }
         }
 
-        @Test("every command has its own --help", arguments: ["run", "status", "doc", "changes", "conflicts", "log", "identity", "board", "bench", "version", "uplink"])
+        @Test("every command has its own --help", arguments: ["run", "status", "doc", "changes", "conflicts", "log", "identity", "board", "bench", "version", "uplink", "blob"])
         func subcommandHelp(_ command: String) throws {
             let r = try Shoal.run([command, "--help"])
             #expect(r.status == 0)
@@ -27,7 +27,8 @@ extension ProcessSuites {
             (["run", "--boad", "sim"], "unknown option --boad"), (["doc", "put", "x"], "missing arguments"),
             (["doc", "get", "a", "b", "c"], "unexpected argument"), (["doc", "fly"], "unknown subcommand"),
             (["changes", "--since", "-3"], "--since"), (["run", "--board"], "needs a value"), (["version", "--json=yes"], "takes no value"),
-            (["uplink"], "missing subcommand: status"), (["uplink", "stats"], "unknown subcommand \"stats\"; uplink has: status"),
+            (["uplink"], "missing subcommand: status"), (["blob"], "missing subcommand: put, get, ls or gc"),
+            (["blob", "put"], "missing arguments"), (["blob", "get", "not-a-digest"], "not a blob digest"), (["uplink", "stats"], "unknown subcommand \"stats\"; uplink has: status"),
         ])
         func usageErrors(_ args: [String], _ needle: String) throws {
             let r = try Shoal.run(args)

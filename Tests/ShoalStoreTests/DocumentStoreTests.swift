@@ -227,7 +227,7 @@ struct DocumentStoreTests {
         let store = try DocumentStore.open(StoreOptions(path: path), logger: Logger(sink: log))
         defer { store.close() }
         #expect(store.openReport.schemaVersionFound == 1)
-        #expect(store.openReport.schemaVersion == 8)
+        #expect(store.openReport.schemaVersion == 9)
         #expect(log.contains("migrated schema to version 2") && log.contains("migrated schema to version 3") && log.contains("migrated schema to version 4") && log.contains("migrated schema to version 5"))
         #expect(try store.get(.default, id: id("old"))?.body == #"{"kept":true}"#)
         #expect(store.lastSequence == 9)
@@ -281,7 +281,7 @@ struct DocumentStoreTests {
         sqlite3_open(path, &db)
         sqlite3_exec(db, "CREATE TABLE x(y); PRAGMA user_version=99;", nil, nil, nil)
         sqlite3_close(db)
-        #expect(throws: StoreError.schemaTooNew(found: 99, supported: 8, path: path)) {
+        #expect(throws: StoreError.schemaTooNew(found: 99, supported: 9, path: path)) {
             try DocumentStore.open(StoreOptions(path: path), logger: quietLogger)
         }
         #expect(access(path, F_OK) == 0)

@@ -162,6 +162,7 @@ struct ExpiryTests {
         var db: OpaquePointer?
         sqlite3_open(path, &db)
         let back = """
+            DROP TABLE blob_chunks; DROP TABLE blob_refs; DROP TABLE blob_wants; DROP TABLE blobs;
             DROP INDEX documents_expiring; DROP INDEX documents_by_written_at; DROP TABLE purged_documents;
             ALTER TABLE documents DROP COLUMN expires_at; ALTER TABLE documents DROP COLUMN written_at;
             ALTER TABLE documents DROP COLUMN body_bytes; PRAGMA user_version=7;
