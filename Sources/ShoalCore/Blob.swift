@@ -2,10 +2,10 @@
 /// document by a small JSON object, `{"@blob": "sha256-<64 hex>", "length": N, "contentType": "…"}`.
 ///
 /// A blob moves between gateways in *chunks* of `BlobManifest.chunkSize` bytes (the last one
-/// shorter). Its manifest lists each chunk's SHA-256, so a receiver checks every chunk as it
-/// arrives and keeps only verified ones (a transfer cut resumes from them), and the whole blob
-/// against its name once the last chunk is in. The manifest is a function of the content alone,
-/// so every honest holder sends the same one.
+/// shorter). Its manifest lets a receiver check every chunk on its own as it arrives, in any order,
+/// and keep only verified ones (a cut transfer resumes from them); checking the last chunk checks
+/// the whole blob against its name. The manifest is a function of the content alone, so every
+/// honest holder sends the same one.
 
 /// A blob's name: the SHA-256 of its content.
 public struct BlobDigest: Sendable, Hashable, Comparable, CustomStringConvertible {
@@ -152,7 +152,18 @@ public struct BlobReference: Sendable, Hashable, CustomStringConvertible {
     }
 }
 
-/// The chunk list of a blob: its name, length and each chunk's SHA-256.
+/// The chunk list of a blob: its name, its length and, for each chunk, where the blob's SHA-256
+/// stands after it.
+///
+/// Entry i (for every chunk but the last) is SHA-256's chaining value after chunks 0…i — the
+/// hash's internal state at that boundary, which 64 KiB (a whole number of 64-byte blocks) makes
+/// well defined; the last entry is the blob's digest itself. Chunk i is verified by resuming the
+/// hash from entry i − 1 (the initial state for chunk 0), feeding the chunk, and comparing with
+/// entry i (for the last chunk: finishing the hash and comparing with the blob's name). So one
+/// SHA-256 pass over the content checks every chunk, and once every chunk has passed, the chain
+/// from the initial state to the name proves the whole: no second pass. A lying manifest cannot
+/// make the last chunk end at the true digest (that would be a preimage), so lies show up as
+/// chunks that fail.
 public struct BlobManifest: Sendable, Equatable {
     /// Bytes per chunk (the last chunk is shorter): the unit of verification and resumption. Links
     /// move a chunk in pieces sized for the transport; only whole verified chunks are kept.
@@ -160,7 +171,7 @@ public struct BlobManifest: Sendable, Equatable {
 
     public let digest: BlobDigest
     public let length: Int64
-    /// One 32-byte SHA-256 per chunk, in order.
+    /// One 32-byte entry per chunk, in order: chaining values, then the digest.
     public let chunkDigests: [[UInt8]]
 
     public init(digest: BlobDigest, length: Int64, chunkDigests: [[UInt8]]) throws(BlobError) {
@@ -169,21 +180,77 @@ public struct BlobManifest: Sendable, Equatable {
             throw .badManifest("\(chunkDigests.count) chunk digests for \(length) bytes (\(BlobManifest.chunkCount(length: length)) expected)")
         }
         guard chunkDigests.allSatisfy({ $0.count == 32 }) else { throw .badManifest("a chunk digest is not 32 bytes") }
+        if let last = chunkDigests.last {
+            guard last == digest.bytes else { throw .badManifest("the last chunk's entry is not the blob's digest") }
+        } else {
+            guard digest == BlobManifest.emptyDigest else { throw .badManifest("an empty blob's digest must be SHA-256 of nothing") }
+        }
         self.digest = digest
         self.length = length
         self.chunkDigests = chunkDigests
     }
 
-    /// The manifest of `content` (hashing with `hash`, SHA-256 by default).
-    public static func of(_ content: [UInt8], hash: ([UInt8]) -> [UInt8] = SHA256.hash) -> BlobManifest {
-        var digests: [[UInt8]] = []
+    static let emptyDigest = BlobDigest.of([])
+
+    /// The manifest of `content`.
+    public static func of(_ content: [UInt8]) -> BlobManifest {
+        var builder = Builder()
         var start = 0
         while start < content.count {
             let end = min(content.count, start + chunkSize)
-            digests.append(hash(Array(content[start..<end])))
+            builder.add(content[start..<end])
             start = end
         }
-        return try! BlobManifest(digest: BlobDigest(bytes: hash(content))!, length: Int64(content.count), chunkDigests: digests)
+        return builder.finish()
+    }
+
+    /// Builds a manifest chunk by chunk, in one SHA-256 pass: `add` each chunk in order (every one
+    /// `chunkSize` bytes but the last), then `finish`.
+    public struct Builder: Sendable {
+        var hasher = SHA256.Hasher()
+        var entries: [[UInt8]] = []
+        var length: Int64 = 0
+        var short = false
+
+        public init() {}
+
+        public mutating func add(_ chunk: ArraySlice<UInt8>) {
+            precondition(!short, "a chunk shorter than chunkSize must be the last")
+            precondition(!chunk.isEmpty && chunk.count <= BlobManifest.chunkSize, "a chunk is 1 to chunkSize bytes")
+            hasher.update(chunk)
+            length += Int64(chunk.count)
+            if chunk.count < BlobManifest.chunkSize {
+                short = true
+                entries.append([])  // the last: filled in by finish
+            } else {
+                entries.append(hasher.chainingValue!)
+            }
+        }
+        public mutating func add(_ chunk: [UInt8]) { add(chunk[...]) }
+
+        public mutating func finish() -> BlobManifest {
+            let digest = hasher.finalize()
+            if !entries.isEmpty { entries[entries.count - 1] = digest }
+            do { return try BlobManifest(digest: BlobDigest(bytes: digest)!, length: length, chunkDigests: entries) } catch {
+                preconditionFailure("a manifest built from its content is well formed: \(error)")
+            }
+        }
+    }
+
+    /// Whether `bytes` are chunk `index` of this blob (for the last chunk, whether the blob's
+    /// digest comes out).
+    public func verifies(chunk index: Int, _ bytes: [UInt8]) -> Bool {
+        guard index >= 0, index < chunkCount, bytes.count == chunkLength(index) else { return false }
+        var hasher: SHA256.Hasher
+        if index == 0 {
+            hasher = SHA256.Hasher()
+        } else {
+            guard let resumed = SHA256.Hasher(chainingValue: chunkDigests[index - 1], byteCount: UInt64(index) * UInt64(BlobManifest.chunkSize)) else { return false }
+            hasher = resumed
+        }
+        hasher.update(bytes)
+        if index == chunkCount - 1 { return hasher.finalize() == digest.bytes }
+        return hasher.chainingValue == chunkDigests[index]
     }
 
     /// Chunks of a blob of `length` bytes (0 for an empty blob).

@@ -31,6 +31,29 @@ public enum SHA256 {
 
         public init() { pending.reserveCapacity(64) }
 
+        /// Resumes a hash from its chaining value after `byteCount` bytes, a multiple of 64 (see
+        /// `chainingValue`). Nil when either is malformed.
+        public init?(chainingValue: [UInt8], byteCount: UInt64) {
+            guard chainingValue.count == 32, byteCount % 64 == 0 else { return nil }
+            self.init()
+            for i in 0..<8 {
+                state[i] = UInt32(chainingValue[i * 4]) << 24 | UInt32(chainingValue[i * 4 + 1]) << 16
+                    | UInt32(chainingValue[i * 4 + 2]) << 8 | UInt32(chainingValue[i * 4 + 3])
+            }
+            self.byteCount = byteCount
+        }
+
+        /// The internal state after the bytes given so far, when they fill whole 64-byte blocks
+        /// (nil otherwise): with the byte count, enough to resume the hash later. Blob manifests
+        /// list it at every chunk boundary, so each chunk is checked on its own in one pass.
+        public var chainingValue: [UInt8]? {
+            guard pending.isEmpty else { return nil }
+            var out: [UInt8] = []
+            out.reserveCapacity(32)
+            for word in state { for shift in stride(from: 24, through: 0, by: -8) { out.append(UInt8(truncatingIfNeeded: word >> UInt32(shift))) } }
+            return out
+        }
+
         public mutating func update(_ bytes: [UInt8]) { bytes.withUnsafeBytes { update($0) } }
         public mutating func update(_ bytes: ArraySlice<UInt8>) { bytes.withUnsafeBytes { update($0) } }
 

@@ -12,9 +12,10 @@ public final class BlobWriter {
     /// one transaction by `finish`).
     var uploadID: Int64?
     public let contentType: String?
-    var whole = SHA256.Hasher()
+    /// The manifest, built as chunks fill (one SHA-256 pass over the upload).
+    var builder = BlobManifest.Builder()
+    var chunks = 0
     var pending: [UInt8] = []
-    var chunkDigests: [[UInt8]] = []
     public private(set) var length: Int64 = 0
     var done = false
 
@@ -32,7 +33,6 @@ public final class BlobWriter {
             throw .blob(.tooLarge("the upload passed \(store.options.maxBlobBytes) bytes, this gateway's limit (storage.maxBlobBytes); nothing was kept"))
         }
         length += Int64(bytes.count)
-        whole.update(bytes)
         var full: [(index: Int, bytes: [UInt8])] = []
         var at = 0
         while at < bytes.count {
@@ -40,8 +40,9 @@ public final class BlobWriter {
             pending.append(contentsOf: bytes[at..<(at + take)])
             at += take
             if pending.count == BlobManifest.chunkSize {
-                full.append((chunkDigests.count, pending))
-                chunkDigests.append(SHA256.hash(pending))
+                full.append((chunks, pending))
+                builder.add(pending)
+                chunks += 1
                 pending.removeAll(keepingCapacity: true)
             }
         }
@@ -59,12 +60,10 @@ public final class BlobWriter {
         done = true
         var last: [(index: Int, bytes: [UInt8])] = []
         if !pending.isEmpty {
-            last.append((chunkDigests.count, pending))
-            chunkDigests.append(SHA256.hash(pending))
+            last.append((chunks, pending))
+            builder.add(pending)
         }
-        let digest = BlobDigest(bytes: whole.finalize())!
-        let manifest: BlobManifest
-        do { manifest = try BlobManifest(digest: digest, length: length, chunkDigests: chunkDigests) } catch { throw .blob(error) }
+        let manifest = builder.finish()
         do {
             return try store.finishUpload(uploadID, last: last, manifest: manifest, contentType: contentType)
         } catch {

@@ -122,32 +122,40 @@ struct BlobStoreTests {
             #expect(try store.blobIsComplete(manifest.digest))
             #expect(try store.storeBlobChunks(manifest.digest, [parts[1]]) == .completed)
             // A different manifest is refused for a complete blob.
-            let lie = try BlobManifest(digest: manifest.digest, length: 10, chunkDigests: [SHA256.hash([1])])
+            let lie = try BlobManifest(digest: manifest.digest, length: 10, chunkDigests: [manifest.digest.bytes])
             #expect(throws: StoreError.self) { try store.beginBlob(lie) }
         }
     }
 
-    @Test("chunks that match a lying manifest but not the blob's digest are all dropped")
-    func wholeMismatch() throws {
-        try withStore { (store, _) throws in
-            let content = blobBytes(BlobManifest.chunkSize + 5, seed: 4)
-            let real = BlobManifest.of(content)
-            let other = blobBytes(content.count, seed: 5)
-            // The manifest of other bytes under this blob's name.
-            let lie = try BlobManifest(digest: real.digest, length: real.length, chunkDigests: BlobManifest.of(other).chunkDigests)
-            try store.beginBlob(lie)
-            let parts = chunks(of: other)
-            #expect(try store.storeBlobChunks(real.digest, [parts[0]]) == .stored)
-            #expect(try store.storeBlobChunks(real.digest, [parts[1]]) == .wholeMismatch)
-            #expect(try store.blobManifest(real.digest) == nil)
-            #expect(try store.blobStats() == BlobStats())
-            // The true blob comes in afterwards.
-            try store.beginBlob(real)
-            #expect(try store.storeBlobChunks(real.digest, chunks(of: content)) == .completed)
-        }
+    @Test("a lying manifest cannot pass its last chunk: chunks verify along its chain, the last must end at the blob's name")
+    func lyingManifest() throws {
+        let content = blobBytes(2 * BlobManifest.chunkSize + 5, seed: 4)
+        let real = BlobManifest.of(content)
+        let other = blobBytes(content.count, seed: 5)
+        // Other bytes' chain under this blob's name (a manifest must end with the name).
+        var entries = BlobManifest.of(other).chunkDigests
+        entries[entries.count - 1] = real.digest.bytes
+        let lie = try BlobManifest(digest: real.digest, length: real.length, chunkDigests: entries)
+        let fake = chunks(of: other), honest = chunks(of: content)
+        #expect(lie.verifies(chunk: 0, fake[0].bytes) && lie.verifies(chunk: 1, fake[1].bytes))
+        #expect(!lie.verifies(chunk: 2, fake[2].bytes))
+        #expect(!lie.verifies(chunk: 0, honest[0].bytes))
+        #expect((0..<3).allSatisfy { real.verifies(chunk: $0, honest[$0].bytes) })
+        #expect(!real.verifies(chunk: 1, fake[1].bytes))
+        // A chunk checks on its own, in any order, and only at its own index and length.
+        #expect(real.verifies(chunk: 2, honest[2].bytes) && !real.verifies(chunk: 1, honest[2].bytes))
+        #expect(!real.verifies(chunk: 3, honest[2].bytes) && !real.verifies(chunk: -1, honest[0].bytes))
+        // The manifest is the one a single pass builds, and its last entry is the name.
+        #expect(real.digest == BlobDigest.of(content) && real.chunkDigests.last == real.digest.bytes)
+        #expect(BlobManifest.of([]).chunkDigests.isEmpty && BlobManifest.of([]).digest == BlobDigest.of([]))
+        #expect(throws: BlobError.self) { try BlobManifest(digest: real.digest, length: real.length, chunkDigests: BlobManifest.of(other).chunkDigests) }
+        // An exact multiple of the chunk size: the last full chunk's entry is the name.
+        let even = blobBytes(2 * BlobManifest.chunkSize, seed: 6)
+        let m = BlobManifest.of(even)
+        #expect(m.chunkCount == 2 && m.chunkDigests[1] == BlobDigest.of(even).bytes && m.verifies(chunk: 1, chunks(of: even)[1].bytes))
     }
 
-    @Test("a bad chunk is refused and nothing of its call is kept: out of range, wrong length, wrong bytes, unknown blob")
+    @Test("a bad chunk is refused and nothing of its call is kept: out of range, wrong length, unknown blob")
     func badChunks() throws {
         try withStore { (store, _) throws in
             let content = blobBytes(BlobManifest.chunkSize + 10, seed: 6)
@@ -158,9 +166,11 @@ struct BlobStoreTests {
             #expect(throws: StoreError.self) { try store.storeBlobChunks(m.digest, [parts[0], (2, parts[1].bytes)]) }
             #expect(throws: StoreError.self) { try store.storeBlobChunks(m.digest, [(-1, parts[0].bytes)]) }
             #expect(throws: StoreError.self) { try store.storeBlobChunks(m.digest, [parts[0], (1, parts[1].bytes + [0])]) }
+            // Wrong bytes of the right length are the caller's to catch (the replicator verifies
+            // each chunk before it stores it); the manifest says so.
             var flipped = parts[1].bytes
             flipped[0] ^= 1
-            #expect(throws: StoreError.self) { try store.storeBlobChunks(m.digest, [parts[0], (1, flipped)]) }
+            #expect(!m.verifies(chunk: 1, flipped))
             #expect(try store.heldBlobChunks(m.digest) == [false, false])
             #expect(try store.storeBlobChunks(m.digest, parts) == .completed)
         }
