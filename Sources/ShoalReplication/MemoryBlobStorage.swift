@@ -15,7 +15,8 @@ public final class MemoryBlobStorage: BlobStorage {
     }
 
     var entries: [BlobDigest: Entry] = [:]
-    let documents: DocumentStore?
+    /// Where referencing documents are read (a simulated node that restarts opens its store again).
+    public var documents: DocumentStore?
     /// References seen in live documents, per collection: (collection, id) → references.
     var referenced: [String: [String: [BlobReference]]] = [:]
     var scannedUpTo: [String: Int64] = [:]
