@@ -47,6 +47,9 @@ extension ReplicationNode {
         var watchers: [BlobDigest: Set<LinkID>] = [:]
         /// Blobs refused for good (too large, storage refused): not wanted again while the node runs.
         var refused: Set<BlobDigest> = []
+        /// Blobs nobody could give us, set aside until then (ms) so they do not hold every fetch
+        /// slot; a "have now" or a referencing document brings one back at once.
+        var resting: [BlobDigest: UInt64] = [:]
         var polledAt: UInt64?
         var pollDue = true
         var counters = BlobCounters()
@@ -82,6 +85,8 @@ extension ReplicationNode {
             if f.preferred == nil { f.preferred = link }
             return []
         }
+        if link == nil, let until = state.resting[d], lastNow < until { return [] }
+        state.resting[d] = nil
         guard !state.refused.contains(d), state.fetches.count < settings.blobMaxFetches else { return [] }
         guard reference.length <= settings.blobMaxBytes else {
             state.refused.insert(d)
@@ -188,7 +193,11 @@ extension ReplicationNode {
             guard let f = state.fetches[d], f.link == l.id else { return [] }
             return dropBlobLink(f, now: now)
         case .blobHaveNow(let d):
-            guard let f = state.fetches[d] else { return [] }
+            guard let f = state.fetches[d] else {
+                // Set aside since: the next poll takes it up again if it is still wanted.
+                if state.resting.removeValue(forKey: d) != nil { state.pollDue = true }
+                return []
+            }
             f.refused.remove(l.id)
             if f.link == nil { f.preferred = l.id }
             return askNext(f, now: now)
@@ -241,8 +250,12 @@ extension ReplicationNode {
             throw ReplicationError.protocolViolation("blob piece beyond the blob's length (chunk \(chunk), bytes \(offset)..<\(offset + bytes.count))")
         }
         guard f.link == l.id, let position = f.requested.firstIndex(of: chunk) else {
-            // Late (the link was dropped for this blob) or a chunk held already.
+            // Late (the link was dropped for this blob: at most a window of chunks) or unasked.
             state.counters.redundantPieces += 1
+            l.unaskedPieces += 1
+            if l.unaskedPieces > 4 * Int(ReplicationMessage.maxFetchChunks) {
+                throw ReplicationError.protocolViolation("more than \(4 * ReplicationMessage.maxFetchChunks) blob pieces nobody asked for")
+            }
             return []
         }
         var buffer = f.assembling[chunk] ?? []
@@ -343,6 +356,13 @@ extension ReplicationNode {
             if f.link != nil, now >= f.progressAt + settings.requestTimeoutMillis {
                 actions += dropBlobLink(f, now: now)
             } else if f.link == nil, f.idleSince > 0, now >= f.idleSince + 4 * settings.requestTimeoutMillis {
+                if state.fetches.count >= settings.blobMaxFetches {
+                    // Nobody has it and others wait for a slot: set it aside for a while.
+                    state.fetches[f.reference.digest] = nil
+                    state.resting[f.reference.digest] = now + 4 * settings.requestTimeoutMillis
+                    state.pollDue = true
+                    continue
+                }
                 f.refused = Set(f.badChunks.filter { $0.value >= settings.blobBadChunksPerBlob }.keys)
                 f.idleSince = now
                 actions += askNext(f, now: now)
@@ -353,8 +373,10 @@ extension ReplicationNode {
             state.polledAt = now
             // Blobs completed here by other means (a local write) are told to whoever waits.
             for d in state.watchers.keys.sorted() where (try? storage.blobIsComplete(d)) == true { actions += tellWatchers(d) }
+            state.resting = state.resting.filter { $0.value > now }
             let free = settings.blobMaxFetches - state.fetches.count
-            if free > 0, let wanted = try? storage.wantedBlobs(eagerCollections: eagerCollections, limit: free + state.fetches.count + state.refused.count) {
+            let limit = min(1024, free + state.fetches.count + state.refused.count + state.resting.count)
+            if free > 0, let wanted = try? storage.wantedBlobs(eagerCollections: eagerCollections, limit: limit) {
                 for r in wanted { actions += wantBlob(r, from: nil, now: now) }
             }
         }

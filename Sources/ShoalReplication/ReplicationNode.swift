@@ -76,6 +76,8 @@ public final class ReplicationNode {
         /// Blobs this peer waits for ("not here" sent, "have now" owed).
         var watching = 0
         var badBlobChunks = 0
+        /// Blob pieces that came for a chunk not asked of this link (late ones, after a switch).
+        var unaskedPieces = 0
         init(id: LinkID) { self.id = id }
     }
 

@@ -234,6 +234,32 @@ struct BlobTransferTests {
         #expect(net.closeErrors().isEmpty)
     }
 
+    @Test("a blob nobody holds is set aside after a while, so it does not keep others from being fetched")
+    func unavailableBlobYields() throws {
+        var settings = ReplicationSettings()
+        settings.blobMaxFetches = 1
+        let nodes = try makeBlobNodes(["a", "b"], settings: settings)
+        defer { nodes.forEach { $0.close() } }
+        let missing = blobContent(1000, seed: 14)
+        try nodes[0].put("missing", #"{"file":{"@blob":"\#(BlobDigest.of(missing))","length":1000}}"#)
+        let present = blobContent(1000, seed: 15)
+        try nodes[0].putBlob(present, id: "present")
+        let net = Network(nodes, seed: 14)
+        net.connect(0, 1)
+        net.settle()
+        #expect(!nodes[1].holdsBlob(present))
+        net.tick(4 * settings.requestTimeoutMillis)
+        net.settle()
+        #expect(nodes[1].holdsBlob(present))
+        // The holder gets it later and says so: the waiting node fetches it then.
+        nodes[0].memoryBlobs?.put(missing)
+        net.tick(settings.blobPollMillis)
+        net.settle()
+        net.tick(4 * settings.requestTimeoutMillis)
+        net.settle()
+        #expect(nodes[1].holdsBlob(missing))
+    }
+
     @Test("a link that keeps sending bad chunks is closed")
     func persistentLiar() throws {
         var settings = ReplicationSettings()
