@@ -88,11 +88,11 @@ extension ReplicationNode {
         if link == nil, let until = state.resting[d], lastNow < until { return [] }
         state.resting[d] = nil
         guard !state.refused.contains(d), state.fetches.count < settings.blobMaxFetches else { return [] }
-        guard reference.length <= settings.blobMaxBytes else {
+        guard reference.length <= min(settings.blobMaxBytes, ReplicationMessage.maxManifestBlobBytes) else {
             state.refused.insert(d)
             state.counters.failed += 1
             return [.event(.blob(link: link, peer: link.flatMap { links[$0]?.peer }, digest: d,
-                                 outcome: .failed("declared length \(reference.length) is over the limit of \(settings.blobMaxBytes) bytes")))]
+                                 outcome: .failed("declared length \(reference.length) is over the limit of \(min(settings.blobMaxBytes, ReplicationMessage.maxManifestBlobBytes)) bytes (blobMaxBytes)")))]
         }
         if (try? storage.blobIsComplete(d)) == true { return [] }
         let f = BlobFetch(reference: reference)
@@ -171,7 +171,9 @@ extension ReplicationNode {
 
     func tellWatchers(_ d: BlobDigest) -> [ReplicationAction] {
         guard let waiting = blobState.watchers.removeValue(forKey: d) else { return [] }
-        return waiting.sorted().filter { links[$0] != nil }.map { .send($0, ReplicationMessage.blobHaveNow(digest: d).encoded()) }
+        let open = waiting.sorted().compactMap { links[$0] }
+        for l in open { l.watching -= 1 }
+        return open.map { .send($0.id, ReplicationMessage.blobHaveNow(digest: d).encoded()) }
     }
 
     // MARK: - Messages
@@ -184,6 +186,8 @@ extension ReplicationNode {
         switch message {
         case .blobManifestRequest(let d):
             if try storage.blobIsComplete(d), let m = try storage.blobManifest(d) {
+                // A manifest that does not fit a frame cannot be sent: the blob is not served.
+                guard m.length <= ReplicationMessage.maxManifestBlobBytes else { return [.send(l.id, ReplicationMessage.blobNotHere(digest: d).encoded())] }
                 return [.send(l.id, ReplicationMessage.blobManifest(m).encoded())]
             }
             guard l.watching < 1024 else { throw ReplicationError.protocolViolation("more than 1024 blobs asked for and not here") }

@@ -93,6 +93,8 @@ public enum ReplicationMessage: Sendable, Equatable {
         /// Speaks the blob messages.
         public static let blobs: UInt32 = 1
     }
+    /// The largest blob whose manifest fits one frame (32 bytes a chunk): just under 4 GiB.
+    public static let maxManifestBlobBytes = Int64((frameLimit - 64) / 32) * Int64(BlobManifest.chunkSize)
     /// Most chunks one `blobFetch` may ask for.
     public static let maxFetchChunks: UInt32 = 1024
 
