@@ -28,6 +28,7 @@ scenarios=(
   "blobs-10     --nodes 10 --blobs 3 --blob-bytes 64000-4000000 --seconds 60"
   "blobs-20     --nodes 20 --blobs 3 --blob-bytes 64000-4000000 --seconds 90"
   "blobfault-20 --nodes 20 --blobs 3 --blob-bytes 64000-2000000 --partitions --crashes --loss 0.05 --seconds 200"
+  "blobble-10   --nodes 10 --kind ble --blobs 2 --blob-bytes 64000-512000 --seconds 300"
   "blobble-20   --nodes 20 --kind ble --blobs 2 --blob-bytes 64000-256000 --partitions --crashes --seconds 400"
 )
 

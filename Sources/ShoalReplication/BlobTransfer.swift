@@ -245,6 +245,8 @@ extension ReplicationNode {
 
     func receivePiece(_ l: Link, _ d: BlobDigest, _ chunk: Int, _ offset: Int, _ bytes: [UInt8], now: UInt64) throws -> [ReplicationAction] {
         let state = blobState
+        // The link moves blob bytes: fetches whose pieces queue behind these are not stalled.
+        l.blobProgressAt = now
         guard let f = state.fetches[d], let m = f.manifest else {
             state.counters.redundantPieces += 1
             return []
@@ -357,7 +359,7 @@ extension ReplicationNode {
         let state = blobState
         var actions: [ReplicationAction] = []
         for (_, f) in state.fetches.sorted(by: { $0.key < $1.key }) {
-            if f.link != nil, now >= f.progressAt + settings.requestTimeoutMillis {
+            if let link = f.link, now >= max(f.progressAt, links[link]?.blobProgressAt ?? 0) + settings.requestTimeoutMillis {
                 actions += dropBlobLink(f, now: now)
             } else if f.link == nil, f.idleSince > 0, now >= f.idleSince + 4 * settings.requestTimeoutMillis {
                 if state.fetches.count >= settings.blobMaxFetches {

@@ -78,6 +78,8 @@ public final class ReplicationNode {
         var badBlobChunks = 0
         /// Blob pieces that came for a chunk not asked of this link (late ones, after a switch).
         var unaskedPieces = 0
+        /// When a blob piece last came on this link.
+        var blobProgressAt: UInt64 = 0
         init(id: LinkID) { self.id = id }
     }
 
