@@ -4,7 +4,10 @@
 # line, grid and random topologies, and convergence with no lost write and no resurrected delete
 # after loss, partitions every 5–30 s, crashes, clock skew, duplicated and reordered frames stop,
 # with frames in flight and bytes sent bounded; and fleet trust: an operator revokes one node under
-# partitions and crashes, nobody links to it again, every other node ends with the same entries. Part of `make test`; `make soak` runs more seeds.
+# partitions and crashes, nobody links to it again, every other node ends with the same entries; and
+# blobs of 64 KB–4 MB on Wi-Fi and BLE meshes, with and without faults: every node ends with every
+# blob, no chunk is sent to a node that verified it, and without faults at most 1.2× one copy per
+# node is sent. Part of `make test`; `make soak` runs more seeds.
 # Usage: scripts/sim-check.sh [SEEDS]   (SHOAL_BIN overrides the binary)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +25,11 @@ scenarios=(
   "faults-10    --nodes 10 --partitions --crashes --loss 0.05 --skew 90000 --duplicate 0.002 --reorder 0.005 --seconds 200"
   "ble-8        --nodes 8 --kind ble --partitions --crashes --seconds 240"
   "trust-10     --nodes 10 --trust --partitions --crashes --loss 0.05 --seconds 200"
+  "blobs-10     --nodes 10 --blobs 3 --blob-bytes 64000-4000000 --seconds 60"
+  "blobs-20     --nodes 20 --blobs 3 --blob-bytes 64000-4000000 --seconds 90"
+  "blobfault-20 --nodes 20 --blobs 3 --blob-bytes 64000-2000000 --partitions --crashes --loss 0.05 --seconds 200"
+  "blobble-10   --nodes 10 --kind ble --blobs 2 --blob-bytes 64000-512000 --seconds 300"
+  "blobble-20   --nodes 20 --kind ble --blobs 2 --blob-bytes 64000-256000 --partitions --crashes --seconds 400"
 )
 
 started=$(date +%s)
@@ -57,5 +65,6 @@ done
 echo "simulation check: ${#scenarios[@]} scenarios × $seeds seeds = $(( ${#scenarios[@]} * seeds )) seeds run in $(( $(date +%s) - started )) s"
 grep -h "faults (all seeds)" "$logs"/*.txt | sed 's/^ */sim faults: /'
 grep -h "trust (all seeds)" "$logs"/*.txt | sed 's/^ */sim trust: /'
+for f in "$logs"/blob*.txt; do echo "sim $(basename "$f" .txt): $(grep -h "blob ratio" "$f" | sed 's/  */ /g')"; done
 
 exit $status

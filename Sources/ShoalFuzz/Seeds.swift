@@ -22,6 +22,20 @@ enum Seeds {
             .error(code: 3, message: "group mismatch"),
             .topology(origin: a, sequence: 5, neighbours: [b]),
             .push(collection: "sensors.readings", batch: 4, upTo: 10, changes: [change], documents: [body]),
+        ] + blobMessages()
+    }
+
+    static func blobMessages() -> [ReplicationMessage] {
+        let content = (0..<(BlobManifest.chunkSize + 100)).map { UInt8(truncatingIfNeeded: $0 &* 31) }
+        let manifest = BlobManifest.of(content)
+        let d = manifest.digest
+        return [
+            .blobManifestRequest(digest: d),
+            .blobManifest(manifest),
+            .blobFetch(digest: d, firstChunk: 0, chunkCount: 2, pieceBytes: 16 * 1024),
+            .blobPiece(digest: d, chunk: 1, offset: 0, bytes: Array(content[BlobManifest.chunkSize...])),
+            .blobNotHere(digest: d),
+            .blobHaveNow(digest: d),
         ]
     }
 

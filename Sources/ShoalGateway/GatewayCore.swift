@@ -72,6 +72,8 @@ public final class GatewayCore {
         /// The fleet's trust now revokes these peers: every link to them closes at once, and a link
         /// to one that opens later (a handshake that raced the revocation) is closed as it opens.
         case peersRevoked(Set<PeerID>)
+        /// A reader wants this blob (see `ReplicationNode.demandBlob`); nothing when blobs are off.
+        case demandBlob(BlobReference)
     }
 
     /// What the driver must carry out, in order.
@@ -119,8 +121,8 @@ public final class GatewayCore {
     /// core here, so they run the same parts with the same options.
     public convenience init(peer: PeerID, group: String, store: DocumentStore, clock: NodeClock,
                             collections: [CollectionPolicy], replication: ReplicationSettings, mesh: MeshSettings,
-                            sequenceBase: UInt64, fallbackSeed: UInt64, settings: Settings = Settings()) {
-        let node = ReplicationNode(peer: peer, group: group, store: store, clock: clock, collections: collections, settings: replication)
+                            sequenceBase: UInt64, fallbackSeed: UInt64, settings: Settings = Settings(), blobs: BlobStorage? = nil) {
+        let node = ReplicationNode(peer: peer, group: group, store: store, clock: clock, collections: collections, settings: replication, blobs: blobs)
         let manager = MeshManager(me: peer, settings: mesh, sequenceBase: sequenceBase, fallbackSeed: fallbackSeed)
         self.init(mesh: manager, node: node, settings: settings)
     }
@@ -169,6 +171,7 @@ public final class GatewayCore {
         case .localChangesCommitted: run.replication(node.localChangesCommitted(), self)
         case .fatal(let why): run.mesh(mesh.handle(.fatal(why), now: now), self)
         case .peersRevoked(let peers): revoke(peers, &run)
+        case .demandBlob(let reference): run.replication(node.demandBlob(reference, now: now), self)
         }
         if run.treeMayMove { refreshTree(&run) }
         return run.out
@@ -318,7 +321,10 @@ public final class GatewayCore {
                     if core.mesh.isLinked(to: origin) { treeMayMove = true }
                 case .event(let e):
                     if case .peerConnected(let link, _) = e { mesh(core.mesh.handle(.replicating(link), now: now), core) }
-                    if case .documents(let link, _, _, _) = e, core.links[link] != nil {
+                    var moved: LinkID?
+                    if case .documents(let link, _, _, _) = e { moved = link }
+                    if case .blob(let link?, _, _, .completed) = e { moved = link }
+                    if let link = moved, core.links[link] != nil {
                         // Documents moving: the link is busy until a quiet `busyQuietMillis`.
                         if core.links[link]?.busySince == nil { mesh(core.mesh.handle(.activity(link, busy: true), now: now), core) }
                         core.links[link]?.busySince = now

@@ -153,6 +153,7 @@ extension ReplicationNode {
             actions.append(.event(.clockSkew(link: l.id, peer: peerID, aheadMillis: ahead)))
         }
         actions += try completeIfDone(l, peerID, name)
+        actions += blobsReferenced(by: docs, collection: name, link: l.id, now: now)
         // What arrived may be what other links' batches were waiting for.
         actions += try settleDeferred(collection: name, except: l.id, arrived: Set(docs.map(\.raw.id)))
         if !items.isEmpty { actions += localChangesCommitted() }

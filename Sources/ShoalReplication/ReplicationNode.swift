@@ -24,6 +24,9 @@ public final class ReplicationNode {
     public let settings: ReplicationSettings
     public let writer: LocalWriter
     let policies: [String: CollectionPolicy]
+    /// Where blobs are kept (nil: blobs off; HELLO does not offer them).
+    public let blobs: BlobStorage?
+    let blobState = BlobState()
 
     var links: [LinkID: Link] = [:]
     /// The latest time the driver reported (for requests made outside a timed call).
@@ -64,6 +67,19 @@ public final class ReplicationNode {
         var maxCount: Int?
         /// The pull's progress (catch-up batches, all collections): for status and `shoal peers`.
         var progress = ProgressMeter()
+        /// A low-throughput link (Bluetooth LE): small blob pieces and windows.
+        var slow = false
+        /// Both sides set `Capability.blobs` in their HELLO.
+        var blobCapable = false
+        /// Blob chunks the peer asked for, not yet sent, oldest first.
+        var serving: [(digest: BlobDigest, index: Int, pieceBytes: Int)] = []
+        /// Blobs this peer waits for ("not here" sent, "have now" owed).
+        var watching = 0
+        var badBlobChunks = 0
+        /// Blob pieces that came for a chunk not asked of this link (late ones, after a switch).
+        var unaskedPieces = 0
+        /// When a blob piece last came on this link.
+        var blobProgressAt: UInt64 = 0
         init(id: LinkID) { self.id = id }
     }
 
@@ -97,8 +113,9 @@ public final class ReplicationNode {
     }
 
     public init(peer: PeerID, group: String, store: DocumentStore, clock: NodeClock, collections: [CollectionPolicy],
-                settings: ReplicationSettings = ReplicationSettings()) {
+                settings: ReplicationSettings = ReplicationSettings(), blobs: BlobStorage? = nil) {
         self.peer = peer
+        self.blobs = blobs
         self.group = group
         self.store = store
         self.clock = clock
@@ -144,6 +161,7 @@ public final class ReplicationNode {
     /// little.
     public func linkOpened(_ link: LinkID, neighbours: [PeerID] = [], slow: Bool = false) -> [ReplicationAction] {
         let l = Link(id: link)
+        l.slow = slow
         if slow {
             l.frameBytes = min(settings.batchSizeBytes, 16 * 1024)
             l.maxCount = min(settings.batchMaxCount, 100)
@@ -152,7 +170,8 @@ public final class ReplicationNode {
         let offers = policies.values.sorted { $0.name < $1.name }.map {
             ReplicationMessage.CollectionOffer(name: $0.name.description, push: $0.push, pull: $0.pull)
         }
-        let hello = ReplicationMessage.hello(version: ReplicationMessage.protocolVersion, peer: peer, group: group, capabilities: 0,
+        let hello = ReplicationMessage.hello(version: ReplicationMessage.protocolVersion, peer: peer, group: group,
+                                             capabilities: blobs == nil ? 0 : ReplicationMessage.Capability.blobs,
                                              purgeHorizonMillis: UInt64(max(0, store.purgeHorizonMillis)), neighbours: neighbours, collections: offers,
                                              storeEpoch: store.epoch)
         return [.send(link, hello.encoded())]
@@ -161,6 +180,7 @@ public final class ReplicationNode {
     public func linkClosed(_ link: LinkID, now: UInt64) -> [ReplicationAction] {
         guard let l = links.removeValue(forKey: link) else { return [] }
         var actions: [ReplicationAction] = [.event(.linkClosed(link: link, peer: l.peer, error: nil))]
+        actions += blobLinkGone(link, now: now)
         // Whatever this link was fetching, others may now fetch at once.
         let orphaned = inFlight.filter { $0.value.link == link }.map(\.key)
         for k in orphaned { inFlight.removeValue(forKey: k) }
@@ -240,7 +260,8 @@ public final class ReplicationNode {
                 actions += try handle(message, on: l, now: now)
             }
             actions += try flush()
-            return actions
+            // Blob pieces go after the documents, a bounded number of bytes per turn.
+            return actions + serveBlobs()
         } catch let error as ReplicationError {
             return actions + fail(l, error, now: now)
         } catch let error as StoreError {
@@ -252,6 +273,7 @@ public final class ReplicationNode {
 
     /// New local changes were committed (local writes, or documents applied from another link).
     public func localChangesCommitted() -> [ReplicationAction] {
+        blobState.pollDue = true
         var actions: [ReplicationAction] = []
         for l in links.values.sorted(by: { $0.id < $1.id }) {
             for (name, stream) in l.push.sorted(by: { CollectionName.replicatesBefore($0.key, $1.key) }) where stream.inFlight.count < settings.batchWindow {
@@ -271,7 +293,7 @@ public final class ReplicationNode {
             }
             l.heldAcks = [:]
         }
-        return actions + retryDeferred(now: now, force: [])
+        return actions + retryDeferred(now: now, force: []) + blobTick(now: now)
     }
 
     // MARK: - Messages
@@ -281,7 +303,7 @@ public final class ReplicationNode {
             return fail(l, .remote(code: code, message: text), now: now, tellPeer: false)
         }
         guard let peerID = l.peer else {
-            guard case .hello(let version, let remote, let remoteGroup, _, let remoteHorizon, _, let offers, let remoteEpoch) = message else {
+            guard case .hello(let version, let remote, let remoteGroup, let capabilities, let remoteHorizon, _, let offers, let remoteEpoch) = message else {
                 throw ReplicationError.protocolViolation("\(message.kind) before hello")
             }
             guard version == ReplicationMessage.protocolVersion else { throw ReplicationError.protocolVersion(version) }
@@ -289,12 +311,18 @@ public final class ReplicationNode {
             guard remote != peer else { throw ReplicationError.selfConnection }
             l.peer = remote
             l.remotePurgeHorizon = remoteHorizon
+            l.blobCapable = blobs != nil && capabilities & ReplicationMessage.Capability.blobs != 0
             l.checkpointKey = remoteEpoch == 0 ? remote.description : "\(remote)@\(String(remoteEpoch, radix: 16))"
             var actions: [ReplicationAction] = [.event(.peerConnected(link: l.id, peer: remote))]
             for offer in offers.sorted(by: { CollectionName.replicatesBefore($0.name, $1.name) }) {
                 guard let policy = policies[offer.name], policy.pull, offer.push else { continue }
                 let since = try store.checkpoint(peer: l.checkpointKey, collection: policy.name, direction: .pull)
                 actions.append(.send(l.id, ReplicationMessage.subscribe(collection: offer.name, since: UInt64(max(0, since))).encoded()))
+            }
+            if l.blobCapable {
+                // Fetches that found nobody may ask the new peer.
+                blobState.pollDue = true
+                for (_, f) in blobState.fetches.sorted(by: { $0.key < $1.key }) where f.link == nil { actions += askNext(f, now: now) }
             }
             return actions
         }
@@ -335,6 +363,8 @@ public final class ReplicationNode {
             return [.event(.topology(link: l.id, peer: peerID, origin: origin, sequence: sequence, neighbours: neighbours))]
         case .error:
             return []
+        case .blobManifestRequest, .blobManifest, .blobFetch, .blobPiece, .blobNotHere, .blobHaveNow:
+            return try handleBlob(message, on: l, now: now)
         }
     }
 
@@ -345,6 +375,7 @@ public final class ReplicationNode {
         actions.append(.close(l.id))
         actions.append(.event(.linkClosed(link: l.id, peer: l.peer, error: error)))
         links.removeValue(forKey: l.id)
+        actions += blobLinkGone(l.id, now: now)
         let orphaned = inFlight.filter { $0.value.link == l.id }.map(\.key)
         for k in orphaned { inFlight.removeValue(forKey: k) }
         if !orphaned.isEmpty { actions += retryDeferred(now: now, force: Set(orphaned)) }

@@ -21,6 +21,27 @@ public struct ReplicationSettings: Sendable {
     /// sent twice in bulk.
     public var eagerBodyBytes = 4096
     public var eagerMaxCount = 64
+    /// Blobs: a blob whose reference declares more bytes is not fetched (refused before begin).
+    /// A manifest must fit one frame, so 1 GiB by default (16384 chunk digests).
+    public var blobMaxBytes: Int64 = 1 << 30
+    /// Piece sizes (bytes of one blob piece frame) for slow (Bluetooth LE) and fast links.
+    public var blobPieceBytesSlow = 16 * 1024
+    public var blobPieceBytesFast = 64 * 1024
+    /// Chunks (64 KiB) requested of a link and not yet received, at most.
+    public var blobWindowSlow = 2
+    public var blobWindowFast = 8
+    /// Blob bytes a link's serving side sends per turn (a frame batch received or a tick), after
+    /// the documents: bounds how much a blob transfer delays document replication.
+    public var blobServeBytesSlow = 32 * 1024
+    public var blobServeBytesFast = 512 * 1024
+    /// Blobs fetched at once (more wanted ones wait for a slot).
+    public var blobMaxFetches = 4
+    /// Bad chunks (wrong digest) from one peer for one blob before we ask another peer; bad chunks
+    /// on one link before it is closed.
+    public var blobBadChunksPerBlob = 3
+    public var blobBadChunksPerLink = 8
+    /// How often the storage's wanted blobs are read again (also after local commits).
+    public var blobPollMillis: UInt64 = 1000
     public init() {}
 }
 
@@ -93,8 +114,37 @@ public struct CollectionPolicy: Sendable {
     /// The collection's TTL (ms after a document's last write, by its version's HLC time): a
     /// document that arrives already past it is refused, as every gateway with the same TTL does.
     public var ttlMillis: Int64?
+    /// Blobs its documents reference: fetched as soon as a document is here (`.eager`), or only
+    /// when a reader demands one (`.onDemand`).
+    public var blobs = BlobPolicy.eager
 
     public init(name: CollectionName) { self.name = name }
+}
+
+public enum BlobPolicy: String, Sendable { case eager, onDemand }
+
+/// What happened to a blob this node fetched.
+public enum BlobOutcome: Sendable, Equatable {
+    /// Held complete and verified now; `bytes` is its length.
+    case completed(bytes: Int64)
+    /// Not fetched (too large, refused manifest, storage error): why.
+    case failed(String)
+}
+
+/// Counters of the blob transfers, since the node started.
+public struct BlobCounters: Sendable, Equatable {
+    /// Piece bytes sent (serving) and verified chunk bytes received (fetching).
+    public var bytesSent: Int64 = 0
+    public var bytesReceived: Int64 = 0
+    public var chunksSent = 0
+    public var chunksVerified = 0
+    /// Chunks that did not match the manifest (dropped), and pieces that came for a chunk already
+    /// held or no longer asked of that link (ignored).
+    public var badChunks = 0
+    public var redundantPieces = 0
+    public var completed = 0
+    public var failed = 0
+    public init() {}
 }
 
 public enum ReplicationDirection: String, Sendable { case push, pull }
@@ -116,6 +166,8 @@ public enum ReplicationEvent: Sendable {
     case conflict(link: LinkID, peer: PeerID, record: ConflictRecord)
     /// Mesh gossip arrived on a link (see `ReplicationMessage.topology`); the mesh manager takes it.
     case topology(link: LinkID, peer: PeerID, origin: PeerID, sequence: UInt64, neighbours: [PeerID])
+    /// A blob fetch ended (`link`/`peer`: where the last piece or the refusal came from, if any).
+    case blob(link: LinkID?, peer: PeerID?, digest: BlobDigest, outcome: BlobOutcome)
     /// The link was closed because of this error (nil: closed by the driver).
     case linkClosed(link: LinkID, peer: PeerID?, error: ReplicationError?)
 }

@@ -134,6 +134,11 @@ extension ReplicationDriver {
             log.info(.replication, "conflict on \(record.collection)/\(record.id) with \(peer.short): \(record.resolver) chose \(record.outcome)")
         case .topology:
             break  // the core hands gossip to the mesh
+        case .blob(_, let peer, let digest, let outcome):
+            switch outcome {
+            case .completed(let bytes): log.info(.replication, "blob \(digest.short) complete (\(bytes) bytes, last from \(peer?.short ?? "-"))")
+            case .failed(let why): log.warning(.replication, "blob \(digest.short) not fetched: \(why)")
+            }
         case .linkClosed(let link, let peer, let error):
             host.updateCounters { _ = $0.peers.removeValue(forKey: String(link)) }
             if let error { linkChildren.failed(link, because: "\(error)") }

@@ -18,6 +18,11 @@ public struct SimScenario: Sendable {
     public var deleteTenths = 1
     /// Time one write from node 0 until every node holds it (no faults only).
     public var probeLatency = false
+    /// Blobs written at the start of the workload (needs `config.blobs`), each of a seeded size
+    /// between the two bounds, on a random node; every node must end holding all of them.
+    public var blobs = 0
+    public var blobMinBytes = 64_000
+    public var blobMaxBytes = 4_000_000
     public init() {}
 }
 
@@ -48,6 +53,14 @@ public struct SimReport: Sendable {
     public var dot = ""
     /// With `config.trust`: what the revocation scenario saw.
     public var trust: SimTrustFigures?
+    /// With blobs: how many, bytes of blob frames sent against one copy per node, chunks sent to a
+    /// node that had verified them.
+    public var blobCount = 0
+    public var blobBytes: UInt64 = 0
+    public var blobIdealBytes: UInt64 = 0
+    public var blobChunksResent = 0
+    public var blobsHeld = true
+    public var blobRatio: Double { blobIdealBytes == 0 ? 0 : Double(blobBytes) / Double(blobIdealBytes) }
 
     public var bytesRatio: Double { idealBytes == 0 ? 0 : Double(bytesDuringWrites) / Double(idealBytes) }
     public var speed: Double { wallSeconds == 0 ? 0 : Double(virtualMillis) / 1000 / wallSeconds }
@@ -83,6 +96,12 @@ extension SimScenario {
         let writesEnd = faults ? max(sim.now + 1000, config.faultsUntilMillis) : sim.now + 1000
         var ids: [String] = []
         var burstNode = 0
+        for k in 0..<(config.blobs ? blobs : 0) {
+            let up = sim.upNodes
+            guard !up.isEmpty else { continue }
+            let size = Int.random(in: blobMinBytes...max(blobMinBytes, blobMaxBytes), using: &rng)
+            try sim.writeBlob(on: up[Int.random(in: 0..<up.count, using: &rng)], id: "blob-\(k)", bytes: size)
+        }
         for k in 0..<writes {
             if k % max(1, burst) == 0 {
                 let at = sim.now + (writesEnd - sim.now) / UInt64(max(1, (writes - k) / max(1, burst)))
@@ -113,10 +132,17 @@ extension SimScenario {
         let quietFrom = sim.now
 
         // 4. Faults over: everything converges.
-        if let at = sim.run(until: limit, while: { sim.upNodes.count < config.nodes || !sim.countsMatch || !sim.converged || !sim.meshConnected || !sim.trustConverged }) {
+        if let at = sim.run(until: limit, while: { sim.upNodes.count < config.nodes || !sim.countsMatch || !sim.converged || !sim.meshConnected || !sim.trustConverged || (config.blobs && !sim.blobsConverged) }) {
             report.convergedAfterMillis = at - quietFrom
         }
-        report.bytesDuringWrites = sim.bytesSent - bytesBefore
+        report.bytesDuringWrites = sim.bytesSent - bytesBefore - sim.blobBytesSent
+        if config.blobs {
+            report.blobCount = sim.blobsWritten.count
+            report.blobBytes = sim.blobBytesSent
+            report.blobIdealBytes = sim.blobIdealBytes
+            report.blobChunksResent = sim.blobChunksResent
+            report.blobsHeld = sim.blobsConverged
+        }
         if getenv("SHOAL_SIM_BYTES") != nil { print(sim.bytesByType.sorted { $0.key < $1.key }, "pushed bodies", sim.pushedBodies, "changes", sim.pushedChanges, "frames", sim.framesSent) }
         report.linksPerNode = (0..<config.nodes).map { sim.linkCount($0) }
         report.crashes = sim.crashCount
@@ -144,6 +170,13 @@ extension SimScenario {
             let ratio = Int(report.bytesRatio * 10)
             report.failures.append("\(ratio / 10).\(ratio % 10)× the ideal bytes sent (bound \(Int(SimScenario.trafficBound(faults: faults)))×)")
         }
+        if config.blobs {
+            if !report.blobsHeld { report.failures.append("a node lacks a blob") }
+            if report.blobChunksResent > 0 { report.failures.append("\(report.blobChunksResent) blob chunks sent to a node that had verified them") }
+            if !faults, report.blobIdealBytes > 0, report.blobRatio > SimScenario.blobTrafficBound {
+                report.failures.append("blob bytes \(Int(report.blobRatio * 100)) % of one copy per node (bound \(Int(SimScenario.blobTrafficBound * 100)) %)")
+            }
+        }
         if sim.trustPlan != nil {
             var t = sim.trustFigures
             t.refusedByFilters = sim.nodes.map(\.filterRefusals.value).reduce(0, +)
@@ -170,6 +203,8 @@ extension SimScenario {
     /// Invariant bounds, from the figures of many seeds with headroom (see README, "Proof").
     public static let maxFramesInFlightBound = 256
     public static func trafficBound(faults: Bool) -> Double { faults ? 16 : 3 }
+    /// Blob frame bytes against one copy per node, without faults.
+    public static let blobTrafficBound = 1.2
 
     /// A JSON body of about `bytes` bytes.
     public static func body(_ k: Int, bytes: Int) -> String {

@@ -105,6 +105,7 @@ extension Simulation {
         bytesSent += bytes
         framesSent += 1
         bytesByType[frame.first ?? 0, default: 0] += bytes
+        if config.blobs { noteBlobFrame(frame, to: toB ? c.b : c.a) }
         if debugBodies, case .push(_, _, _, let changes, let docs)? = try? ReplicationMessage(decoding: frame) {
             pushedBodies += docs.count
             pushedChanges += changes.count

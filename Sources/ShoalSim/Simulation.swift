@@ -48,6 +48,9 @@ public struct SimConfig: Sendable {
     /// Fleet trust (see Simulation+Trust.swift): a book per node over one site admin key, and an
     /// operator who revokes a victim node at a seeded time.
     public var trust = false
+    /// Blobs (see Simulation+Blobs.swift): every node keeps blobs in memory (kept across its
+    /// crashes, as a disk would) and fetches those the documents reference.
+    public var blobs = false
     public init() {}
 }
 
@@ -77,6 +80,8 @@ public final class SimNode {
     public internal(set) var book: TrustBook?
     var toldRevoked: Set<PeerID> = []
     let filterRefusals = SimCounter()
+    /// With `SimConfig.blobs`: its blobs (survive a crash, as its disk does).
+    public internal(set) var blobStorage: MemoryBlobStorage?
 
     init(index: Int, peer: PeerID, dir: String, skew: Int64) {
         self.index = index
@@ -137,6 +142,10 @@ public final class Simulation {
     public internal(set) var budgetViolations: [String] = []
     public internal(set) var writes: [(node: Int, id: String, version: VersionVector, deleted: Bool)] = []
     public internal(set) var crashCount = 0
+    /// With `config.blobs`: blobs written (digest, length), and chunk frames sent to a node that
+    /// held that chunk verified already.
+    public internal(set) var blobsWritten: [(digest: BlobDigest, length: Int64)] = []
+    public internal(set) var blobChunksResent = 0
     public internal(set) var partitionCount = 0
     public internal(set) var log: [String] = []
     public var keepLog = getenv("SHOAL_SIM_LOG") != nil
@@ -176,6 +185,7 @@ public final class Simulation {
             let peer = config.tls ? identities[i].peerID : random
             let skew = config.maxSkewMillis == 0 ? 0 : Int64.random(in: -Int64(config.maxSkewMillis)...Int64(config.maxSkewMillis), using: &rng)
             let node = SimNode(index: i, peer: peer, dir: "\(base)/n\(i)", skew: skew)
+            if config.blobs { node.blobStorage = MemoryBlobStorage() }
             nodes.append(node)
         }
         if config.trust { try planTrust() }
@@ -315,7 +325,8 @@ public final class Simulation {
         let policies = try trustPolicies(n, store: store)
         n.core = GatewayCore(peer: n.peer, group: "sim", store: store, clock: clock, collections: policies,
                              replication: config.replication, mesh: meshSettings, sequenceBase: epoch + now,
-                             fallbackSeed: config.seed &+ UInt64(n.index))
+                             fallbackSeed: config.seed &+ UInt64(n.index), blobs: n.blobStorage)
+        n.blobStorage?.documents = store
         n.store = store
         n.up = true
         n.heard = [:]
@@ -336,6 +347,7 @@ public final class Simulation {
         n.up = false
         n.store?.close()
         n.store = nil
+        n.blobStorage?.documents = nil
         n.core = nil
         n.book = nil
         n.toldRevoked = []

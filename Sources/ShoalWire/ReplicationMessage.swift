@@ -75,8 +75,33 @@ public enum ReplicationMessage: Sendable, Equatable {
     /// Saves two messages per hop. A body's version is its announced change's version, so it is
     /// sent empty.
     case push(collection: String, batch: UInt64, upTo: UInt64, changes: [AnnouncedChange], documents: [DocumentBody])
+    /// Blobs (only to a peer whose HELLO set `Capability.blobs`). "Send me this blob's manifest."
+    case blobManifestRequest(digest: BlobDigest)
+    /// The manifest of a blob held complete here.
+    case blobManifest(BlobManifest)
+    /// "Send chunks `firstChunk ..< firstChunk + chunkCount` in pieces of at most `pieceBytes`."
+    case blobFetch(digest: BlobDigest, firstChunk: UInt32, chunkCount: UInt32, pieceBytes: UInt32)
+    /// Bytes `offset ..< offset + bytes.count` of one chunk. A chunk's pieces come in order.
+    case blobPiece(digest: BlobDigest, chunk: UInt32, offset: UInt32, bytes: [UInt8])
+    /// "I do not hold it complete; I will send `blobHaveNow` when I do (while this link lives)."
+    case blobNotHere(digest: BlobDigest)
+    /// "I hold it complete now": the answer to an earlier `blobNotHere`.
+    case blobHaveNow(digest: BlobDigest)
 
-    enum Tag: UInt8 { case hello = 1, subscribe, announce, request, documents, acknowledge, error, topology, push }
+    /// Bits of HELLO's `capabilities`. A peer that did not set a bit never receives its frames.
+    public enum Capability {
+        /// Speaks the blob messages.
+        public static let blobs: UInt32 = 1
+    }
+    /// The largest blob whose manifest fits one frame (32 bytes a chunk): just under 4 GiB.
+    public static let maxManifestBlobBytes = Int64((frameLimit - 64) / 32) * Int64(BlobManifest.chunkSize)
+    /// Most chunks one `blobFetch` may ask for.
+    public static let maxFetchChunks: UInt32 = 1024
+
+    enum Tag: UInt8 {
+        case hello = 1, subscribe, announce, request, documents, acknowledge, error, topology, push
+        case blobManifestRequest = 16, blobManifest, blobFetch, blobPiece, blobNotHere, blobHaveNow
+    }
 
     public var kind: String {
         switch self {
@@ -89,6 +114,12 @@ public enum ReplicationMessage: Sendable, Equatable {
         case .error: "error"
         case .topology: "topology"
         case .push: "push"
+        case .blobManifestRequest: "blob manifest request"
+        case .blobManifest: "blob manifest"
+        case .blobFetch: "blob fetch"
+        case .blobPiece: "blob piece"
+        case .blobNotHere: "blob not here"
+        case .blobHaveNow: "blob have now"
         }
     }
 }
@@ -146,6 +177,20 @@ extension ReplicationMessage {
             let sent = docs.compactMap { d in position[d.id].map { ($0, d.body) } }
             w.varint(UInt64(sent.count))
             for (i, body) in sent { w.varint(UInt64(i)); w.varblob(body) }
+        case .blobManifestRequest(let d):
+            w.u8(Tag.blobManifestRequest.rawValue); w.raw(d.bytes)
+        case .blobManifest(let m):
+            // The chunk count follows from the length: not sent.
+            w.u8(Tag.blobManifest.rawValue); w.raw(m.digest.bytes); w.varint(UInt64(m.length))
+            for c in m.chunkDigests { w.raw(c) }
+        case .blobFetch(let d, let first, let count, let piece):
+            w.u8(Tag.blobFetch.rawValue); w.raw(d.bytes); w.varint(UInt64(first)); w.varint(UInt64(count)); w.varint(UInt64(piece))
+        case .blobPiece(let d, let chunk, let offset, let bytes):
+            w.u8(Tag.blobPiece.rawValue); w.raw(d.bytes); w.varint(UInt64(chunk)); w.varint(UInt64(offset)); w.varblob(bytes)
+        case .blobNotHere(let d):
+            w.u8(Tag.blobNotHere.rawValue); w.raw(d.bytes)
+        case .blobHaveNow(let d):
+            w.u8(Tag.blobHaveNow.rawValue); w.raw(d.bytes)
         }
         return w.bytes
     }
@@ -224,6 +269,37 @@ extension ReplicationMessage {
             var neighbours: [PeerID] = []
             for _ in 0..<n { neighbours.append(PeerID(bytes: try r.raw(32))) }
             self = .topology(origin: origin, sequence: sequence, neighbours: neighbours)
+        case .blobManifestRequest:
+            self = .blobManifestRequest(digest: try r.digest())
+        case .blobManifest:
+            let digest = try r.digest()
+            let length = try r.varint()
+            guard length <= UInt64(BlobReference.maxLength) else { throw .badValue("a blob of \(length) bytes (at most \(BlobReference.maxLength))") }
+            let n = BlobManifest.chunkCount(length: Int64(length))
+            try r.need(n * 32)
+            var digests: [[UInt8]] = []
+            digests.reserveCapacity(n)
+            for _ in 0..<n { digests.append(try r.raw(32)) }
+            do { self = .blobManifest(try BlobManifest(digest: digest, length: Int64(length), chunkDigests: digests)) } catch {
+                throw .badValue("\(error)")
+            }
+        case .blobFetch:
+            let digest = try r.digest()
+            let first = try r.u32varint(), count = try r.u32varint(), piece = try r.u32varint()
+            guard count >= 1, count <= ReplicationMessage.maxFetchChunks else { throw .badValue("a fetch of \(count) chunks (1 to \(ReplicationMessage.maxFetchChunks))") }
+            guard piece >= 1, piece <= UInt32(BlobManifest.chunkSize) else { throw .badValue("a piece size of \(piece) bytes (1 to \(BlobManifest.chunkSize))") }
+            self = .blobFetch(digest: digest, firstChunk: first, chunkCount: count, pieceBytes: piece)
+        case .blobPiece:
+            let digest = try r.digest()
+            let chunk = try r.u32varint(), offset = try r.u32varint()
+            guard offset < UInt32(BlobManifest.chunkSize) else { throw .badValue("a piece at offset \(offset) of a \(BlobManifest.chunkSize)-byte chunk") }
+            let n = try r.varint()
+            guard n >= 1, n <= UInt64(BlobManifest.chunkSize) - UInt64(offset) else { throw .badValue("a piece of \(n) bytes at offset \(offset) overruns its chunk") }
+            self = .blobPiece(digest: digest, chunk: chunk, offset: offset, bytes: try r.raw(Int(n)))
+        case .blobNotHere:
+            self = .blobNotHere(digest: try r.digest())
+        case .blobHaveNow:
+            self = .blobHaveNow(digest: try r.digest())
         }
         guard r.remaining == 0 else { throw .trailingBytes(r.remaining) }
     }
@@ -330,6 +406,15 @@ struct WireReader {
             shift += 7
             if shift > 63 { throw .badValue("a varint is longer than 10 bytes") }
         }
+    }
+    mutating func digest() throws(WireError) -> BlobDigest {
+        guard let d = BlobDigest(bytes: try raw(32)) else { throw .badValue("a blob digest is not 32 bytes") }
+        return d
+    }
+    mutating func u32varint() throws(WireError) -> UInt32 {
+        let v = try varint()
+        guard v <= UInt64(UInt32.max) else { throw .badValue("\(v) does not fit 32 bits") }
+        return UInt32(v)
     }
     mutating func varblob() throws(WireError) -> [UInt8] {
         let n = try varint()

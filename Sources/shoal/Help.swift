@@ -365,7 +365,7 @@ enum Help {
                              [--seconds S] [--seed X] [--seeds K] [--loss P] [--partitions] [--crashes]
                              [--skew MS] [--writes N] [--body BYTES] [--burst N] [--edits on|off]
                              [--max-connections N] [--tls] [--dot] [--dir DIR]
-                             [--duplicate P] [--reorder P] [--quiet]
+                             [--duplicate P] [--reorder P] [--blobs N] [--blob-bytes MIN-MAX] [--quiet]
 
             Runs N gateways (default 10) in one process on a simulated radio in virtual time: real
             SQLite stores (in DIR, default /dev/shm), the real replicator and the real mesh manager.
@@ -383,7 +383,10 @@ enum Help {
             link; --burst N writes N documents at once on one gateway; --edits off writes only new
             documents (no edits or deletes, so no conflicts). --duplicate P and --reorder P
             duplicate and reorder frames with probability P; --quiet leaves the report out (the first
-            line and failed seeds only).
+            line and failed seeds only). --blobs N keeps N blobs (sizes between --blob-bytes MIN and
+            MAX, default 64000-4000000) on random nodes with documents referencing them; every node
+            must fetch every blob, and the report adds blob bytes against one copy per node and
+            chunks sent to a node that had them already.
             """,
         "bench": """
             Usage: shoal bench [all] [--baseline-binary PATH] [--dir DIR] [--port P]

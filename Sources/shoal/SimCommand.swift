@@ -8,7 +8,8 @@ extension CLI {
     static func sim(_ args: [String]) throws -> Int32 {
         let a = try Arguments.parse(args, command: "sim",
                                     valueOptions: ["--nodes", "--topology", "--seconds", "--seed", "--seeds", "--loss", "--duplicate", "--reorder", "--kind",
-                                                   "--writes", "--body", "--max-connections", "--dir", "--skew", "--burst", "--edits"],
+                                                   "--writes", "--body", "--max-connections", "--dir", "--skew", "--burst", "--edits",
+                                                   "--blobs", "--blob-bytes"],
                                     flagOptions: ["--partitions", "--crashes", "--dot", "--quiet", "--tls", "--trust"])
         if helpIfAsked(a, "sim") { return ExitCode.ok }
         try a.expectPositionals(0...0, command: "sim", usage: "sim [--nodes N] [--topology T] ...")
@@ -48,6 +49,16 @@ extension CLI {
         s.config.tls = a.flags.contains("--tls")
         s.config.crashes = a.flags.contains("--crashes")
         s.config.trust = a.flags.contains("--trust")
+        s.blobs = try a.int("--blobs", command: "sim", default: 0, range: 0...1000)
+        s.config.blobs = s.blobs > 0
+        if let text = a.values["--blob-bytes"] {
+            let parts = text.split(separator: "-").map { Int($0) }
+            guard parts.count == 2, let lo = parts[0], let hi = parts[1], lo >= 0, lo <= hi, hi <= 1 << 30 else {
+                throw UsageError(command: "sim", message: "--blob-bytes is MIN-MAX in bytes (e.g. 64000-4000000), not \"\(text)\"")
+            }
+            s.blobMinBytes = lo
+            s.blobMaxBytes = hi
+        }
         if s.config.trust && topology != .full {
             throw UsageError(command: "sim", message: "--trust runs on the full topology (the revoked node must not be the only path between others)")
         }
@@ -65,6 +76,7 @@ extension CLI {
             + "maxConnectionCount \(s.config.mesh.maxConnectionCount), \(s.writes.counted("write")) of \(s.bodyBytes) bytes\(s.burst > 1 ? " in bursts of \(s.burst)" : ""), "
             + (faults ? "faults (\([s.config.partitions ? "partitions" : nil, s.config.crashes ? "crashes" : nil, s.config.maxSkewMillis > 0 ? "clock skew" : nil, s.config.duplicate > 0 ? "duplicated frames" : nil, s.config.reorder > 0 ? "reordered frames" : nil].compactMap { $0 }.joined(separator: ", "))) for \(s.seconds / 2) s, " : "no faults, ")
             + (s.config.trust ? "fleet trust (an operator revokes one node), " : "")
+            + (s.blobs > 0 ? "\(s.blobs.counted("blob")) of \(s.blobMinBytes)–\(s.blobMaxBytes) bytes, " : "")
             + "up to \(s.seconds) s virtual, seed\(seeds > 1 ? "s \(firstSeed)…\(firstSeed + UInt64(seeds) - 1)" : " \(firstSeed)")")
         var failed = 0
         var reports: [SimReport] = []
@@ -107,6 +119,9 @@ extension CLI {
         if let t = r.trust {
             out("  trust                     node \(t.victim ?? -1) revoked at \(ms(t.revokedAtMillis)); every other node knew \(ms(t.allKnewAfterMillis)) later; \(t.recorded) entries recorded (\(t.refusedAtRecord) refused), \(t.linksRefused) links refused, \(t.refusedByFilters) documents refused by filters, \(t.lateDocsHeld) late writes of the revoked node held (taken before the node knew)")
         }
+        if r.blobCount > 0 {
+            out("  blobs                     \(r.blobCount) held by every node: \(r.blobsHeld ? "yes" : "NO"); blob bytes \(r.blobBytes) against one copy per node \(r.blobIdealBytes): ratio \(fmt2(r.blobRatio))\(s.config.faultsUntilMillis > 0 ? " (includes re-fetches after faults)" : " (goal <= 1.2)"); chunks sent to a node that had them: \(r.blobChunksResent)")
+        }
         out("  most frames in flight     \(r.maxFramesInFlight) on one link direction")
         out("  speed                     \(fmt2(Double(r.virtualMillis) / 1000)) virtual s in \(fmt2(r.wallSeconds)) s: \(fmt(r.speed)) virtual s per wall s")
         out("  invariants                \(r.failures.isEmpty ? "all held (connected mesh, budget, one link per pair, convergence, no lost write, no resurrected delete, bounded frames in flight and bytes)" : "FAILED: " + r.failures.joined(separator: "; "))")
@@ -118,6 +133,10 @@ extension CLI {
         out("  seeds                     \(reports.count) run, \(failed) failed")
         out("  converged (median, max)   \(fmt(median(conv))) ms, \(fmt(conv.max() ?? 0)) ms")
         out("  bytes ratio (median, max) \(fmt2(median(reports.map(\.bytesRatio)))), \(fmt2(reports.map(\.bytesRatio).max() ?? 0))")
+        let withBlobs = reports.filter { $0.blobCount > 0 }
+        if !withBlobs.isEmpty {
+            out("  blob ratio (median, max)  \(fmt2(median(withBlobs.map(\.blobRatio)))), \(fmt2(withBlobs.map(\.blobRatio).max() ?? 0)); \(withBlobs.map(\.blobCount).reduce(0, +)) blobs, \(withBlobs.filter { !$0.blobsHeld }.count) seeds with a node lacking one, \(withBlobs.map(\.blobChunksResent).reduce(0, +)) chunks sent to a node that had them")
+        }
         out("  frames in flight (max)    \(reports.map(\.maxFramesInFlight).max() ?? 0)")
         let faulty = reports.map(\.faultyFrames).reduce(0, +), crashes = reports.map(\.crashes).reduce(0, +), partitions = reports.map(\.partitions).reduce(0, +)
         if faulty + crashes + partitions > 0 { out("  faults (all seeds)        \(crashes.counted("crash", plural: "crashes")), \(partitions.counted("partition")), \(faulty.counted("frame")) duplicated or reordered") }

@@ -58,3 +58,67 @@ struct ReplicationMessageTests {
         #expect(first != nil && (try? ReplicationMessage(decoding: first!.encoded())) == first)
     }
 }
+
+@Suite("Blob messages")
+struct BlobMessageTests {
+    let content = (0..<(2 * BlobManifest.chunkSize + 5)).map { UInt8(truncatingIfNeeded: $0 &* 7) }
+
+    @Test("every blob message round-trips, empty and multi-chunk manifests included")
+    func roundTrip() throws {
+        let m = BlobManifest.of(content)
+        let d = m.digest
+        let messages: [ReplicationMessage] = [
+            .blobManifestRequest(digest: d),
+            .blobManifest(m),
+            .blobManifest(BlobManifest.of([])),
+            .blobFetch(digest: d, firstChunk: 0, chunkCount: 3, pieceBytes: 16_384),
+            .blobFetch(digest: d, firstChunk: .max - 5, chunkCount: ReplicationMessage.maxFetchChunks, pieceBytes: UInt32(BlobManifest.chunkSize)),
+            .blobPiece(digest: d, chunk: 2, offset: 0, bytes: [1, 2, 3, 4, 5]),
+            .blobPiece(digest: d, chunk: 0, offset: UInt32(BlobManifest.chunkSize - 1), bytes: [9]),
+            .blobNotHere(digest: d),
+            .blobHaveNow(digest: d),
+        ]
+        for message in messages {
+            #expect(try ReplicationMessage(decoding: message.encoded()) == message, "\(message.kind)")
+        }
+        // The largest blob served has a manifest that fits one frame.
+        let largest = ReplicationMessage.maxManifestBlobBytes
+        let big = try BlobManifest(digest: d, length: largest, chunkDigests: Array(repeating: Array(repeating: 1, count: 32), count: BlobManifest.chunkCount(length: largest)))
+        #expect(ReplicationMessage.blobManifest(big).encoded().count <= ReplicationMessage.frameLimit)
+        // A manifest is its header and 32 bytes a chunk: no count on the wire.
+        #expect(ReplicationMessage.blobManifest(m).encoded().count == 1 + 32 + 3 + 3 * 32)
+    }
+
+    @Test("hostile blob frames are refused before anything is allocated: huge lengths, truncated manifests, overrunning pieces, bad fetches")
+    func hostile() {
+        let d = BlobDigest.of(content)
+        func refuses(_ bytes: [UInt8], sourceLocation: SourceLocation = #_sourceLocation) {
+            #expect(throws: WireError.self, sourceLocation: sourceLocation) { try ReplicationMessage(decoding: bytes) }
+        }
+        func varint(_ v: UInt64) -> [UInt8] {
+            var out: [UInt8] = []; var x = v
+            while x >= 0x80 { out.append(UInt8(x & 0x7F) | 0x80); x >>= 7 }
+            return out + [UInt8(x)]
+        }
+        // A manifest of 4 GiB + 1 bytes, and one of 4 GiB whose digests are not in the frame.
+        refuses([17] + d.bytes + varint(UInt64(BlobReference.maxLength) + 1))
+        refuses([17] + d.bytes + varint(UInt64(BlobReference.maxLength)))
+        // One chunk declared, 31 bytes of digest.
+        refuses([17] + d.bytes + varint(10) + Array(repeating: 0, count: 31))
+        // A digest cut short.
+        refuses([16] + Array(d.bytes.prefix(31)))
+        // Fetches of 0 chunks, too many chunks, pieces of 0 bytes or over a chunk, a chunk index over 32 bits.
+        refuses([18] + d.bytes + varint(0) + varint(0) + varint(1024))
+        refuses([18] + d.bytes + varint(0) + varint(UInt64(ReplicationMessage.maxFetchChunks) + 1) + varint(1024))
+        refuses([18] + d.bytes + varint(0) + varint(1) + varint(0))
+        refuses([18] + d.bytes + varint(0) + varint(1) + varint(UInt64(BlobManifest.chunkSize) + 1))
+        refuses([18] + d.bytes + varint(1 << 32) + varint(1) + varint(1024))
+        // Pieces: empty, overrunning the chunk, at an offset beyond it, longer than the frame.
+        refuses([19] + d.bytes + varint(0) + varint(0) + varint(0))
+        refuses([19] + d.bytes + varint(0) + varint(UInt64(BlobManifest.chunkSize) - 1) + varint(2) + [1, 2])
+        refuses([19] + d.bytes + varint(0) + varint(UInt64(BlobManifest.chunkSize)) + varint(1) + [1])
+        refuses([19] + d.bytes + varint(0) + varint(0) + varint(1000) + [1, 2, 3])
+        // Trailing bytes.
+        refuses(ReplicationMessage.blobHaveNow(digest: d).encoded() + [0])
+    }
+}

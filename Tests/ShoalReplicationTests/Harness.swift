@@ -27,15 +27,19 @@ final class TestNode {
     var peer: PeerID { node.peer }
     /// Every local write: (collection, id, this node's timestamp in the new version).
     var writes: [(CollectionName, String, HLCTimestamp)] = []
+    /// Where its blobs are kept (nil: blobs off).
+    let blobs: BlobStorage?
 
-    init(_ name: String, policies: [CollectionPolicy]? = nil, settings: ReplicationSettings = ReplicationSettings(), rng: inout SeededRandom) throws {
+    init(_ name: String, policies: [CollectionPolicy]? = nil, settings: ReplicationSettings = ReplicationSettings(), rng: inout SeededRandom,
+         blobs makeBlobs: ((DocumentStore) -> BlobStorage)? = nil) throws {
         self.name = name
         store = try DocumentStore.open(StoreOptions(path: dir.file("shoal.db"), durability: .normal), logger: Logger(sink: MemoryLogSink(), level: .none))
         let policies = policies ?? [CollectionPolicy(name: .default), CollectionPolicy(name: readings)]
         for p in policies { try store.createCollection(p.name) }
         let clock = try NodeClock(store: store, wallMillis: wall.read)
         let peer = PeerID(bytes: (0..<32).map { _ in UInt8.random(in: 0...255, using: &rng) })
-        node = ReplicationNode(peer: peer, group: "test.group", store: store, clock: clock, collections: policies, settings: settings)
+        blobs = makeBlobs?(store)
+        node = ReplicationNode(peer: peer, group: "test.group", store: store, clock: clock, collections: policies, settings: settings, blobs: blobs)
     }
 
     @discardableResult
@@ -77,6 +81,8 @@ final class Network {
     var nextLink = 1
     var events: [(node: Int, event: ReplicationEvent)] = []
     var paused: Set<[Int]> = []  // (link, to) pairs not delivering
+    /// Message types (a frame's first byte) each node was sent.
+    var receivedTypes: [Int: Set<UInt8>] = [:]
 
     init(_ nodes: [TestNode], seed: UInt64) {
         self.nodes = nodes
@@ -110,7 +116,10 @@ final class Network {
         for action in actions {
             switch action {
             case .send(let link, let bytes):
-                if let to = other(link, node) { queues[link]?[to]?.append(bytes) }
+                if let to = other(link, node) {
+                    queues[link]?[to]?.append(bytes)
+                    if let t = bytes.first { receivedTypes[to, default: []].insert(t) }
+                }
             case .close(let link):
                 cut(link)
             case .event(let e):
