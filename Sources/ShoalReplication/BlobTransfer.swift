@@ -133,7 +133,10 @@ extension ReplicationNode {
         let piece = l.slow ? settings.blobPieceBytesSlow : settings.blobPieceBytesFast
         var asked = Set(f.requested)
         var next: [Int] = []
-        for i in f.held.indices where !f.held[i] && !asked.contains(i) {
+        // Last chunk first, then downwards: a chunk verified while every chunk after it is held is
+        // authentic (its end state is proven by the chunk after it, or is the blob's name), so the
+        // chunks held are always a proven suffix and a lying manifest is caught at its first lie.
+        for i in f.held.indices.reversed() where !f.held[i] && !asked.contains(i) {
             guard f.requested.count + next.count < window else { break }
             next.append(i)
             asked.insert(i)
@@ -142,11 +145,10 @@ extension ReplicationNode {
         var actions: [ReplicationAction] = []
         var k = 0
         while k < next.count {
-            var end = k + 1
-            while end < next.count, next[end] == next[end - 1] + 1 { end += 1 }
-            actions.append(.send(l.id, ReplicationMessage.blobFetch(digest: f.reference.digest, firstChunk: UInt32(next[k]), chunkCount: UInt32(end - k),
+            // One fetch per chunk: a holder serves a fetch's chunks upwards, and these go downwards.
+            actions.append(.send(l.id, ReplicationMessage.blobFetch(digest: f.reference.digest, firstChunk: UInt32(next[k]), chunkCount: 1,
                                                                   pieceBytes: UInt32(min(max(1, piece), BlobManifest.chunkSize))).encoded()))
-            k = end
+            k += 1
         }
         return actions
     }
@@ -212,7 +214,21 @@ extension ReplicationNode {
                 // The reference is what the document says; a holder whose manifest differs is wrong.
                 return dropBlobLink(f, now: now)
             }
-            if let held = f.manifest, held != m { return dropBlobLink(f, now: now) }
+            if let held = f.manifest, held != m {
+                // Entries a verified chunk proved (see `BlobManifest`): the held chunks are a suffix
+                // [first…], and chunk `first` proved the entry before it. A holder that disagrees
+                // there lies; one that disagrees only below may be right where the held manifest
+                // lied, so the held one (and its chunks) gives way to it.
+                let first = f.held.lastIndex(of: false).map { $0 + 1 } ?? 0
+                let proven = max(0, first - 1)
+                guard held.chunkDigests.count == m.chunkDigests.count, held.chunkDigests[proven...] == m.chunkDigests[proven...] else {
+                    return dropBlobLink(f, now: now)
+                }
+                try storage.discardBlob(m.digest)
+                f.manifest = nil
+                f.held = []
+                state.counters.manifestsReplaced += 1
+            }
             do { try storage.beginBlob(m) } catch {
                 return finishBlob(f, link: l.id, outcome: .failed("storage refused the manifest: \(error)"), now: now)
             }
@@ -276,7 +292,7 @@ extension ReplicationNode {
         }
         f.assembling[chunk] = nil
         f.requested.remove(at: position)
-        guard SHA256.hash(buffer) == m.chunkDigests[chunk] else {
+        guard m.verifies(chunk: chunk, buffer) else {
             state.counters.badChunks += 1
             l.badBlobChunks += 1
             f.badChunks[l.id, default: 0] += 1
@@ -284,6 +300,13 @@ extension ReplicationNode {
                 throw ReplicationError.protocolViolation("\(l.badBlobChunks) blob chunks that do not match their manifest")
             }
             if f.badChunks[l.id, default: 0] >= settings.blobBadChunksPerBlob { return dropBlobLink(f, now: now) }
+            return requestChunks(f, l)
+        }
+        // Authentic only when its end state is proven: it is the last chunk, or the chunk after it
+        // is held. Pieces come in the order asked (downwards), so that is the honest case; a chunk
+        // whose successor failed is dropped unstored and asked for again.
+        guard chunk == m.chunkCount - 1 || f.held[chunk + 1] else {
+            state.counters.unprovenChunks += 1
             return requestChunks(f, l)
         }
         return try storeVerified(f, l, [(chunk, buffer)], now: now)

@@ -144,6 +144,11 @@ public struct BlobCounters: Sendable, Equatable {
     public var redundantPieces = 0
     public var completed = 0
     public var failed = 0
+    /// Held manifests that gave way to a holder's that agreed with every entry a chunk proved.
+    public var manifestsReplaced = 0
+    /// Chunks that matched the manifest but came before the chunk after them was held (so their
+    /// entry was not yet proven): dropped and asked for again.
+    public var unprovenChunks = 0
     public init() {}
 }
 

@@ -29,6 +29,7 @@ public enum CollectionPolicies {
             p.pushFilter = c.pushFilter.map(predicate)
             p.pullFilter = c.pullFilter.map(predicate)
             p.ttlMillis = c.ttlSeconds.map { $0 * 1000 }
+            p.blobs = c.blobs == .onDemand ? .onDemand : .eager
             return p
         }
     }

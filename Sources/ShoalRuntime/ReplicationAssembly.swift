@@ -81,7 +81,8 @@ package struct ReplicationAssembly: Sendable {
     package func makeCore() -> GatewayCore {
         let wall = NodeClock.systemWallMillis()
         return GatewayCore(peer: credentials.peerID, group: group, store: store, clock: clock, collections: collections,
-                           replication: replication, mesh: mesh, sequenceBase: wall, fallbackSeed: wall ^ UInt64(getpid()) ^ salt)
+                           replication: replication, mesh: mesh, sequenceBase: wall, fallbackSeed: wall ^ UInt64(getpid()) ^ salt,
+                           blobs: store)
     }
 
     /// Builds the driver and starts its transports. Seeding the TLS generators can wait for kernel

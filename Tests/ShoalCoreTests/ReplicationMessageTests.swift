@@ -83,7 +83,8 @@ struct BlobMessageTests {
         }
         // The largest blob served has a manifest that fits one frame.
         let largest = ReplicationMessage.maxManifestBlobBytes
-        let big = try BlobManifest(digest: d, length: largest, chunkDigests: Array(repeating: Array(repeating: 1, count: 32), count: BlobManifest.chunkCount(length: largest)))
+        let n = BlobManifest.chunkCount(length: largest)
+        let big = try BlobManifest(digest: d, length: largest, chunkDigests: Array(repeating: Array(repeating: 1, count: 32), count: n - 1) + [d.bytes])
         #expect(ReplicationMessage.blobManifest(big).encoded().count <= ReplicationMessage.frameLimit)
         // A manifest is its header and 32 bytes a chunk: no count on the wire.
         #expect(ReplicationMessage.blobManifest(m).encoded().count == 1 + 32 + 3 + 3 * 32)

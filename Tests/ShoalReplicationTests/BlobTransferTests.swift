@@ -7,7 +7,9 @@ import Testing
 
 /// Blob storage that lies the way a hostile or broken holder would.
 final class LyingBlobStorage: BlobStorage {
-    enum Lie { case flipsBytes, addsBytes, wrongManifestLength }
+    /// `fakeChain`: the manifest of other bytes of the same length under the blob's name (its
+    /// last entry the name, as a manifest must have), and those other bytes as chunks.
+    enum Lie { case flipsBytes, addsBytes, wrongManifestLength, fakeChain }
     let inner: MemoryBlobStorage
     let lie: Lie
     init(_ inner: MemoryBlobStorage, _ lie: Lie) {
@@ -15,9 +17,15 @@ final class LyingBlobStorage: BlobStorage {
         self.lie = lie
     }
     func blobManifest(_ d: BlobDigest) throws(StoreError) -> BlobManifest? {
+        if lie == .fakeChain, let content = inner.content(d) {
+            var entries = BlobManifest.of(LyingBlobStorage.other(content)).chunkDigests
+            if !entries.isEmpty { entries[entries.count - 1] = d.bytes }
+            return try? BlobManifest(digest: d, length: Int64(content.count), chunkDigests: entries)
+        }
         guard let m = try inner.blobManifest(d), lie == .wrongManifestLength else { return try inner.blobManifest(d) }
         let longer = m.length + 1
-        return try? BlobManifest(digest: d, length: longer, chunkDigests: (0..<BlobManifest.chunkCount(length: longer)).map { i in i < m.chunkCount ? m.chunkDigests[i] : Array(repeating: 0, count: 32) })
+        let n = BlobManifest.chunkCount(length: longer)
+        return try? BlobManifest(digest: d, length: longer, chunkDigests: (0..<n).map { i in i == n - 1 ? d.bytes : i < m.chunkCount ? m.chunkDigests[i] : Array(repeating: 0, count: 32) })
     }
     func blobIsComplete(_ d: BlobDigest) throws(StoreError) -> Bool { try inner.blobIsComplete(d) }
     func heldBlobChunks(_ d: BlobDigest) throws(StoreError) -> [Bool]? { try inner.heldBlobChunks(d) }
@@ -27,9 +35,13 @@ final class LyingBlobStorage: BlobStorage {
         case .flipsBytes: bytes[0] ^= 0xFF
         case .addsBytes: bytes += [1, 2, 3]
         case .wrongManifestLength: break
+        case .fakeChain:
+            let start = index * BlobManifest.chunkSize
+            return inner.content(d).map { Array(LyingBlobStorage.other($0)[start..<(start + bytes.count)]) }
         }
         return bytes
     }
+    static func other(_ content: [UInt8]) -> [UInt8] { content.map { $0 ^ 0x55 } }
     func beginBlob(_ m: BlobManifest) throws(StoreError) { try inner.beginBlob(m) }
     func storeBlobChunks(_ d: BlobDigest, _ chunks: [(index: Int, bytes: [UInt8])]) throws(StoreError) -> BlobChunkOutcome { try inner.storeBlobChunks(d, chunks) }
     func discardBlob(_ d: BlobDigest) throws(StoreError) { try inner.discardBlob(d) }
@@ -232,6 +244,27 @@ struct BlobTransferTests {
         net.settle()
         #expect(nodes[1].holdsBlob(content))
         #expect(net.closeErrors().isEmpty)
+    }
+
+    @Test("a holder whose manifest chains other bytes to the blob's name is caught at the first chunk (the last one), and an honest holder's manifest replaces it")
+    func fakeChain() throws {
+        let nodes = try makeBlobNodes(["liar", "b", "honest"], lying: [0: .fakeChain])
+        defer { nodes.forEach { $0.close() } }
+        let content = blobContent(4 * BlobManifest.chunkSize + 100, seed: 8)
+        try nodes[0].putBlob(content, id: "photo")
+        nodes[2].memoryBlobs?.put(content)
+        let net = Network(nodes, seed: 8)
+        net.connect(0, 1)
+        net.settle()
+        #expect(!nodes[1].holdsBlob(content))
+        // Only the last chunk was ever asked of the liar: no fake chunk was kept.
+        #expect(nodes[1].node.blobCounters.chunksVerified == 0)
+        #expect(nodes[1].node.blobCounters.badChunks == ReplicationSettings().blobBadChunksPerBlob)
+        net.connect(2, 1)
+        net.settle()
+        #expect(nodes[1].holdsBlob(content))
+        #expect(nodes[1].node.blobCounters.manifestsReplaced == 1)
+        #expect(nodes[1].node.blobCounters.chunksVerified == 5)
     }
 
     @Test("a blob nobody holds is set aside after a while, so it does not keep others from being fetched")
