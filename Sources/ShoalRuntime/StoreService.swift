@@ -15,7 +15,7 @@ struct StoreService: Service {
     func run(context: ServiceContext) async throws {
         let options = StoreOptions(path: gateway.storePath, durability: gateway.board.durability == .normal ? .normal : .full)
         let logger = gateway.logger
-        let collections = [CollectionName.trust] + gateway.site.collections.map(\.name)
+        let collections = CollectionName.systemNames + gateway.site.collections.map(\.name)
         let indexes = gateway.site.collections.flatMap { c in c.indexes.map { (c.name, $0) } }
         let trust = gateway.trust
         let group = gateway.site.group
