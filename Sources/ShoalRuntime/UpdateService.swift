@@ -1,0 +1,227 @@
+import Glibc
+import ShoalConfig
+import ShoalCore
+import ShoalLinux
+import ShoalReplication
+import ShoalStore
+import ShoalSupervision
+import ShoalTLS
+import ShoalTrust
+import ShoalUpdate
+
+/// Updates of Shoal itself, on one gateway: writes this gateway's `_status` document, confirms a
+/// candidate binary once the gateway is READY and healthy (or gives up at its deadline, exiting
+/// with the restart code so the boot check rolls back), and — with `updates.enabled` — looks at
+/// `_releases` every few seconds for a release meant for it, fetches the binary, checks it,
+/// installs it beside the running one and exits with the restart code: systemd's Restart= starts
+/// the unit again and ExecStartPre's boot check gives the candidate its one start.
+///
+/// What a reader gets wrong: the binary comes through `BlobStorage` when the store provides one
+/// (the store's blobs, fetched from peers on demand); without it, only from
+/// `<installDir>/blobs/<digest>` (what `shoal release publish --binary` leaves there).
+struct UpdateService: Service {
+    let gateway: Gateway
+    let config: LoadedConfig
+    let opened: OpenedStore
+
+    /// The exit status that asks systemd (or the test's supervisor) to start the unit again.
+    static let restartExitCode: Int32 = 75
+    static let lookSeconds: Int64 = 3
+
+    var settings: SiteConfig.UpdateSettings { config.site.updates }
+    var installer: UpdateInstaller { UpdateInstaller(directory: settings.installDir, packagedBinary: UpdateService.packagedBinary(installDir: settings.installDir)) }
+
+    /// The binary `current` starts as when the boot check never ran: this one, unless it is itself
+    /// an installed release (then the package's).
+    static func packagedBinary(installDir: String) -> String {
+        let exe = Files.absolute("/proc/self/exe")
+        return exe.hasPrefix(Files.absolute(installDir) + "/") ? "/usr/bin/shoal" : exe
+    }
+
+    func run(context: ServiceContext) async throws {
+        context.markReady()
+        let startedAt = Identity.now()
+        let running = UpdateService.runningVersion(installDir: settings.installDir)
+        var reported: UpdateStatus?
+        var attempted: Set<String> = []
+        var confirmed = false
+        while await context.pause(for: .seconds(1)) {
+            context.heartbeat()
+            guard let me = gateway.identity?.peerID else { continue }
+            let (record, _) = installer.readRecord()
+            // This binary's own confirmation, once the whole tree is up and healthy.
+            if !confirmed, let record, record.phase == .pending, record.candidate == running {
+                let ready = gateway.state == .running, healthy = gateway.report.isHealthy
+                switch try? installer.confirm(running: running, ready: ready, healthy: healthy, now: Identity.now()) {
+                case .confirm?:
+                    confirmed = true
+                    gateway.logger.info(.runtime, "update: \(running) confirmed (READY and healthy)")
+                case .giveUp(let why)?:
+                    gateway.logger.error(.runtime, "update: \(why); exiting for the boot check to roll back")
+                    requestRestart()
+                    return
+                default: break
+                }
+            }
+            var status = UpdateService.status(me, running: running, record: installer.readRecord().0, startedAt: startedAt)
+            if settings.enabled, (Identity.now() - startedAt) % UpdateService.lookSeconds == 0, installer.readRecord().0?.phase != .pending {
+                if let outcome = await lookForRelease(me: me, running: running, attempted: &attempted) {
+                    status.attempted = outcome.version
+                    status.outcome = outcome.outcome
+                    status.reason = outcome.reason
+                    status.outcomeAt = Identity.now()
+                    try await write(status, me: me)
+                    if outcome.outcome == .installed {
+                        gateway.logger.info(.runtime, "update: \(outcome.version) installed in \(settings.installDir); restarting into it")
+                        requestRestart()
+                        return
+                    }
+                    reported = status
+                    continue
+                }
+            }
+            if reported == nil || (reported?.outcome != status.outcome && reported?.outcome != .refused) {
+                try await write(status, me: me)
+                reported = status
+            }
+        }
+    }
+
+    /// The status this gateway reports from its update record.
+    static func status(_ me: PeerID, running: String, record: UpdateRecord?, startedAt: Int64) -> UpdateStatus {
+        var s = UpdateStatus(peer: me, running: running, architecture: ReleaseArchitecture.running.rawValue, startedAt: startedAt)
+        guard let r = record else { return s }
+        s.attempted = r.candidate
+        s.outcomeAt = r.at
+        s.reason = r.reason
+        switch r.phase {
+        case .pending: s.outcome = .installed
+        case .confirmed: s.outcome = .confirmed
+        case .rolledBack: s.outcome = .rolledBack
+        case .interrupted: s.outcome = .none
+        }
+        return s
+    }
+
+    func write(_ status: UpdateStatus, me: PeerID) async throws {
+        let store = opened.store, clock = opened.clock
+        try await gateway.storeThread.run {
+            let current = try store.get(.status, id: try DocumentID(status.documentID))
+            if current?.body == status.body { return }
+            _ = try LocalWriter(peer: me, store: store, clock: clock).put(.status, id: try DocumentID(status.documentID), body: status.body)
+        }
+    }
+
+    struct Outcome {
+        var version: String
+        var outcome: UpdateStatus.Outcome
+        var reason: String
+    }
+
+    /// The newest release meant for this gateway, fetched, checked and installed; nil when there
+    /// is none (or its binary is not here yet).
+    func lookForRelease(me: PeerID, running: String, attempted: inout Set<String>) async -> Outcome? {
+        let store = opened.store
+        guard let docs = try? await gateway.storeThread.run({ try UpdateService.manifests(store) }) else { return nil }
+        guard let runningVersion = ReleaseVersion(running) else { return nil }
+        let failed = Set(installer.readRecord().0?.failed ?? [])
+        var best: ReleaseManifest?
+        for m in docs {
+            if let refusal = m.refusal(keys: config.releaseKeys, peer: me, running: runningVersion, architecture: .running) {
+                if !refusal.isQuiet && attempted.insert(m.documentID).inserted {
+                    gateway.logger.warning(.runtime, "update: \(m.summary) refused: \(refusal)")
+                    return Outcome(version: m.version.text, outcome: .refused, reason: refusal.description)
+                }
+                continue
+            }
+            if failed.contains(m.version.text) { continue }
+            if best.map({ m.version > $0.version }) ?? true { best = m }
+        }
+        guard let m = best else { return nil }
+        guard let binary = fetch(m.blob) else { return nil }
+        if let refusal = m.check(binary: binary) {
+            guard attempted.insert(m.documentID).inserted else { return nil }
+            return Outcome(version: m.version.text, outcome: .refused, reason: refusal.description)
+        }
+        do {
+            try installer.install(version: m.version.text, binary: binary, now: Identity.now())
+            return Outcome(version: m.version.text, outcome: .installed, reason: "")
+        } catch {
+            guard attempted.insert(m.documentID).inserted else { return nil }
+            return Outcome(version: m.version.text, outcome: .refused, reason: error.description)
+        }
+    }
+
+    static func manifests(_ store: DocumentStore) throws -> [ReleaseManifest] {
+        var out: [ReleaseManifest] = []
+        var after: String?
+        for _ in 0..<20 {
+            let page = try store.list(.releases, after: after, limit: 200)
+            out += page.compactMap { $0.body.flatMap { try? ReleaseManifest.decode($0) } }
+            guard page.count == 200, let last = page.last else { break }
+            after = last.id
+        }
+        return out
+    }
+
+    /// The binary's bytes when the whole blob is here: from the store's blob storage (demanding it
+    /// from peers first), else from `<installDir>/blobs/<digest>`.
+    func fetch(_ blob: BlobReference) -> [UInt8]? {
+        if let blobs = (opened.store as AnyObject) as? any BlobStorage {
+            do {
+                guard try blobs.blobIsComplete(blob.digest) else {
+                    try blobs.demandBlob(blob)
+                    return nil
+                }
+                guard let manifest = try blobs.blobManifest(blob.digest) else { return nil }
+                var bytes: [UInt8] = []
+                bytes.reserveCapacity(Int(blob.length))
+                for i in 0..<manifest.chunkCount {
+                    guard let chunk = try blobs.readBlobChunk(blob.digest, index: i) else { return nil }
+                    bytes += chunk
+                }
+                return bytes
+            } catch {
+                gateway.logger.warning(.runtime, "update: blob \(blob.digest.short)…: \(error)")
+                return nil
+            }
+        }
+        return try? Files.readBytes(UpdateService.localBlobPath(installDir: settings.installDir, blob.digest), max: Int(min(blob.length, 1 << 30)) + 1)
+    }
+
+    static func localBlobPath(installDir: String, _ digest: BlobDigest) -> String { "\(installDir)/blobs/\(digest)" }
+
+    /// Writes `bytes` to `path` through a temporary file renamed over it.
+    static func writeBytes(_ path: String, _ bytes: [UInt8]) throws {
+        let tmp = path + ".tmp"
+        let fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o640)
+        guard fd >= 0 else { throw SystemError(call: "open(\(tmp))", code: errno) }
+        defer { close(fd) }
+        var offset = 0
+        while offset < bytes.count {
+            let n = bytes[offset...].withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
+            guard n > 0 else { throw SystemError(call: "write(\(tmp))", code: errno) }
+            offset += n
+        }
+        guard fsync(fd) == 0, rename(tmp, path) == 0 else { throw SystemError(call: "rename(\(tmp))", code: errno) }
+    }
+
+    /// Graceful stop with the restart exit status (SIGTERM's handler stops the tree in order).
+    func requestRestart() {
+        gateway.requestExit(UpdateService.restartExitCode)
+        _ = kill(getpid(), SIGTERM)
+    }
+
+    /// The version this binary runs as: the release directory it was installed in
+    /// (`<installDir>/releases/<version>/shoal`, named by the signed manifest it came with), else
+    /// the version it was built as.
+    static func runningVersion(installDir: String) -> String {
+        let exe = Files.absolute("/proc/self/exe")
+        let prefix = Files.absolute(installDir) + "/releases/"
+        if exe.hasPrefix(prefix), exe.hasSuffix("/shoal") {
+            let v = String(exe.dropFirst(prefix.count).dropLast("/shoal".count))
+            if ReleaseVersion(v) != nil { return v }
+        }
+        return ShoalVersion.current
+    }
+}
