@@ -64,6 +64,7 @@ enum Help {
           5  no running gateway answers on the control socket (or, under --follow, it stopped)
           6  request rejected (invalid document or JSON, bad request)
           7  shoal run: another shoal run holds the data directory (its lock, DIR/shoal.lock)
+         75  shoal run: a release was installed; start the unit again (systemd's Restart= does)
         """
 
     static let commands: [String: String] = [
