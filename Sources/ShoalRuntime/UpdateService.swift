@@ -42,49 +42,58 @@ struct UpdateService: Service {
         context.markReady()
         let startedAt = Identity.now()
         let running = UpdateService.runningVersion(installDir: settings.installDir)
-        var reported: UpdateStatus?
         var attempted: Set<String> = []
+        // The newest outcome this run reached that the record does not hold (refused, fetching).
+        var lastAttempt: Outcome?
         var confirmed = false
+        var tick = 0
         while await context.pause(for: .seconds(1)) {
             context.heartbeat()
+            tick += 1
             guard let me = gateway.identity?.peerID else { continue }
-            let (record, _) = installer.readRecord()
-            // This binary's own confirmation, once the whole tree is up and healthy.
+            let record = installer.readRecord().0
             if !confirmed, let record, record.phase == .pending, record.candidate == running {
-                let ready = gateway.state == .running, healthy = gateway.report.isHealthy
-                switch try? installer.confirm(running: running, ready: ready, healthy: healthy, now: Identity.now()) {
-                case .confirm?:
-                    confirmed = true
-                    gateway.logger.info(.runtime, "update: \(running) confirmed (READY and healthy)")
-                case .giveUp(let why)?:
-                    gateway.logger.error(.runtime, "update: \(why); exiting for the boot check to roll back")
-                    requestRestart()
-                    return
+                switch confirm(running) {
+                case .confirm: confirmed = true
+                case .giveUp: return
                 default: break
                 }
             }
-            var status = UpdateService.status(me, running: running, record: installer.readRecord().0, startedAt: startedAt)
-            if settings.enabled, (Identity.now() - startedAt) % UpdateService.lookSeconds == 0, installer.readRecord().0?.phase != .pending {
-                if let outcome = await lookForRelease(me: me, running: running, attempted: &attempted) {
-                    status.attempted = outcome.version
-                    status.outcome = outcome.outcome
-                    status.reason = outcome.reason
-                    status.outcomeAt = Identity.now()
-                    try await write(status, me: me)
-                    if outcome.outcome == .installed {
-                        gateway.logger.info(.runtime, "update: \(outcome.version) installed in \(settings.installDir); restarting into it")
-                        requestRestart()
-                        return
-                    }
-                    reported = status
-                    continue
+            if settings.enabled, tick % Int(UpdateService.lookSeconds) == 0, installer.readRecord().0?.phase != .pending,
+               let outcome = await lookForRelease(me: me, running: running, attempted: &attempted) {
+                lastAttempt = outcome
+                if outcome.outcome == .installed {
+                    try await write(UpdateService.status(me, running: running, record: installer.readRecord().0, startedAt: startedAt), me: me)
+                    gateway.logger.info(.runtime, "update: \(outcome.version) installed in \(settings.installDir); restarting into it")
+                    requestRestart()
+                    return
                 }
             }
-            if reported == nil || (reported?.outcome != status.outcome && reported?.outcome != .refused) {
-                try await write(status, me: me)
-                reported = status
+            var status = UpdateService.status(me, running: running, record: installer.readRecord().0, startedAt: startedAt)
+            if let a = lastAttempt, a.at >= status.outcomeAt {
+                (status.attempted, status.outcome, status.reason, status.outcomeAt) = (a.version, a.outcome, a.reason, a.at)
             }
+            try await write(status, me: me)
         }
+    }
+
+    /// This binary's own confirmation, once the whole tree is up and healthy; at its deadline it
+    /// gives up and exits with the restart code, for the boot check to roll back.
+    func confirm(_ running: String) -> UpdateMachine.ConfirmDecision {
+        let ready = gateway.state == .running, healthy = gateway.report.isHealthy
+        let decision: UpdateMachine.ConfirmDecision
+        do { decision = try installer.confirm(running: running, ready: ready, healthy: healthy, now: Identity.now()) } catch {
+            gateway.logger.error(.runtime, "update: \(error)")
+            return .wait
+        }
+        switch decision {
+        case .confirm: gateway.logger.info(.runtime, "update: \(running) confirmed (READY and healthy)")
+        case .giveUp(let why):
+            gateway.logger.error(.runtime, "update: \(why); exiting for the boot check to roll back")
+            requestRestart()
+        default: break
+        }
+        return decision
     }
 
     /// The status this gateway reports from its update record.
@@ -116,6 +125,7 @@ struct UpdateService: Service {
         var version: String
         var outcome: UpdateStatus.Outcome
         var reason: String
+        var at = Identity.now()
     }
 
     /// The newest release meant for this gateway, fetched, checked and installed; nil when there
@@ -138,7 +148,10 @@ struct UpdateService: Service {
             if best.map({ m.version > $0.version }) ?? true { best = m }
         }
         guard let m = best else { return nil }
-        guard let binary = fetch(m.blob) else { return nil }
+        guard let binary = fetch(m.blob) else {
+            guard attempted.insert("fetch " + m.documentID).inserted else { return nil }
+            return Outcome(version: m.version.text, outcome: .fetching, reason: "waiting for blob \(m.digest.short)… (\(m.size) bytes)")
+        }
         if let refusal = m.check(binary: binary) {
             guard attempted.insert(m.documentID).inserted else { return nil }
             return Outcome(version: m.version.text, outcome: .refused, reason: refusal.description)
