@@ -36,7 +36,7 @@ cleanup() {
   [ -n "$nspawn_pid" ] && kill "$nspawn_pid" 2>/dev/null && wait "$nspawn_pid" 2>/dev/null || true
   rm -rf "$work"
 }
-trap cleanup EXIT
+trap cleanup EXIT INT TERM
 cp -a "$base" "$root"
 # The binary and every library it loads (the toolchain's Swift runtime too), at the same paths.
 install -m 0755 "$bin" "$root/usr/bin/shoal"
@@ -74,8 +74,8 @@ nspawn_pid=$!
 inside() { nsenter -t "$init_pid" -a -- "$@"; }
 init_pid=""
 for _ in $(seq 1 120); do
-  init_pid=$(ps -o pid= --ppid "$nspawn_pid" | head -1 | tr -d ' ')
-  if [ -n "$init_pid" ] && inside systemctl is-system-running --wait >/dev/null 2>&1; then break; fi
+  init_pid=$(ps -o pid= --ppid "$nspawn_pid" | head -1 | tr -d ' ' || true)
+  if [ -n "$init_pid" ] && timeout 5 nsenter -t "$init_pid" -a -- systemctl is-system-running --wait >/dev/null 2>&1; then break; fi
   if [ -n "$init_pid" ] && [ "$(inside systemctl is-system-running 2>/dev/null)" = degraded ]; then break; fi
   sleep 1
 done
