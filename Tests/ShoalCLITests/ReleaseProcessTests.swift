@@ -140,6 +140,13 @@ extension ProcessSuites {
                 let published = try a.cli(["release", "publish", manifest, "--binary", binary])
                 #expect(published.status == 0, "\(published.stderr)")
             }
+            // A manifest signed by a key the site file does not list is refused at publish.
+            _ = try Shoal.run(["release", "keygen", "--out", base.path + "/stranger.key"])
+            let forged = base.path + "/forged.json"
+            #expect(try Shoal.run(["release", "sign", "--key", base.path + "/stranger.key", "--binary", Shoal.binary, "--version", "9.0.0", "--out", forged]).status == 0)
+            let refused = try a.cli(["release", "publish", forged, "--binary", Shoal.binary])
+            #expect(refused.status == 6 && refused.stderr.contains("not a release key this gateway trusts"), "\(refused.status) \(refused.stderr)")
+
             try release("0.2.0", binary: Shoal.binary)
             let confirmed = Self.waitFor(240) {
                 let s = Self.statuses(a)
