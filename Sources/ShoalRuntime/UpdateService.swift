@@ -9,7 +9,8 @@ import ShoalTLS
 import ShoalTrust
 import ShoalUpdate
 
-/// Updates of Shoal itself, on one gateway: writes this gateway's `_status` document, confirms a
+/// Updates of Shoal itself, on one gateway: writes this gateway's `_status` document (when the
+/// site names release keys: a site without them does not take part), confirms a
 /// candidate binary once the gateway is READY and healthy (or gives up at its deadline, exiting
 /// with the restart code so the boot check rolls back), and — with `updates.enabled` — looks at
 /// `_releases` every few seconds for a release meant for it, fetches the binary, checks it,
@@ -69,6 +70,9 @@ struct UpdateService: Service {
                     return
                 }
             }
+            // A site that names no release key does not take part: no status document either
+            // (its stores hold only what its users and its trust entries wrote).
+            guard !config.releaseKeys.isEmpty else { continue }
             var status = UpdateService.status(me, running: running, record: installer.readRecord().0, startedAt: startedAt)
             if let a = lastAttempt, a.at >= status.outcomeAt {
                 (status.attempted, status.outcome, status.reason, status.outcomeAt) = (a.version, a.outcome, a.reason, a.at)
