@@ -52,6 +52,7 @@ updates:
   releaseKeys: [$keyhex]
   installDir: /var/lib/shoal/updates
   confirmSeconds: 30
+  holdOffSeconds: 0
 SITE
 # The packaged unit as it is; its postinst step (the boot check makes current); enabled.
 install -m 0644 deploy/shoal.service "$root/lib/systemd/system/shoal.service"
@@ -61,12 +62,20 @@ chroot "$root" /usr/bin/shoal update boot-check --dir /var/lib/shoal/updates --p
   || { umount "$root/proc"; fail "the boot check in the rootfs failed"; }
 umount "$root/proc"
 chroot "$root" chown -R -h shoal:shoal /var/lib/shoal
-# The unit runs as packaged: no drop-in (nspawn gives it what its hardening asks for).
+# The unit runs as packaged, but for one drop-in: the time a start may take to reach READY (120 s)
+# shortened so the hanging release (0.4.0) is killed sooner, and more starts allowed in StartLimitIntervalSec, as three
+# releases in a minute (holdOffSeconds: 0 here, 300 by default) cost seven starts.
+mkdir -p "$root/etc/systemd/system/shoal.service.d"
+printf '[Unit]\nStartLimitBurst=20\n[Service]\nTimeoutStartSec=20\n' > "$root/etc/systemd/system/shoal.service.d/check.conf"
 ln -sf /lib/systemd/system/shoal.service "$root/etc/systemd/system/multi-user.target.wants/shoal.service"
 "$bin" release sign --key "$work/release.key" --binary "$bin" --version 0.2.0 --out "$root/var/lib/shoal/0.2.0.json" >/dev/null
 "$bin" release sign --key "$work/release.key" --binary /bin/false --version 0.3.0 --out "$root/var/lib/shoal/0.3.0.json" >/dev/null
-cp "$bin" "$root/var/lib/shoal/shoal-0.2.0"; cp /bin/false "$root/var/lib/shoal/shoal-0.3.0"
-chroot "$root" chown shoal:shoal /var/lib/shoal/0.2.0.json /var/lib/shoal/0.3.0.json /var/lib/shoal/shoal-0.2.0 /var/lib/shoal/shoal-0.3.0
+# 0.4.0 never becomes ready: an executable that ignores its arguments and waits to be killed.
+command -v cc >/dev/null || fail "cc not found (it builds the hanging stand-in)"
+printf '#include <unistd.h>\nint main(void) { for (;;) pause(); }\n' | cc -x c -O2 -o "$work/hang" -
+"$bin" release sign --key "$work/release.key" --binary "$work/hang" --version 0.4.0 --out "$root/var/lib/shoal/0.4.0.json" >/dev/null
+cp "$bin" "$root/var/lib/shoal/shoal-0.2.0"; cp /bin/false "$root/var/lib/shoal/shoal-0.3.0"; cp "$work/hang" "$root/var/lib/shoal/shoal-0.4.0"
+chroot "$root" sh -c 'chown shoal:shoal /var/lib/shoal/0.?.0.json /var/lib/shoal/shoal-0.?.0'
 
 start=$(date +%s)
 systemd-nspawn -b -D "$root" --register=no --keep-unit --console=pipe -M "$machine" --capability=CAP_NET_ADMIN,CAP_NET_RAW > "$work/boot.log" 2>&1 &
@@ -104,4 +113,10 @@ say "0.3.0: installed, exit 75; systemd restarted it; the candidate crashed (exi
 inside journalctl -u shoal --no-pager -o cat | grep -E "boot check|update:|exiting with status|Main process exited|Scheduled restart" | sed 's/^/  journal| /' | tail -30
 shoalctl release status | sed 's/^/  status| /'
 [ "$(inside readlink /var/lib/shoal/updates/current)" = releases/0.2.0 ] || fail "current is not releases/0.2.0 after the rollback"
+
+shoalctl release publish /var/lib/shoal/0.4.0.json --binary /var/lib/shoal/shoal-0.4.0 >/dev/null
+wait_for 120 "0.4.0 was not rolled back" sh -c "nsenter -t $init_pid -a -- runuser -u shoal -- /usr/bin/shoal release status --json --socket $sock 2>/dev/null | grep -q '\"attempted\": \"0.4.0\"' && nsenter -t $init_pid -a -- runuser -u shoal -- /usr/bin/shoal release status --json --socket $sock | grep -q '\"outcome\": \"rolled-back\"'"
+say "0.4.0 (never READY): installed, exit 75; systemd restarted it; no READY within TimeoutStartSec (20 s here), systemd killed it and restarted the unit; the boot check rolled back; current -> $(inside readlink /var/lib/shoal/updates/current); NRestarts=$(inside systemctl show shoal -p NRestarts --value)"
+inside journalctl -u shoal --no-pager -o cat | grep -E "0.4.0|[Tt]imed out|timeout|Main process" | sed 's/^/  journal| /' | tail -10
+[ "$(inside readlink /var/lib/shoal/updates/current)" = releases/0.2.0 ] || fail "current is not releases/0.2.0 after the second rollback"
 say "PASS in $(( $(date +%s) - start )) s"

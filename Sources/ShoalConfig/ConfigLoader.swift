@@ -425,7 +425,7 @@ extension String {
 }
 
 extension ConfigLoader {
-    /// `updates: { releaseKeys: [...], installDir: /var/lib/shoal/updates, confirmSeconds: 120, enabled: true }`.
+    /// `updates: { releaseKeys: [...], installDir: /var/lib/shoal/updates, confirmSeconds: 120, holdOffSeconds: 300, enabled: true }`.
     static func updates(_ r: inout ConfigReader) throws(ConfigError) -> SiteConfig.UpdateSettings {
         var u = SiteConfig.UpdateSettings()
         var inner = ConfigErrors()
@@ -450,6 +450,7 @@ extension ConfigLoader {
             }
         }
         inner.attempt { () throws(ConfigError) in u.confirmSeconds = try r.int("confirmSeconds", in: 10...3600) ?? 120 }
+        inner.attempt { () throws(ConfigError) in u.holdOffSeconds = try r.int("holdOffSeconds", in: 0...86_400) ?? 300 }
         inner.attempt { () throws(ConfigError) in u.enabled = try r.bool("enabled") ?? !u.releaseKeys.isEmpty }
         inner.attempt { () throws(ConfigError) in
             if u.enabled && u.releaseKeys.isEmpty {

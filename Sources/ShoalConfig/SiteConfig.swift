@@ -64,6 +64,9 @@ public struct SiteConfig: Sendable, Equatable {
         public var installDir = "/var/lib/shoal/updates"
         /// How long a new binary has, from its start, to reach READY and pass its health check.
         public var confirmSeconds: Int64 = 120
+        /// After an install or a rollback, the next install waits this long (the unit's
+        /// StartLimitIntervalSec: systemd stops starting a unit that starts too often).
+        public var holdOffSeconds: Int64 = 300
         /// Whether this gateway installs releases (it relays manifests and writes its status anyway).
         public var enabled = false
         public init() {}

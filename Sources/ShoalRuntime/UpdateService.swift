@@ -138,7 +138,8 @@ struct UpdateService: Service {
         let store = opened.store
         guard let docs = try? await gateway.storeThread.run({ try UpdateService.manifests(store) }) else { return nil }
         guard let runningVersion = ReleaseVersion(running) else { return nil }
-        let failed = Set(installer.readRecord().0?.failed ?? [])
+        let record = installer.readRecord().0
+        let failed = Set(record?.failed ?? [])
         var best: ReleaseManifest?
         for m in docs {
             if let refusal = m.refusal(keys: config.releaseKeys, peer: me, running: runningVersion, architecture: .running) {
@@ -152,6 +153,8 @@ struct UpdateService: Service {
             if best.map({ m.version > $0.version }) ?? true { best = m }
         }
         guard let m = best else { return nil }
+        // Held off after the last install or rollback: quietly, it is tried again later.
+        if let r = record, r.phase != .interrupted, Identity.now() < r.at + settings.holdOffSeconds { return nil }
         guard let binary = fetch(m.blob) else {
             guard attempted.insert("fetch " + m.documentID).inserted else { return nil }
             return Outcome(version: m.version.text, outcome: .fetching, reason: "waiting for blob \(m.digest.short)… (\(m.size) bytes)")
@@ -161,7 +164,7 @@ struct UpdateService: Service {
             return Outcome(version: m.version.text, outcome: .refused, reason: refusal.description)
         }
         do {
-            try installer.install(version: m.version.text, binary: binary, now: Identity.now())
+            try installer.install(version: m.version.text, binary: binary, now: Identity.now(), holdOffSeconds: settings.holdOffSeconds)
             return Outcome(version: m.version.text, outcome: .installed, reason: "")
         } catch {
             guard attempted.insert(m.documentID).inserted else { return nil }

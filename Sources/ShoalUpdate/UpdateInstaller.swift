@@ -79,9 +79,9 @@ public struct UpdateInstaller: Sendable {
 
     /// Installs `binary` as `version` and switches `current` to it; the caller then exits with the
     /// restart code. The bytes were checked against their manifest before they got here.
-    public func install(version: String, binary: [UInt8], now: Int64) throws(UpdateError) {
+    public func install(version: String, binary: [UInt8], now: Int64, holdOffSeconds: Int64 = 0) throws(UpdateError) {
         let (record, _) = readRecord()
-        if let why = UpdateMachine.installRefusal(record, version: version) { throw UpdateError(why) }
+        if let why = UpdateMachine.installRefusal(record, version: version, now: now, holdOffSeconds: holdOffSeconds) { throw UpdateError(why) }
         do {
             try ensureCurrent()
             let previous = target("current") ?? UpdateInstaller.baseTarget

@@ -87,12 +87,18 @@ public enum UpdateMachine {
         return .confirm(r)
     }
 
-    /// Why `version` may not be installed now, or nil when it may.
-    public static func installRefusal(_ record: UpdateRecord?, version: String) -> String? {
+    /// Why `version` may not be installed now, or nil when it may. After an install or a rollback
+    /// the next install waits `holdOffSeconds`: each costs systemd starts, and systemd stops
+    /// starting a unit that starts too often (StartLimitBurst in StartLimitIntervalSec) — a
+    /// gateway left stopped is worse than one that updates later.
+    public static func installRefusal(_ record: UpdateRecord?, version: String, now: Int64 = .max, holdOffSeconds: Int64 = 0) -> String? {
         guard UpdateRecord.isVersionName(version) else { return "\(version) is no version a directory may be named after" }
         guard let r = record else { return nil }
         if r.failed.contains(version) { return "\(version) was rolled back here before; publish a newer release" }
         if r.phase == .pending { return "\(r.candidate) is still waiting to confirm" }
+        if r.phase != .interrupted, now < r.at + holdOffSeconds {
+            return "the last update (\(r.candidate), \(r.phase.rawValue)) was \(now - r.at) s ago; the next waits \(holdOffSeconds) s after it"
+        }
         return nil
     }
 

@@ -115,7 +115,7 @@ extension ProcessSuites {
                 let site = try ReplicationProcessTests.writeSite(
                     in: base.path, n, group: "test.release", allow: others.map { ids[$0]! },
                     replication: ["listen: 127.0.0.1:\(ports[n]!)", "peers: [\(others.map { "127.0.0.1:\(ports[$0]!)" }.joined(separator: ", "))]"])
-                try "updates:\n  releaseKeys: [\(keyHex)]\n  installDir: \(base.path)/\(n)/updates\n  confirmSeconds: 60\n"
+                try "updates:\n  releaseKeys: [\(keyHex)]\n  installDir: \(base.path)/\(n)/updates\n  confirmSeconds: 60\n  holdOffSeconds: 0\n"
                     .appendLine(toFile: site)
                 gateways[n] = try Supervisor(name: n, installDir: base.path + "/\(n)/updates", dataDir: base.path + "/\(n)", site: site,
                                              logPath: base.path + "/\(n).log")

@@ -15,7 +15,8 @@ struct UpdateConfigTests {
 
     @Test("release keys, installDir, confirmSeconds and enabled are read; keys turn updates on; the keys parse")
     func reads() throws {
-        let s = try site("releaseKeys: [\(Self.key)]\ninstallDir: /opt/shoal/\nconfirmSeconds: 60")
+        let s = try site("releaseKeys: [\(Self.key)]\ninstallDir: /opt/shoal/\nconfirmSeconds: 60\nholdOffSeconds: 0")
+        #expect(s.updates.holdOffSeconds == 0)
         #expect(s.updates.releaseKeys.map(\.text) == [Self.key])
         #expect(s.updates.installDir == "/opt/shoal" && s.updates.confirmSeconds == 60 && s.updates.enabled)
         #expect(try ConfigurationLoading.releaseKeys(s).map(\.hex) == [Self.key])
@@ -32,6 +33,7 @@ struct UpdateConfigTests {
         ("installDir: /var/../etc", "updates.installDir", 3),
         ("confirmSeconds: 5", "updates.confirmSeconds", 3),
         ("confirmSeconds: soon", "updates.confirmSeconds", 3),
+        ("holdOffSeconds: -1", "updates.holdOffSeconds", 3),
         ("enabled: true", "updates.enabled", 3),
         ("enabled: maybe", "updates.enabled", 3),
         ("releaseKey: [abc]", "updates.releaseKey", 3),

@@ -82,6 +82,17 @@ struct UpdateMachineTests {
         for bad in ["../etc", "0.2/..", "", ".1", "a"] { #expect(UpdateMachine.installRefusal(nil, version: bad) != nil, "\(bad)") }
     }
 
+    @Test("after an install or a rollback the next install is held off; an interrupted install is not")
+    func holdOff() {
+        var r = Self.pending(starts: 1)
+        r.phase = .confirmed
+        #expect(UpdateMachine.installRefusal(r, version: "0.3.0", now: Self.t0 + 100, holdOffSeconds: 300)
+                == "the last update (0.2.0, confirmed) was 100 s ago; the next waits 300 s after it")
+        #expect(UpdateMachine.installRefusal(r, version: "0.3.0", now: Self.t0 + 300, holdOffSeconds: 300) == nil)
+        r.phase = .interrupted
+        #expect(UpdateMachine.installRefusal(r, version: "0.2.0", now: Self.t0 + 1, holdOffSeconds: 300) == nil)
+    }
+
     @Test("the failed list keeps the newest 16")
     func failedBounded() {
         var r = Self.pending(starts: 1, failed: (0..<16).map { "0.0.\($0)" })
