@@ -25,9 +25,9 @@ extension ControlHandler {
                 throw ControlError(code: .notFound, message: "\(binaryPath): no such file (or the gateway's user cannot read it)")
             }
             if let why = manifest.check(binary: binary) { throw ControlError(code: .badRequest, message: "\(binaryPath): \(why)") }
-            // Until blob storage holds it: the install directory's blobs, where this gateway's
-            // update service reads it. TODO(merge): put it through `BlobStorage` (`shoal blob put`)
-            // so peers fetch it.
+            // Into the store's blob storage when it is one (peers fetch it from there); and into the
+            // install directory's blobs, where this gateway's update service reads it without.
+            if let blobs = (opened.store as AnyObject) as? any BlobStorage { try ControlHandler.putBlob(binary, into: blobs) }
             let dir = gateway.site.updates.installDir + "/blobs"
             try Files.makeDirectories(dir)
             let path = UpdateService.localBlobPath(installDir: gateway.site.updates.installDir, manifest.digest)
@@ -48,6 +48,25 @@ extension ControlHandler {
             return ["gateways": .array(gateways), "releases": .array(releases)]
         default:
             return nil
+        }
+    }
+
+    /// Keeps `bytes` as a blob: its manifest, then its chunks, 16 (1 MiB) per transaction.
+    static func putBlob(_ bytes: [UInt8], into blobs: any BlobStorage) throws {
+        let manifest = BlobManifest.of(bytes)
+        if try blobs.blobIsComplete(manifest.digest) { return }
+        try blobs.beginBlob(manifest)
+        var index = 0
+        while index < manifest.chunkCount {
+            var batch: [(index: Int, bytes: [UInt8])] = []
+            while batch.count < 16 && index < manifest.chunkCount {
+                let start = index * BlobManifest.chunkSize
+                batch.append((index, Array(bytes[start..<start + manifest.chunkLength(index)])))
+                index += 1
+            }
+            if try blobs.storeBlobChunks(manifest.digest, batch) == .wholeMismatch {
+                throw ControlError(code: .internalError, message: "blob \(manifest.digest.short)… did not match its digest once stored")
+            }
         }
     }
 }
