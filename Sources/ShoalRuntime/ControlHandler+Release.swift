@@ -3,6 +3,7 @@ import ShoalLinux
 import ShoalReplication
 import ShoalStore
 import ShoalTrust
+import ShoalUpdate
 import ShoalWire
 
 /// Releases of Shoal on the control socket: release.publish (a signed manifest, checked against
@@ -31,7 +32,7 @@ extension ControlHandler {
             let dir = gateway.site.updates.installDir + "/blobs"
             try Files.makeDirectories(dir)
             let path = UpdateService.localBlobPath(installDir: gateway.site.updates.installDir, manifest.digest)
-            try UpdateService.writeBytes(path, binary)
+            try UpdateInstaller.writeDurably(path, binary, mode: 0o640)
             _ = try writer().put(.releases, id: try DocumentID(manifest.documentID), body: manifest.body)
             return ["id": .string(manifest.documentID), "summary": .string("published \(manifest.summary)")]
         case "release.status":

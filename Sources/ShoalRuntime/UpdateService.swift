@@ -211,21 +211,6 @@ struct UpdateService: Service {
 
     static func localBlobPath(installDir: String, _ digest: BlobDigest) -> String { "\(installDir)/blobs/\(digest)" }
 
-    /// Writes `bytes` to `path` through a temporary file renamed over it.
-    static func writeBytes(_ path: String, _ bytes: [UInt8]) throws {
-        let tmp = path + ".tmp"
-        let fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o640)
-        guard fd >= 0 else { throw SystemError(call: "open(\(tmp))", code: errno) }
-        defer { close(fd) }
-        var offset = 0
-        while offset < bytes.count {
-            let n = bytes[offset...].withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
-            guard n > 0 else { throw SystemError(call: "write(\(tmp))", code: errno) }
-            offset += n
-        }
-        guard fsync(fd) == 0, rename(tmp, path) == 0 else { throw SystemError(call: "rename(\(tmp))", code: errno) }
-    }
-
     /// Graceful stop with the restart exit status (SIGTERM's handler stops the tree in order).
     func requestRestart() {
         gateway.requestExit(UpdateService.restartExitCode)

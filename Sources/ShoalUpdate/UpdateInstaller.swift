@@ -40,7 +40,7 @@ public struct UpdateInstaller: Sendable {
     }
 
     public func writeRecord(_ r: UpdateRecord) throws(SystemError) {
-        try writeDurably(recordPath, Array(r.text.utf8), mode: 0o640)
+        try UpdateInstaller.writeDurably(recordPath, Array(r.text.utf8), mode: 0o640)
     }
 
     // MARK: links
@@ -59,7 +59,7 @@ public struct UpdateInstaller: Sendable {
         _ = unlink(tmp)
         _ = try SystemCall.run("symlink(\(tmp))") { symlink(target, tmp) }
         _ = try SystemCall.run("rename(\(tmp))") { rename(tmp, path) }
-        try syncDirectory(directory)
+        try UpdateInstaller.syncDirectory(directory)
     }
 
     /// Makes `current` exist: on first use it points at `releases/base`, whose `shoal` links to
@@ -71,7 +71,7 @@ public struct UpdateInstaller: Sendable {
         _ = unlink(base + "/shoal.tmp")
         _ = try SystemCall.run("symlink(\(base)/shoal.tmp)") { symlink(packagedBinary, base + "/shoal.tmp") }
         _ = try SystemCall.run("rename(\(base)/shoal.tmp)") { rename(base + "/shoal.tmp", base + "/shoal") }
-        try syncDirectory(base)
+        try UpdateInstaller.syncDirectory(base)
         try point("current", at: UpdateInstaller.baseTarget)
     }
 
@@ -87,7 +87,7 @@ public struct UpdateInstaller: Sendable {
             let previous = target("current") ?? UpdateInstaller.baseTarget
             let dir = directory + "/" + UpdateRecord.target(of: version)
             try Files.makeDirectories(dir)
-            try writeDurably(dir + "/shoal", binary, mode: 0o755)
+            try UpdateInstaller.writeDurably(dir + "/shoal", binary, mode: 0o755)
             cut(after: .stage)
             try writeRecord(UpdateMachine.pending(record, version: version, previous: previous, now: now))
             cut(after: .record)
@@ -148,7 +148,7 @@ public struct UpdateInstaller: Sendable {
     // MARK: durable writes
 
     /// `path.tmp` written and fsynced, renamed over `path`, the directory fsynced.
-    func writeDurably(_ path: String, _ bytes: [UInt8], mode: mode_t) throws(SystemError) {
+    public static func writeDurably(_ path: String, _ bytes: [UInt8], mode: mode_t) throws(SystemError) {
         let tmp = path + ".tmp"
         let fd = try SystemCall.run("open(\(tmp))") { open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode) }
         do {
@@ -164,10 +164,10 @@ public struct UpdateInstaller: Sendable {
         }
         close(fd)
         _ = try SystemCall.run("rename(\(tmp))") { rename(tmp, path) }
-        try syncDirectory(Files.directory(of: path))
+        try UpdateInstaller.syncDirectory(Files.directory(of: path))
     }
 
-    func syncDirectory(_ path: String) throws(SystemError) {
+    static func syncDirectory(_ path: String) throws(SystemError) {
         let fd = try SystemCall.run("open(\(path))") { open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
         defer { close(fd) }
         _ = try SystemCall.run("fsync(\(path))") { fsync(fd) }
