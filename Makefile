@@ -111,6 +111,11 @@ test: deps boards
 fresh-check:
 	./scripts/fresh-machine.sh
 
+## Updates over the mesh under a real systemd: PID 1 in a systemd-nspawn container of Debian 12, the
+## packaged unit, a release confirmed and a crashing one rolled back by the boot check (root).
+update-check: build
+	./scripts/systemd-update-check.sh
+
 ## libFuzzer on every outside input (frames, messages, JSON, site and board YAML, certificates,
 ## control requests), FUZZ_SECONDS per target (make test runs 10 s each).
 FUZZ_SECONDS ?= 300

@@ -55,12 +55,14 @@ let package = Package(
         // inside (tests, `shoal sim`, `shoal demo`).
         // The fleet's trust: signed `_trust` entries, what they add up to, the live authenticator.
         .target(name: "ShoalTrust", dependencies: ["ShoalCore", "ShoalTLS", "ShoalReplication", "ShoalStore"]),
+        // Updates of Shoal itself: the install/boot-check/confirm state machine and its file shell.
+        .target(name: "ShoalUpdate", dependencies: ["ShoalCore", "ShoalLinux"]),
         .target(name: "ShoalSim", dependencies: ["ShoalTrust", "ShoalThreads", "ShoalCore", "ShoalGateway", "ShoalMesh", "ShoalReplication", "ShoalStore", "ShoalWire", "ShoalTLS", "ShoalStatus"]),
 
         // Composition root.
         .target(name: "ShoalRuntime", dependencies: ["ShoalThreads", 
             "ShoalCore", "ShoalWire", "ShoalSupervision", "ShoalConfig", "ShoalYAML", "ShoalStatus",
-            "ShoalStore", "ShoalTLS", "ShoalLinux", "ShoalReplication", "ShoalMesh", "ShoalGateway", "ShoalHTTP", "ShoalMQTT", "ShoalUplink", "ShoalTrust",
+            "ShoalStore", "ShoalTLS", "ShoalLinux", "ShoalReplication", "ShoalMesh", "ShoalGateway", "ShoalHTTP", "ShoalMQTT", "ShoalUplink", "ShoalTrust", "ShoalUpdate",
         ]),
         .target(name: "ShoalTesting", dependencies: ["ShoalThreads", "ShoalCore", "ShoalSupervision"]),
         // The in-process medium in real time, as a transport: `import Shoal`'s simulated medium,
@@ -76,7 +78,7 @@ let package = Package(
         // (the bare C calls stay in the C importers). Not part of the runtime.
         .target(name: "ShoalBench", dependencies: ["ShoalThreads", "ShoalCore", "ShoalConfig", "ShoalLinux", "ShoalMesh", "ShoalReplication", "ShoalRuntime", "ShoalStore", "ShoalSupervision", "ShoalTLS", "ShoalUplink", "ShoalWire"]),
 
-        .executableTarget(name: "shoal", dependencies: ["ShoalTrust", "ShoalBench", "ShoalRuntime", "ShoalMQTT", "ShoalUplink", "ShoalSim", "ShoalMesh", "ShoalStatus", "ShoalStore", "ShoalConfig", "ShoalYAML", "ShoalTLS", "ShoalLinux", "ShoalWire", "ShoalCore"]),
+        .executableTarget(name: "shoal", dependencies: ["ShoalUpdate", "ShoalTrust", "ShoalBench", "ShoalRuntime", "ShoalMQTT", "ShoalUplink", "ShoalSim", "ShoalMesh", "ShoalStatus", "ShoalStore", "ShoalConfig", "ShoalYAML", "ShoalTLS", "ShoalLinux", "ShoalWire", "ShoalCore"]),
 
         // The crash campaign's writer (a test tool beside the product, not in it).
         .executableTarget(name: "shoal-crash-writer", dependencies: ["ShoalCore", "ShoalStore"], path: "Sources/ShoalCrashWriter"),
@@ -92,6 +94,7 @@ let package = Package(
         .testTarget(name: "ShoalGatewayTests", dependencies: ["ShoalTrust", "ShoalGateway", "ShoalMedium", "ShoalRuntime", "ShoalUplink", "ShoalConfig", "ShoalThreads", "ShoalSim", "ShoalMesh", "ShoalReplication", "ShoalStore", "ShoalTLS", "ShoalWire", "ShoalCore", "ShoalTesting"]),
         .testTarget(name: "ShoalReplicationTests", dependencies: ["ShoalThreads", "ShoalReplication", "ShoalStore", "ShoalWire", "ShoalTesting", "ShoalCore"]),
         .testTarget(name: "ShoalTLSTests", dependencies: ["ShoalTrust", "ShoalStore", "ShoalReplication", "ShoalThreads", "ShoalTLS", "ShoalLinux", "ShoalTesting", "ShoalCore"]),
+        .testTarget(name: "ShoalUpdateTests", dependencies: ["ShoalUpdate", "ShoalCore", "ShoalLinux", "ShoalTesting"]),
         .testTarget(name: "ShoalLinuxTests", dependencies: ["ShoalThreads", "ShoalLinux", "ShoalCore", "ShoalTesting"]),
         .testTarget(name: "ShoalLibraryTests", dependencies: ["Shoal", "ShoalTesting"]),
         .testTarget(name: "ShoalCLITests", dependencies: ["ShoalThreads", "shoal", "shoal-crash-writer", "ShoalStore", "ShoalTesting", "ShoalLinux", "ShoalRuntime"]),

@@ -70,6 +70,11 @@ if [ "$1" = configure ]; then
         adduser --system --group --home /var/lib/shoal --no-create-home --quiet shoal
     fi
     for g in gpio dialout bluetooth netdev; do adduser --quiet shoal "$g" >/dev/null || true; done
+    # Updates over the mesh: the unit starts /var/lib/shoal/updates/current/shoal; the boot check
+    # makes that link (to /usr/bin/shoal) when there is none.
+    install -d -o shoal -g shoal -m 0750 /var/lib/shoal /var/lib/shoal/updates
+    /usr/bin/shoal update boot-check --dir /var/lib/shoal/updates --packaged /usr/bin/shoal --confirm-seconds 120 >/dev/null || true
+    chown -R -h shoal:shoal /var/lib/shoal/updates
     if command -v udevadm >/dev/null && [ -d /run/udev ]; then udevadm control --reload-rules || true; udevadm trigger --subsystem-match=gpio --subsystem-match=leds || true; fi
     deb-systemd-helper unmask shoal.service >/dev/null || true
     deb-systemd-helper enable shoal.service >/dev/null 2>&1 || true

@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true
-targets=${*:-frame message json site board certificate control hub trust query}
+targets=${*:-frame message json site board certificate control hub trust query release}
 swift build -c release --product shoal-fuzz -Xswiftc -sanitize=fuzzer,address -Xswiftc -DSHOAL_FUZZ --build-path .build/fuzz 2>&1 | grep -E "error|warning: unre|Compiling shoal" || true
 bin=.build/fuzz/release/shoal-fuzz
 [ -x "$bin" ] || { echo "fuzz: the libFuzzer build failed" >&2; exit 1; }

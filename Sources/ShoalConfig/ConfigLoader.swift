@@ -279,6 +279,10 @@ public struct ConfigLoader: Sendable {
             try inner.check()
         }
         errors.attempt { () throws(ConfigError) in
+            guard var r = try top.mapping("updates") else { return }
+            site.updates = try ConfigLoader.updates(&r)
+        }
+        errors.attempt { () throws(ConfigError) in
             guard var r = try top.mapping("replication") else { return }
             var inner = ConfigErrors()
             inner.attempt { () throws(ConfigError) in
@@ -438,5 +442,44 @@ extension String {
         var s = self
         while let last = s.last, last == "\0" || last == "\n" { s.removeLast() }
         return s
+    }
+}
+
+extension ConfigLoader {
+    /// `updates: { releaseKeys: [...], installDir: /var/lib/shoal/updates, confirmSeconds: 120, holdOffSeconds: 300, enabled: true }`.
+    static func updates(_ r: inout ConfigReader) throws(ConfigError) -> SiteConfig.UpdateSettings {
+        var u = SiteConfig.UpdateSettings()
+        var inner = ConfigErrors()
+        inner.attempt { () throws(ConfigError) in
+            var bad = ConfigErrors()
+            for (i, item) in (try r.sequence("releaseKeys") ?? []).enumerated() {
+                guard case .scalar(let text, _) = item.value, !text.isEmpty else {
+                    bad.add(ConfigError(mark: item.mark, key: "updates.releaseKeys[\(i)]",
+                                        message: "expected a release public key: the hex `shoal release keygen` printed, or the path of its PEM file"))
+                    continue
+                }
+                u.releaseKeys.append(SiteConfig.TrustSettings.Item(text: text, mark: item.mark, key: "updates.releaseKeys[\(i)]"))
+            }
+            try bad.check()
+        }
+        inner.attempt { () throws(ConfigError) in
+            if let dir = try r.string("installDir") {
+                guard dir.hasPrefix("/"), dir.count > 1, !dir.split(separator: "/").contains("..") else {
+                    throw ConfigError(mark: r.mark(of: "installDir"), key: "updates.installDir", message: "an absolute directory without '..' (/var/lib/shoal/updates)")
+                }
+                u.installDir = dir.hasSuffix("/") ? String(dir.dropLast()) : dir
+            }
+        }
+        inner.attempt { () throws(ConfigError) in u.confirmSeconds = try r.int("confirmSeconds", in: 10...3600) ?? 120 }
+        inner.attempt { () throws(ConfigError) in u.holdOffSeconds = try r.int("holdOffSeconds", in: 0...86_400) ?? 300 }
+        inner.attempt { () throws(ConfigError) in u.enabled = try r.bool("enabled") ?? !u.releaseKeys.isEmpty }
+        inner.attempt { () throws(ConfigError) in
+            if u.enabled && u.releaseKeys.isEmpty {
+                throw ConfigError(mark: r.mark(of: "enabled"), key: "updates.enabled", message: "updates need at least one release key (updates.releaseKeys) to check releases with")
+            }
+        }
+        inner.attempt { () throws(ConfigError) in try r.finish() }
+        try inner.check()
+        return u
     }
 }

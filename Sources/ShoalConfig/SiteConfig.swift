@@ -19,6 +19,9 @@ public struct SiteConfig: Sendable, Equatable {
     /// `shoal trust keygen` prints it, or a PEM file's path), CRL files checked at every handshake,
     /// and how many days before an expiry (identity, trust checkpoint) the gateway warns.
     public var trust = TrustSettings()
+    /// Updates of Shoal itself over the mesh (`updates:`): the release keys that may sign
+    /// `_releases` manifests, where releases are installed, how long a new binary has to confirm.
+    public var updates = UpdateSettings()
     /// Where this gateway accepts replication links (IPv4 `address:port`), nil for nowhere.
     public var listenAddress: HostPort?
     /// Peers this gateway dials itself (wired gateways on Ethernet, before discovery exists); a host
@@ -54,6 +57,22 @@ public struct SiteConfig: Sendable, Equatable {
         public var adminKeys: [Item] = []
         public var crlFiles: [Item] = []
         public var warnDays: Int64 = 14
+        public init() {}
+    }
+
+    public struct UpdateSettings: Sendable, Equatable {
+        /// Release public keys: hex as `shoal release keygen` prints it, or a PEM file's path.
+        public var releaseKeys: [TrustSettings.Item] = []
+        /// Where releases are installed (`releases/<version>/shoal`, the `current` and `previous`
+        /// links, the state file). The unit's ExecStart runs `<installDir>/current/shoal`.
+        public var installDir = "/var/lib/shoal/updates"
+        /// How long a new binary has, from its start, to reach READY and pass its health check.
+        public var confirmSeconds: Int64 = 120
+        /// After an install or a rollback, the next install waits this long (the unit's
+        /// StartLimitIntervalSec: systemd stops starting a unit that starts too often).
+        public var holdOffSeconds: Int64 = 300
+        /// Whether this gateway installs releases (it relays manifests and writes its status anyway).
+        public var enabled = false
         public init() {}
     }
 

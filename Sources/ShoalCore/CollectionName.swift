@@ -14,8 +14,13 @@ public struct CollectionName: Sendable, Hashable, Comparable, CustomStringConver
     public static let systemScope = "_system"
     /// The fleet's signed trust entries (`ShoalTrust`).
     public static let trust = CollectionName(uncheckedScope: systemScope, name: "_trust")
+    /// Signed release manifests of Shoal itself (`ShoalTrust.ReleaseManifest`).
+    public static let releases = CollectionName(uncheckedScope: systemScope, name: "_releases")
+    /// One update status document per gateway, written by that gateway (`ShoalTrust.GatewayStatus`).
+    public static let status = CollectionName(uncheckedScope: systemScope, name: "_status")
     public var isSystem: Bool { scope == CollectionName.systemScope }
-    static let systemNames = [trust]
+    /// Every system collection, in the order they replicate on a new link (trust first).
+    public static let systemNames = [trust, releases, status]
 
     /// A name as stored or sent by Shoal itself: a user name by the rules, or one of Shoal's own.
     public init(stored scope: String, name: String) throws(NameError) {

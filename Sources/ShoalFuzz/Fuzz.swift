@@ -35,6 +35,9 @@ enum FuzzTarget: String, CaseIterable {
     /// A query (filter, order, aggregates, group by): parsed, printed back, and run on a small
     /// store against the Swift reference.
     case query
+    /// A `_releases` manifest or `_status` document body (any peer may relay any body): read
+    /// strictly, round-tripped, then judged against one fixed release key.
+    case release
 
     func run(_ bytes: [UInt8]) {
         switch self {
@@ -89,6 +92,8 @@ enum FuzzTarget: String, CaseIterable {
             }
         case .query:
             QueryFuzz.run(bytes)
+        case .release:
+            ReleaseFuzz.run(bytes)
         case .trust:
             guard let entry = try? TrustEntry.decode(String(decoding: bytes, as: UTF8.self)) else { break }
             // What decodes must encode to a body that decodes to the same entry.

@@ -1,18 +1,27 @@
 import ShoalConfig
 import ShoalCore
 import ShoalReplication
+import ShoalTLS
 import ShoalTrust
 
 /// Turns a site file's collection settings into the replicator's policies: the built-in resolvers
 /// and filters as closures.
 public enum CollectionPolicies {
-    /// With `trust`: the `_trust` collection first (only entries its admin keys signed get in),
-    /// and every collection refuses what a revoked peer wrote after its revocation.
-    public static func make(_ settings: [SiteConfig.CollectionSettings], trust: TrustBook) -> [CollectionPolicy] {
+    /// With `trust`: the system collections first — `_trust` (only entries its admin keys signed
+    /// get in), `_releases` (only manifests one of `releaseKeys` signed), `_status` (only a
+    /// gateway's own status, written by it) — and every collection refuses what a revoked peer
+    /// wrote after its revocation.
+    public static func make(_ settings: [SiteConfig.CollectionSettings], trust: TrustBook, releaseKeys: [AdminPublicKey] = [],
+                            log: @escaping @Sendable (String) -> Void = { _ in }) -> [CollectionPolicy] {
         var system = CollectionPolicy(name: .trust)
         system.pullFilter = trust.trustFilter
         system.resolver = TrustBook.resolver
-        return [system] + make(settings).map { p in
+        var releases = CollectionPolicy(name: .releases)
+        releases.pullFilter = ReleaseManifest.pullFilter(keys: releaseKeys, log: log)
+        releases.resolver = ReleaseManifest.resolver
+        var status = CollectionPolicy(name: .status)
+        status.pullFilter = UpdateStatus.pullFilter
+        return [system, releases, status] + make(settings).map { p in
             var p = p
             p.pullFilter = trust.writerFilter(p.pullFilter)
             return p

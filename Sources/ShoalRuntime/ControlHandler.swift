@@ -101,6 +101,7 @@ struct ControlHandler {
             if let answer = try dispatchTrust(op, r) { return answer }
             if let answer = try dispatchBackup(op, r) { return answer }
             if let answer = try dispatchBlob(op, r) { return answer }
+            if let answer = try dispatchRelease(op, r) { return answer }
             throw bad("unknown op \"\(op.prefix(40))\"")
         }
     }

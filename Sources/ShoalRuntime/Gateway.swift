@@ -68,6 +68,11 @@ public final class Gateway: Sendable {
         return true
     }
     private let stateSlot = Locked<GatewayState>(.booting)
+    /// The exit status a service asked for (the update service's restart code), used once the
+    /// tree has stopped.
+    private let exitSlot = Locked<Int32?>(nil)
+    public var requestedExit: Int32? { exitSlot.withLock { $0 } }
+    func requestExit(_ code: Int32) { exitSlot.withLock { $0 = code } }
     private let started = ContinuousClock.now
 
     /// The fleet's trust: the site file's roots, peers, CRLs and admin keys plus the `_trust`

@@ -69,7 +69,12 @@ public enum GatewayRuntime {
                 ChildSpec(name: "uplink", heartbeatTimeout: .seconds(30), readyTimeout: .seconds(60)) {
                     UplinkService(gateway: gateway, opened: try provided.store.value(), settings: config.site.uplink)
                 },
-            ] : []),
+            ] : []) + [
+                // Updates of Shoal itself: status, confirmation, releases (last: restarts nothing).
+                ChildSpec(name: "update", heartbeatTimeout: .seconds(300)) {
+                    UpdateService(gateway: gateway, config: config, opened: try provided.store.value())
+                },
+            ],
             report: gateway.report)
     }
 
@@ -133,6 +138,10 @@ public enum GatewayRuntime {
             try await root.run(context: rootContext)
             gateway.storeThread.shutdown()
             gateway.workThread.shutdown()
+            if let code = gateway.requestedExit {
+                logger.info(.runtime, "stopped cleanly; exiting with status \(code) to be started again")
+                return code
+            }
             logger.info(.runtime, "stopped cleanly")
             return ExitCode.ok
         } catch {

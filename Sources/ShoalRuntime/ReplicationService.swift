@@ -84,7 +84,8 @@ struct ReplicationService: Service {
         let transports = Set(site.transports.map { t -> MeshTransport in t == .wifi ? .wifi : .bluetooth })
         return ReplicationAssembly(
             credentials: credentials, group: site.group, store: opened.store, clock: opened.clock,
-            collections: CollectionPolicies.make(site.collections, trust: gateway.trust), replication: ReplicationSettings(board.mesh),
+            collections: CollectionPolicies.make(site.collections, trust: gateway.trust, releaseKeys: config.releaseKeys,
+                                                 log: { [logger = gateway.logger] in logger.warning(.replication, $0) }), replication: ReplicationSettings(board.mesh),
             mesh: MeshSettings(board.mesh, transports: transports),
             authenticator: gateway.trust.authenticator,
             links: .network(listen: site.listenAddress, peers: site.staticPeers, wifi: wifi, bluetooth: bluetooth))

@@ -26,6 +26,8 @@ public struct LoadedConfig: Sendable {
     public var allowedPeers: Set<PeerID>
     /// The site's `trust.adminKeys` and `trust.crlFiles`, parsed at load like the roots.
     public var adminKeys: [AdminPublicKey] = []
+    /// The site's `updates.releaseKeys`, parsed at load.
+    public var releaseKeys: [AdminPublicKey] = []
     public var revocationList: RevocationList?
     public var identityDirectory: String { Files.directory(of: storePath) + "/identities" }
 
@@ -96,6 +98,7 @@ public enum ConfigurationLoading {
         let allowed = Set(site.allowedPeers.compactMap(PeerID.init(hex:)))
         var loaded = LoadedConfig(board: board, site: site, storePath: storePath, socketPath: socketPath, trustedRoots: roots, allowedPeers: allowed)
         loaded.adminKeys = try adminKeys(site)
+        loaded.releaseKeys = try releaseKeys(site)
         loaded.revocationList = try revocationList(site)
         return loaded
     }
@@ -137,9 +140,18 @@ public enum ConfigurationLoading {
 
     /// The site's admin keys: each written as hex, or as the path of a PEM public key file.
     public static func adminKeys(_ site: SiteConfig) throws(ConfigError) -> [AdminPublicKey] {
+        try publicKeys(site.trust.adminKeys, what: "an admin public key: the .pub file `shoal trust keygen` wrote")
+    }
+
+    /// The site's release keys (`updates.releaseKeys`), written as admin keys are.
+    public static func releaseKeys(_ site: SiteConfig) throws(ConfigError) -> [AdminPublicKey] {
+        try publicKeys(site.updates.releaseKeys, what: "a release public key: the .pub file `shoal release keygen` wrote")
+    }
+
+    static func publicKeys(_ items: [SiteConfig.TrustSettings.Item], what: String) throws(ConfigError) -> [AdminPublicKey] {
         var keys: [AdminPublicKey] = []
         var errors = ConfigErrors()
-        for item in site.trust.adminKeys {
+        for item in items {
             errors.attempt { () throws(ConfigError) in
                 let looksHex = item.text.utf8.allSatisfy { ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x66) || ($0 >= 0x41 && $0 <= 0x46) }
                 do {
@@ -148,7 +160,7 @@ public enum ConfigurationLoading {
                     } else {
                         let text: String?
                         do { text = try Files.read(item.text) } catch { throw ConfigError(mark: item.mark, key: item.key, message: "\(item.text): cannot be read (\(error))") }
-                        guard let text else { throw ConfigError(mark: item.mark, key: item.key, message: "\(item.text): no such file (an admin public key: the .pub file `shoal trust keygen` wrote)") }
+                        guard let text else { throw ConfigError(mark: item.mark, key: item.key, message: "\(item.text): no such file (\(what))") }
                         keys.append(try AdminPublicKey(parsing: Array(text.utf8)))
                     }
                 } catch let e as ConfigError { throw e } catch {
@@ -183,6 +195,7 @@ public enum ConfigurationLoading {
         var errors = ConfigErrors()
         errors.attempt { () throws(ConfigError) in _ = try trustedRoots(site) }
         errors.attempt { () throws(ConfigError) in _ = try adminKeys(site) }
+        errors.attempt { () throws(ConfigError) in _ = try releaseKeys(site) }
         errors.attempt { () throws(ConfigError) in _ = try revocationList(site) }
         if let e = site.mqtt.fileProblems(read: { path throws in try Files.read(path) }) { errors.add(e) }
         if let e = site.uplink.fileProblems(read: { path throws in try Files.read(path) }) { errors.add(e) }

@@ -16,7 +16,7 @@ struct StoreService: Service {
         let options = StoreOptions(path: gateway.storePath, durability: gateway.board.durability == .normal ? .normal : .full,
                                    maxBlobBytes: gateway.site.maxBlobBytes ?? BlobReference.maxLength)
         let logger = gateway.logger
-        let collections = [CollectionName.trust] + gateway.site.collections.map(\.name)
+        let collections = CollectionName.systemNames + gateway.site.collections.map(\.name)
         let indexes = gateway.site.collections.flatMap { c in c.indexes.map { (c.name, $0) } }
         let trust = gateway.trust
         let group = gateway.site.group

@@ -8,7 +8,7 @@ import ShoalTLS
 ///
 /// The signature (ECDSA P-256 over SHA-256) covers a canonical encoding, not the JSON: one line
 /// per field in a fixed order after a `shoal-trust 1` header; no field may hold a line break.
-public struct TrustEntry: Sendable, Equatable {
+public struct TrustEntry: Sendable, Equatable, SignedDocument {
     public enum Kind: String, Sendable, CaseIterable {
         case allow, revoke
         case addRoot = "add-root", removeRoot = "remove-root"
@@ -54,7 +54,7 @@ public struct TrustEntry: Sendable, Equatable {
         var e = TrustEntry(kind: kind, subject: subject, signer: key.publicKey.fingerprint, serial: serial, issuedAt: issuedAt,
                            nextUpdate: nextUpdate, note: note)
         try e.checkFields()
-        do { e.signature = try key.sign(e.signedBytes) } catch { throw TrustError("cannot sign: \(error)") }
+        e.signature = try SignedForm.sign(e, with: key)
         return e
     }
 
@@ -83,9 +83,8 @@ public struct TrustEntry: Sendable, Equatable {
 
     /// What the signature covers.
     public var signedBytes: [UInt8] {
-        let lines = ["shoal-trust \(TrustEntry.formatVersion)", kind.rawValue, subject, signer, String(serial), String(issuedAt),
-                     nextUpdate.map { String($0) } ?? "", note]
-        return Array(lines.joined(separator: "\n").utf8)
+        SignedForm.bytes(header: "shoal-trust \(TrustEntry.formatVersion)",
+                         fields: [kind.rawValue, subject, signer, String(serial), String(issuedAt), nextUpdate.map { String($0) } ?? "", note])
     }
 
     /// The document body.
@@ -104,19 +103,15 @@ public struct TrustEntry: Sendable, Equatable {
     /// subject what its kind needs. The signature is not checked here (`TrustLedger` does that,
     /// against the keys it trusts).
     public static func decode(_ body: String) throws(TrustError) -> TrustEntry {
-        guard body.utf8.count <= maxBytes else { throw TrustError("entry too large: \(body.utf8.count) bytes, at most \(maxBytes)") }
-        let value: JSONValue
-        do { value = try JSONValue.parse(body) } catch { throw TrustError("not JSON: \(error)") }
-        guard let o = value.objectValue else { throw TrustError("an entry is a JSON object") }
         let known: Set<String> = ["v", "kind", "subject", "signer", "serial", "issuedAt", "nextUpdate", "note", "signature"]
-        if let stray = o.keys.sorted().first(where: { !known.contains($0) }) { throw TrustError("unknown field \"\(stray)\"") }
-        guard let v = integer(o["v"]), v == Int64(formatVersion) else { throw TrustError("unsupported entry format (v must be \(formatVersion))") }
+        let o = try SignedForm.object(body, maxBytes: maxBytes, known: known, what: "entry")
+        do { try SignedForm.formatVersion(o, formatVersion) } catch { throw TrustError("unsupported entry format (v must be \(formatVersion))") }
         guard let k = o["kind"]?.stringValue, let kind = Kind(rawValue: k) else {
             throw TrustError("kind must be one of \(Kind.allCases.map(\.rawValue).joined(separator: ", "))")
         }
         guard let subject = o["subject"]?.stringValue else { throw TrustError("subject missing") }
         guard let signer = o["signer"]?.stringValue else { throw TrustError("signer missing") }
-        guard let serialText = o["serial"], case .number(let s) = serialText, let serial = UInt64(s) else { throw TrustError("serial must be a whole number") }
+        let serial = try SignedForm.serial(o["serial"])
         guard let issuedAt = integer(o["issuedAt"]) else { throw TrustError("issuedAt must be whole seconds since 1970") }
         var nextUpdate: Int64?
         if let n = o["nextUpdate"] {
@@ -128,25 +123,18 @@ public struct TrustEntry: Sendable, Equatable {
             guard let s = n.stringValue else { throw TrustError("note must be a string") }
             note = s
         }
-        guard let sigHex = o["signature"]?.stringValue, let signature = Hex.decode(sigHex), (8...80).contains(signature.count) else {
-            throw TrustError("signature must be a DER ECDSA signature in hex")
-        }
+        let signature = try SignedForm.signature(o["signature"])
         let e = TrustEntry(kind: kind, subject: subject, signer: signer, serial: serial, issuedAt: issuedAt, nextUpdate: nextUpdate, note: note, signature: signature)
         try e.checkFields()
         return e
     }
 
-    static func integer(_ v: JSONValue?) -> Int64? {
-        guard let v, case .number(let s) = v else { return nil }
-        return Int64(s)
-    }
+    static func integer(_ v: JSONValue?) -> Int64? { SignedForm.integer(v) }
 
     func checkFields() throws(TrustError) {
-        func hex(_ s: String) -> Bool { !s.isEmpty && s.utf8.allSatisfy { ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x66) } }
+        let hex = SignedForm.isHex
         guard signer.utf8.count == 32, hex(signer) else { throw TrustError("signer must be an admin key fingerprint (32 lower-case hex digits)") }
-        guard note.utf8.count <= TrustEntry.maxNoteBytes else { throw TrustError("note longer than \(TrustEntry.maxNoteBytes) bytes") }
-        // By bytes: "\r\n" is one Character, equal to neither "\n" nor "\r", so a Character test misses it.
-        guard !note.utf8.contains(0x0A), !note.utf8.contains(0x0D) else { throw TrustError("note holds a line break") }
+        try SignedForm.checkLine(note, "note", maxBytes: TrustEntry.maxNoteBytes)
         guard issuedAt > 0 else { throw TrustError("issuedAt must be after 1970") }
         switch kind {
         case .allow, .revoke:

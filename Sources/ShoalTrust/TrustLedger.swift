@@ -90,7 +90,7 @@ public struct TrustLedger: Sendable {
             return .rejected("signed in the future (\(entry.issuedAt - now) s ahead of our clock)")
         }
         guard let key = knownKeys[entry.signer] else { return .rejected("signed by \(entry.signer), not an admin key this gateway trusts") }
-        guard key.verifies(entry.signature, of: entry.signedBytes) else {
+        guard entry.isSigned(by: key) else {
             return .rejected("its signature does not verify under admin key \(entry.signer)")
         }
         if let standing = adminKeys[entry.signer] {

@@ -50,7 +50,7 @@ enum CLI {
         }
         let rest = Array(args.dropFirst())
         // Errors name the command as typed: `shoal doc put: …`.
-        let label = ["doc", "log", "board", "bench", "identity", "radios", "http", "mqtt", "uplink", "trust", "blob"].contains(command) && rest.first.map({ !$0.hasPrefix("-") }) == true
+        let label = ["doc", "log", "board", "bench", "identity", "radios", "http", "mqtt", "uplink", "trust", "blob", "release", "update"].contains(command) && rest.first.map({ !$0.hasPrefix("-") }) == true
             ? "\(command) \(rest[0])" : command
         do {
             switch command {
@@ -84,6 +84,8 @@ enum CLI {
             case "mqtt": return try mqtt(rest)
             case "uplink": return try uplink(rest)
             case "trust": return try trust(rest)
+            case "release": return try release(rest)
+            case "update": return try update(rest)
             case "doctor": return try doctor(rest)
             case "conflicts": return try conflicts(rest)
             case "backup": return try backup(rest)

@@ -22,6 +22,8 @@ enum Help {
         ("uplink", ["The NATS JetStream uplink (the hub): status (connection, push, pull, lags, skipped)"]),
         ("trust", ["The fleet's trust: status | pending | keygen | allow | revoke | add-root | remove-root |",
                    "add-admin-key | remove-admin-key | checkpoint | import | export | crl"]),
+        ("release", ["Updates of Shoal over the mesh: keygen | sign | publish | status (every gateway's outcome)"]),
+        ("update", ["The unit's ExecStartPre: boot-check (starts a new binary once, rolls back one that failed)"]),
         ("doctor", ["Check this gateway before trusting it in the field (board, LED, radios, avahi,",
                     "identity, store, clock, free space)"]),
         ("blob", ["Blobs on the running gateway: put FILE | get DIGEST | ls | gc"]),
@@ -64,6 +66,7 @@ enum Help {
           5  no running gateway answers on the control socket (or, under --follow, it stopped)
           6  request rejected (invalid document or JSON, bad request)
           7  shoal run: another shoal run holds the data directory (its lock, DIR/shoal.lock)
+         75  shoal run: a release was installed; start the unit again (systemd's Restart= does)
         """
 
     static let commands: [String: String] = [
@@ -224,6 +227,34 @@ enum Help {
             gateway (--socket); with --out it only writes the entry (the key need never be on a
             gateway), for `shoal trust import` on any gateway. PEER may be 8+ first hex digits of
             a pending peer. Serials continue from FILE.serial beside the key (and the gateway's).
+            """,
+        "release": """
+            Usage: shoal release keygen --out FILE          a new release key (FILE private, FILE.pub public)
+                   shoal release sign --key FILE --binary FILE --version V [--min-version V]
+                                      [--rollout 25% | --peers ID,...] [--notes TEXT] --out MANIFEST
+                   shoal release publish MANIFEST --binary FILE   hand a release to the running gateway
+                   shoal release status [--json]          every gateway's update status, and the releases held
+
+            A release is a signed manifest in the _system._releases collection: version,
+            architecture, size and SHA-256 of the binary (a blob reference), the oldest version
+            that may take it, and a rollout (all, a percentage of the fleet by a stable hash of
+            each peer id, or a list of peer ids), signed with a release key (ECDSA P-256) that the
+            site file's updates.releaseKeys lists. `sign` works offline: the key need never be on
+            a gateway. A gateway with updates.enabled takes the newest release meant for it,
+            checks size, digest, signature and the binary's ELF machine, installs it under
+            updates.installDir, and exits with status 75 so systemd starts it again; the new
+            binary must reach READY and stay healthy within updates.confirmSeconds, or the next
+            boot check (`shoal update boot-check`) rolls back to the previous one. Each gateway
+            writes its outcome to _system._status; `status` shows every gateway's from any.
+            """,
+        "update": """
+            Usage: shoal update boot-check [--config FILE] [--dir DIR] [--packaged FILE] [--confirm-seconds N]
+
+            Run by the unit's ExecStartPre with the packaged (known-good) binary before every
+            start: makes <installDir>/current exist (pointing at the packaged binary at first),
+            gives a newly installed release its one start, and rolls back to the previous binary
+            when a release already had its start without confirming, or its deadline passed. DIR
+            and N default to the site file's updates.installDir and updates.confirmSeconds.
             """,
         "conflicts": """
             Usage: shoal conflicts [--limit N] [--json] [--socket PATH]

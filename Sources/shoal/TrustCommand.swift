@@ -59,10 +59,22 @@ extension CLI {
         return ExitCode.ok
     }
 
-    static func trustKeygen(_ a: Arguments) throws -> Int32 {
-        guard let path = a.values["--out"] else { throw UsageError(command: "trust keygen", message: "--out FILE is required (the private key; FILE.pub gets the public key)") }
+    /// What a key made by `keygen` signs: the fleet's trust entries, or releases of Shoal.
+    enum KeyRole {
+        case admin, release
+        var command: String { self == .admin ? "trust keygen" : "release keygen" }
+        var name: String { self == .admin ? "admin key" : "release key" }
+        var signs: String { self == .admin ? "every trust entry" : "every release of Shoal the fleet installs" }
+        var siteLines: (String, String) { self == .admin ? ("trust:", "adminKeys:") : ("updates:", "releaseKeys:") }
+    }
+
+    static func trustKeygen(_ a: Arguments) throws -> Int32 { try keygen(a, role: .admin) }
+
+    /// A new ECDSA P-256 key: FILE (private, 0600) and FILE.pub, and the site file's lines.
+    static func keygen(_ a: Arguments, role: KeyRole) throws -> Int32 {
+        guard let path = a.values["--out"] else { throw UsageError(command: role.command, message: "--out FILE is required (the private key; FILE.pub gets the public key)") }
         if Files.exists(path) && !a.flags.contains("--force") {
-            throw Rejected(message: "\(path) exists; pass --force to replace it (entries its key signed stay valid only while gateways trust that key)")
+            throw Rejected(message: "\(path) exists; pass --force to replace it (what its key signed stays valid only while gateways trust that key)")
         }
         let key = try AdminSigningKey.generate()
         try Files.write(path, key.pem, mode: 0o600)
@@ -72,12 +84,12 @@ extension CLI {
             return ExitCode.ok
         }
         out("""
-            admin key \(key.publicKey.fingerprint)
-            private key: \(path) (keep it off the gateways; it signs every trust entry)
+            \(role.name) \(key.publicKey.fingerprint)
+            private key: \(path) (keep it off the gateways; it signs \(role.signs))
             public key:  \(path).pub
             for the site file:
-              trust:
-                adminKeys:
+              \(role.siteLines.0)
+                \(role.siteLines.1)
                   - \(key.publicKey.hex)
             """)
         return ExitCode.ok

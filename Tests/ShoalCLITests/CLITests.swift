@@ -10,12 +10,12 @@ extension ProcessSuites {
         func help() throws {
             let r = try Shoal.run(["--help"])
             #expect(r.status == 0)
-            for word in ["run", "status", "doc", "changes", "log", "board", "bench", "version", "Exit codes"] {
+            for word in ["run", "status", "doc", "changes", "log", "board", "bench", "version", "release", "update", "Exit codes"] {
                 #expect(r.stdout.contains(word), "help lacks \(word)")
             }
         }
 
-        @Test("every command has its own --help", arguments: ["run", "status", "doc", "changes", "conflicts", "log", "identity", "board", "bench", "version", "uplink", "blob"])
+        @Test("every command has its own --help", arguments: ["run", "status", "doc", "changes", "conflicts", "log", "identity", "board", "bench", "version", "uplink", "blob", "release", "update"])
         func subcommandHelp(_ command: String) throws {
             let r = try Shoal.run([command, "--help"])
             #expect(r.status == 0)
@@ -29,6 +29,13 @@ extension ProcessSuites {
             (["changes", "--since", "-3"], "--since"), (["run", "--board"], "needs a value"), (["version", "--json=yes"], "takes no value"),
             (["uplink"], "missing subcommand: status"), (["blob"], "missing subcommand: put, get, ls or gc"),
             (["blob", "put"], "missing arguments"), (["blob", "get", "not-a-digest"], "not a blob digest"), (["uplink", "stats"], "unknown subcommand \"stats\"; uplink has: status"),
+            (["release", "roll"], "unknown subcommand \"roll\"; release has: keygen, sign, publish, status"),
+            (["release", "sign", "--key", "k"], "--binary FILE is required"), (["release", "publish", "m.json"], "--binary FILE is required"),
+            (["release", "sign", "--key", "k", "--binary", "b", "--version", "two", "--out", "o"], "--version two: dotted whole numbers"),
+            (["release", "sign", "--key", "k", "--binary", "b", "--version", "1.0", "--rollout", "120%", "--out", "o"], "a percentage from 1% to 100%"),
+            (["release", "sign", "--key", "k", "--binary", "b", "--version", "1.0", "--peers", "abc", "--out", "o"], "--peers: 1 to 256 peer ids"),
+            (["release", "sign", "--key", "k", "--binary", "b", "--version", "1.0", "--peers", String(repeating: "a", count: 64), "--rollout", "5%", "--out", "o"], "exclude each other"),
+            (["update", "reboot"], "update has: boot-check"),
         ])
         func usageErrors(_ args: [String], _ needle: String) throws {
             let r = try Shoal.run(args)

@@ -12,7 +12,7 @@ extension ProcessSuites {
             return "/" + parts.joined(separator: "/") + "/Fuzz/corpus"
         }()
 
-        @Test("each target's corpus replays without a crash", arguments: ["frame", "message", "json", "site", "board", "certificate", "control", "hub", "trust", "query"])
+        @Test("each target's corpus replays without a crash", arguments: ["frame", "message", "json", "site", "board", "certificate", "control", "hub", "trust", "query", "release"])
         func replay(_ target: String) throws {
             let binary = (Shoal.binary as NSString).deletingLastPathComponent + "/shoal-fuzz"
             let p = Process()
