@@ -10,10 +10,8 @@ extension ProcessSuites {
     /// release directory) is taken and confirmed everywhere; a broken one (0.3.0: an executable
     /// that exits 1 at once) is installed, crashes, and is rolled back everywhere; the status
     /// documents, read from one gateway, show both.
-    ///
-    /// Limit: blob transfer between gateways is not on this branch yet, so each gateway is given
-    /// the release's binary locally (`<installDir>/blobs/<digest>`); the manifest and the status
-    /// documents travel through the mesh.
+    /// The binary is published on one gateway only: the others fetch it through the mesh as a
+    /// blob (chunk by chunk, verified), as they get the manifest and each other's status documents.
     @Suite("Releases between processes", .serialized)
     struct ReleaseProcessTests {
         /// What systemd does for the unit, in a thread: boot check, start `current/shoal`,
@@ -125,18 +123,11 @@ extension ProcessSuites {
             let a = gateways["a"]!
             #expect(Self.waitFor(60) { Self.statuses(a).count == 3 }, "status documents of every gateway reach a: \(Self.statuses(a).keys)")
 
-            // 0.2.0: this build, signed offline, published on a; every gateway is given the binary.
+            // 0.2.0: this build, signed offline, published on a only; b and c fetch it through the mesh.
             func release(_ version: String, binary: String) throws {
                 let manifest = base.path + "/\(version).json"
                 let signed = try Shoal.run(["release", "sign", "--key", base.path + "/release.key", "--binary", binary, "--version", version, "--out", manifest])
                 #expect(signed.status == 0, "\(signed.stderr)")
-                let body = try #require(try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: manifest))) as? [String: Any])
-                let digest = try #require(body["sha256"] as? String)
-                for n in ["b", "c"] {
-                    let dir = base.path + "/\(n)/updates/blobs"
-                    try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
-                    try FileManager.default.copyItem(atPath: binary, toPath: dir + "/" + digest)
-                }
                 let published = try a.cli(["release", "publish", manifest, "--binary", binary])
                 #expect(published.status == 0, "\(published.stderr)")
             }
@@ -153,6 +144,14 @@ extension ProcessSuites {
                 return s.count == 3 && s.values.allSatisfy { $0["running"] as? String == "0.2.0" && $0["outcome"] as? String == "confirmed" }
             }
             #expect(confirmed, "0.2.0 confirmed everywhere: \(Self.statuses(a))")
+            // b and c hold the binary as a complete blob: it came through the mesh.
+            let m020 = try #require(try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: base.path + "/0.2.0.json"))) as? [String: Any])
+            let digest020 = try #require(m020["sha256"] as? String)
+            for n in ["b", "c"] {
+                let ls = try gateways[n]!.cli(["blob", "ls", "--json"])
+                #expect(ls.status == 0 && ls.stdout.contains(digest020) && ls.stdout.contains("complete"), "\(n): \(ls.stdout.prefix(400)) \(ls.stderr)")
+                #expect(!FileManager.default.fileExists(atPath: base.path + "/\(n)/updates/blobs/" + digest020))
+            }
 
             // 0.3.0: an executable that exits 1 at once, as a binary that crashes at start does.
             try release("0.3.0", binary: "/bin/false")
