@@ -14,7 +14,7 @@ DEB_PACKAGES := libsqlite3-dev libmbedtls-dev libavahi-client-dev libbluetooth-d
 # with a config of their own) and its clients mosquitto_pub/mosquitto_sub; paho-mqtt from PyPI
 # (Tests/MQTT/requirements.txt).
 LAB_PACKAGES := openssl avahi-daemon avahi-utils dbus iproute2 lintian dpkg-dev systemd qemu-system-x86 busybox-static cpio kmod gpiod bluez bluez-test-tools debootstrap \
-	curl python3-pip prometheus chromium wrk mosquitto mosquitto-clients nats-server
+	curl python3-pip prometheus chromium wrk mosquitto mosquitto-clients nats-server systemd-container
 # Packages whose Debian service must not run for the tests: started by no install (policy-rc.d
 # below) and, when this run installed them, disabled so that no boot starts them either (Debian's
 # mosquitto would hold port 1883; the tests never use it, but a gateway owner's broker is theirs).
@@ -91,7 +91,9 @@ example: build-deps boards
 ## tests, then on the release binary the mesh's simulation properties over 200 seeds each (~5 min)
 ## the deploy check (the .deb, lintian, install, systemd-analyze verify, doctor, purge), the
 ## fresh-machine check (README's prerequisites and `make demo` on a minimal Debian 12) and the
-## hardware lab under QEMU (the LED's libgpiod driver on gpio-sim), and 10 s of fuzzing per target.
+## hardware lab under QEMU (the LED's libgpiod driver on gpio-sim), updates under a real systemd
+## (PID 1 in systemd-nspawn: a release confirmed, crashing ones rolled back), and 10 s of fuzzing
+## per target.
 ## The example firmware (built by `make release` with every product) runs on the simulated medium.
 ## Last, the in-process suites and four process tests under ThreadSanitizer and AddressSanitizer.
 test: deps boards
@@ -101,6 +103,7 @@ test: deps boards
 	SHOAL_BIN=dist/shoal ./scripts/sim-check.sh 200
 	./scripts/deploy-check.sh
 	./scripts/fresh-machine.sh
+	SHOAL_BINARY=dist/shoal ./scripts/systemd-update-check.sh
 	./Tests/HardwareLab/run.sh dist/shoal
 	./scripts/fuzz.sh 10
 	./scripts/sanitizers.sh thread address
