@@ -2,9 +2,10 @@
 # The hardware lab's checks (run by `make test` after `make release`): boots Debian's kernel under
 # QEMU with gpio-sim and hci_vhci (scripts/qemu-lab.sh) and runs each guest script here against
 # SHOAL (default dist/shoal): the LED on gpio-sim, the Bluetooth LE transport on btvirt's
-# controllers, and transport switching (TCP on the guest's loopback + BLE). SHOAL_LAB_CHECKS
-# picks scripts. Skipped, saying why, where the lab cannot run (not root: it installs packages and
-# needs /dev/port in the guest only, but apt needs root here).
+# controllers (documents, and a 256 KiB blob in ble-link.sh), and transport switching (TCP on the
+# guest's loopback + BLE). SHOAL_LAB_CHECKS picks scripts. Skipped, saying why, where the lab
+# cannot run (not root: it installs packages and needs /dev/port in the guest only, but apt needs
+# root here).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 shoal=$(realpath "${1:-dist/shoal}")
