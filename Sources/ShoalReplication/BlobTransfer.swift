@@ -118,6 +118,11 @@ extension ReplicationNode {
         return [.send(pick, ReplicationMessage.blobManifestRequest(digest: f.reference.digest).encoded())]
     }
 
+    /// Whether a link other than the fetch's current one could be asked now.
+    func hasOtherLink(_ f: BlobFetch) -> Bool {
+        links.values.contains { $0.id != f.link && $0.peer != nil && $0.blobCapable && !f.refused.contains($0.id) }
+    }
+
     /// Gives up on the current link for this blob (it stays refused until it says "have now").
     func dropBlobLink(_ f: BlobFetch, now: UInt64) -> [ReplicationAction] {
         if let l = f.link { f.refused.insert(l) }
@@ -383,7 +388,10 @@ extension ReplicationNode {
         var actions: [ReplicationAction] = []
         for (_, f) in state.fetches.sorted(by: { $0.key < $1.key }) {
             if let link = f.link, now >= max(f.progressAt, links[link]?.blobProgressAt ?? 0) + settings.requestTimeoutMillis {
-                actions += dropBlobLink(f, now: now)
+                // Given up only for another link: with none, dropping it would leave the fetch idle
+                // and throw away what the link sends when it comes back (a cut that heals under TCP
+                // resends the window the link owed, and the fetch goes on from there).
+                if hasOtherLink(f) { actions += dropBlobLink(f, now: now) }
             } else if f.link == nil, f.idleSince > 0, now >= f.idleSince + 4 * settings.requestTimeoutMillis {
                 if state.fetches.count >= settings.blobMaxFetches {
                     // Nobody has it and others wait for a slot: set it aside for a while.

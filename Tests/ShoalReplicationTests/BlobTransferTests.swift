@@ -227,6 +227,31 @@ struct BlobTransferTests {
         #expect(nodes[2].node.blobCounters.chunksSent == 4)
     }
 
+    @Test("a holder that stalls with no other link to ask is kept past requestTimeoutMillis: when its link heals, the window it owed is taken and no chunk comes twice")
+    func stalledOnlyHolderResumes() throws {
+        let nodes = try makeBlobNodes(["a", "b"])
+        defer { nodes.forEach { $0.close() } }
+        let content = blobContent(20 * BlobManifest.chunkSize, seed: 9)
+        try nodes[0].putBlob(content, id: "photo")
+        let net = Network(nodes, seed: 9)
+        let ab = net.connect(0, 1)
+        // Until B verified a few chunks; then A's frames stop reaching B (a cut TCP keeps them).
+        while nodes[1].node.blobCounters.chunksVerified < 3 { if !net.step() { net.tick(0) } }
+        net.paused.insert([ab, 1])
+        net.settle()
+        net.tick(3 * ReplicationSettings().requestTimeoutMillis)
+        net.settle()
+        let heldWhileCut = nodes[1].holdsBlob(content)
+        #expect(!heldWhileCut)
+        net.paused.remove([ab, 1])
+        net.settle()
+        let heldAfter = nodes[1].holdsBlob(content)
+        #expect(heldAfter)
+        #expect(nodes[1].node.blobCounters.redundantPieces == 0)
+        #expect(nodes[1].node.blobCounters.chunksVerified == 20)
+        #expect(nodes[0].node.blobCounters.chunksSent == 20)
+    }
+
     @Test("a holder whose chunks do not match the manifest is dropped after a few, and an honest one finishes the blob")
     func badChunks() throws {
         let nodes = try makeBlobNodes(["liar", "b", "honest"], lying: [0: .flipsBytes])
