@@ -1,0 +1,140 @@
+import Glibc
+import ShoalConfig
+import ShoalCore
+import ShoalLinux
+import ShoalMesh
+import ShoalReplication
+import ShoalRuntime
+import ShoalStore
+import ShoalSupervision
+import ShoalTLS
+
+/// `shoal bench blob`: one blob, referenced by one document, moved between two processes over TLS
+/// on loopback. As `shoal bench replication`: the pusher is a real `shoal run` child with the blob
+/// and its document preloaded in its store; the puller is a replication node in this process with
+/// a fresh store (durability full, as on a gateway) each round, timed from dialling until the blob
+/// is complete in its store. The baseline is TLS bulk data between two `TLSSession`s in this
+/// process (`TLSBenchmark.bulk`, an in-memory pipe, no store), measured in the same run.
+public enum BlobBenchmark {
+    public struct Shape: Sendable {
+        public var megabytes: Int
+        public var mbps: [Double] = []
+        /// Wire bytes (frames both ways) per blob byte, and the blob counters of the last round.
+        public var wireBytesPerBlobByte = 0.0
+        public var counters = BlobCounters()
+        public var median: Double { TLSBenchmark.median(mbps) }
+    }
+
+    public struct Result: Sendable {
+        public var shapes: [Shape] = []
+        public var tlsMBps: [Double] = []
+        public var tlsMedian: Double { TLSBenchmark.median(tlsMBps) }
+    }
+
+    public static func run(megabytes: [Int], rounds: Int, directory: String, port: UInt16, durability: Durability = .full,
+                           settings: ReplicationSettings = ReplicationSettings()) throws -> Result {
+        let quiet = Logger(sink: MemoryLogSink(), level: .none)
+        let pusherDir = directory + "/pusher", pullerDir = directory + "/puller"
+        let pusherID = try Identity.createSelfSigned(.init(commonName: "bench-pusher"))
+        let pullerID = try Identity.createSelfSigned(.init(commonName: "bench-puller"))
+        try IdentityStore(directory: pusherDir + "/identities").save(pusherID, label: "shoal")
+        // One collection per blob: the puller asks only for the one it times.
+        let collections = try megabytes.map { try CollectionName(parsing: "sensors.blob\($0)mb") }
+
+        // Preload the pusher's store: each blob (pseudo-random bytes) and a document referring to it.
+        let store = try DocumentStore.open(StoreOptions(path: pusherDir + "/shoal.db", durability: .normal), logger: quiet)
+        for c in collections { try store.createCollection(c) }
+        let writer = LocalWriter(peer: pusherID.peerID, store: store, clock: try NodeClock(store: store))
+        var references: [BlobReference] = []
+        var random = SeededRandom(seed: 25)
+        for (n, mb) in megabytes.enumerated() {
+            let blob = try store.blobWriter(contentType: "application/octet-stream")
+            var piece = [UInt8](repeating: 0, count: 1 << 20)
+            for _ in 0..<mb {
+                for i in stride(from: 0, to: piece.count, by: 8) {
+                    let r = random.next()
+                    for k in 0..<8 { piece[i + k] = UInt8(truncatingIfNeeded: r >> (8 * UInt64(k))) }
+                }
+                try blob.append(piece)
+            }
+            let reference = try blob.finish()
+            references.append(reference)
+            _ = try writer.putAll(collections[n], [(try DocumentID("cam"), "{\"photo\":\(reference.json.description)}")])
+        }
+        store.close()
+
+        let site = directory + "/pusher.yaml"
+        let text = """
+            group: bench.blob
+            collections:
+            \(collections.map { "  - name: \($0)" }.joined(separator: "\n"))
+            authenticator:
+              allowedPeers: [\(pullerID.peerID)]
+            replication:
+              listen: 127.0.0.1:\(port)
+            """
+        let fd = open(site, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+        _ = Array(text.utf8).withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        close(fd)
+        // SHOAL_BENCH_PUSHER: another shoal binary as the pusher (to tell which side a change moved).
+        let child = try ChildProcess(path: ProcessEnvironment.get("SHOAL_BENCH_PUSHER") ?? ChildProcess.currentExecutable,
+                                     arguments: ["run", "--board", "sim", "--data-dir", pusherDir, "--config", site, "--log-level", "warning"])
+        defer { child.stop() }
+        var up = false
+        for _ in 0..<200 where !up {
+            if let s = try? TCPStream.connect(ipv4: "127.0.0.1", port: port, timeoutMillis: 200) { s.close(); up = true } else { usleep(50_000) }
+        }
+        guard up else { throw ConfigurationFailure(message: "the pusher did not start listening on 127.0.0.1:\(port)") }
+
+        var result = Result()
+        for (n, reference) in references.enumerated() {
+            var shape = Shape(megabytes: megabytes[n])
+            for round in 0..<rounds {
+                let dir = "\(pullerDir)-\(n)-\(round)"
+                try Files.makeDirectories(dir)
+                let pullStore = try DocumentStore.open(StoreOptions(path: dir + "/shoal.db", durability: durability), logger: quiet)
+                let photos = collections[n]
+                try pullStore.createCollection(photos)
+                let clock = try NodeClock(store: pullStore)
+                var policy = CollectionPolicy(name: photos)
+                policy.push = false
+                let loader = ConfigurationLoading.loader(directories: [])
+                let board = try loader.loadBoard("sim")
+                let siteConfig = try loader.loadSite(text: "group: bench.blob\n", file: "<bench>")
+                let gateway = Gateway(board: board, site: siteConfig, logger: quiet, report: SupervisionReport(), storePath: dir + "/shoal.db", socketPath: dir + "/c.sock")
+                let assembly = ReplicationAssembly(
+                    identity: pullerID, group: "bench.blob", store: pullStore, clock: clock, collections: [policy],
+                    replication: settings, mesh: MeshSettings(board.mesh),
+                    authenticator: PeerAuthenticator.trust(allowedPeers: [pusherID.peerID]),
+                    links: .network(listen: nil, peers: [HostPort(host: "127.0.0.1", port: port)], wifi: nil, bluetooth: nil))
+                let driver = try assembly.makeDriver(host: gateway)
+                let start = ContinuousClock.now
+                try assembly.startLinks(driver)
+                while (try? pullStore.blobIsComplete(reference.digest)) != true {
+                    usleep(1000)
+                    if ContinuousClock.now - start > .seconds(600) { throw ConfigurationFailure(message: "the blob did not arrive in 10 minutes") }
+                }
+                let seconds = (ContinuousClock.now - start).secondsDouble
+                driver.stop()
+                shape.mbps.append(Double(reference.length) / 1_048_576 / seconds)
+                let c = gateway.counters.withLock { $0 }
+                shape.wireBytesPerBlobByte = Double(c.bytesReceived + c.bytesSent) / Double(reference.length)
+                shape.counters = c.blob
+                pullStore.close()
+                _ = system("rm -rf '\(dir)'")
+            }
+            result.shapes.append(shape)
+        }
+        child.stop()
+
+        // The baseline: TLS bulk data of the largest blob's size, between two sessions here.
+        let a = try Identity.createSelfSigned(.init(commonName: "bench-a"))
+        let b = try Identity.createSelfSigned(.init(commonName: "bench-b"))
+        let client = try TLSContext(role: .client, identity: a, authenticator: .trust(allowedPeers: [b.peerID]))
+        let server = try TLSContext(role: .server, identity: b, authenticator: .trust(allowedPeers: [a.peerID]))
+        let (c, s, _, _) = try TLSBenchmark.pair(client, server)
+        defer { c.close(); s.close() }
+        for _ in 0..<rounds { result.tlsMBps.append(try TLSBenchmark.bulk(c, s, total: (megabytes.max() ?? 1) << 20, bare: false)) }
+        return result
+    }
+}
