@@ -22,13 +22,39 @@ public enum BlobBenchmark {
         /// Wire bytes (frames both ways) per blob byte, and the blob counters of the last round.
         public var wireBytesPerBlobByte = 0.0
         public var counters = BlobCounters()
+        /// The same bytes written through a fresh store here (BlobWriter, the puller's durability).
+        public var storeMBps: [Double] = []
         public var median: Double { TLSBenchmark.median(mbps) }
+        public var storeMedian: Double { TLSBenchmark.median(storeMBps) }
     }
 
     public struct Result: Sendable {
         public var shapes: [Shape] = []
         public var tlsMBps: [Double] = []
         public var tlsMedian: Double { TLSBenchmark.median(tlsMBps) }
+    }
+
+    /// `megabytes` MiB of pseudo-random bytes from `seed`.
+    static func content(megabytes: Int, seed: UInt64) -> [UInt8] {
+        var random = SeededRandom(seed: seed)
+        var bytes = [UInt8](repeating: 0, count: megabytes << 20)
+        for i in stride(from: 0, to: bytes.count, by: 8) {
+            let r = random.next()
+            for k in 0..<8 { bytes[i + k] = UInt8(truncatingIfNeeded: r >> (8 * UInt64(k))) }
+        }
+        return bytes
+    }
+
+    /// Writes `bytes` as one blob, 1 MiB per append (as an upload does); its reference.
+    static func writeBlob(_ bytes: [UInt8], into store: DocumentStore) throws -> BlobReference {
+        let blob = try store.blobWriter(contentType: "application/octet-stream")
+        var at = 0
+        while at < bytes.count {
+            let end = min(bytes.count, at + (1 << 20))
+            try blob.append(Array(bytes[at..<end]))
+            at = end
+        }
+        return try blob.finish()
     }
 
     public static func run(megabytes: [Int], rounds: Int, directory: String, port: UInt16, durability: Durability = .full,
@@ -46,18 +72,8 @@ public enum BlobBenchmark {
         for c in collections { try store.createCollection(c) }
         let writer = LocalWriter(peer: pusherID.peerID, store: store, clock: try NodeClock(store: store))
         var references: [BlobReference] = []
-        var random = SeededRandom(seed: 25)
         for (n, mb) in megabytes.enumerated() {
-            let blob = try store.blobWriter(contentType: "application/octet-stream")
-            var piece = [UInt8](repeating: 0, count: 1 << 20)
-            for _ in 0..<mb {
-                for i in stride(from: 0, to: piece.count, by: 8) {
-                    let r = random.next()
-                    for k in 0..<8 { piece[i + k] = UInt8(truncatingIfNeeded: r >> (8 * UInt64(k))) }
-                }
-                try blob.append(piece)
-            }
-            let reference = try blob.finish()
+            let reference = try writeBlob(content(megabytes: mb, seed: UInt64(n)), into: store)
             references.append(reference)
             _ = try writer.putAll(collections[n], [(try DocumentID("cam"), "{\"photo\":\(reference.json.description)}")])
         }
@@ -122,6 +138,17 @@ public enum BlobBenchmark {
                 shape.counters = c.blob
                 pullStore.close()
                 _ = system("rm -rf '\(dir)'")
+
+                // The store's own pace: the same bytes (generated again, not timed) written here.
+                let bytes = content(megabytes: megabytes[n], seed: UInt64(n))
+                let storeDir = "\(pullerDir)-store-\(n)-\(round)"
+                try Files.makeDirectories(storeDir)
+                let local = try DocumentStore.open(StoreOptions(path: storeDir + "/shoal.db", durability: durability), logger: quiet)
+                let began = ContinuousClock.now
+                _ = try writeBlob(bytes, into: local)
+                shape.storeMBps.append(Double(reference.length) / 1_048_576 / (ContinuousClock.now - began).secondsDouble)
+                local.close()
+                _ = system("rm -rf '\(storeDir)'")
             }
             result.shapes.append(shape)
         }

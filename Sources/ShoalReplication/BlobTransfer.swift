@@ -38,6 +38,11 @@ extension ReplicationNode {
         var refused: Set<LinkID> = []
         var badChunks: [LinkID: Int] = [:]
         var idleSince: UInt64 = 0
+        /// Chunks verified (and proven) during this batch of frames, not yet stored: marked held
+        /// so the chunks below them are proven and not asked again; stored together, in one
+        /// transaction (one fsync with durability full), when the batch ends.
+        var unstored: [(index: Int, bytes: [UInt8])] = []
+        var unstoredLink: LinkID?
         init(reference: BlobReference) { self.reference = reference }
     }
 
@@ -53,6 +58,8 @@ extension ReplicationNode {
         var polledAt: UInt64?
         var pollDue = true
         var counters = BlobCounters()
+        /// Fetches with verified chunks not yet stored (within one batch of frames).
+        var unstored: Set<BlobDigest> = []
     }
 
     /// What the blob transfers did so far.
@@ -214,6 +221,11 @@ extension ReplicationNode {
             return askNext(f, now: now)
         case .blobManifest(let m):
             guard let f = state.fetches[m.digest], f.link == l.id, f.manifest == nil || f.requested.isEmpty else { return [] }
+            // What this batch verified is stored before the held manifest may give way.
+            if !f.unstored.isEmpty {
+                let actions = try storeUnstored(f, now: now)
+                if state.fetches[m.digest] !== f { return actions }
+            }
             f.progressAt = now
             guard m.length == f.reference.length else {
                 // The reference is what the document says; a holder whose manifest differs is wrong.
@@ -314,10 +326,64 @@ extension ReplicationNode {
             state.counters.unprovenChunks += 1
             return requestChunks(f, l)
         }
-        return try storeVerified(f, l, [(chunk, buffer)], now: now)
+        // Kept for the end of the batch (`storeUnstoredChunks`); a batch that brings more than
+        // `blobChunksPerStore` is stored as it goes.
+        f.held[chunk] = true
+        f.unstored.append((chunk, buffer))
+        f.unstoredLink = l.id
+        state.unstored.insert(d)
+        if !f.held.contains(false) || f.unstored.count >= max(1, settings.blobChunksPerStore) { return try storeUnstored(f, now: now) }
+        return requestChunks(f, l)
     }
 
-    func storeVerified(_ f: BlobFetch, _ l: Link, _ chunks: [(index: Int, bytes: [UInt8])], now: UInt64) throws -> [ReplicationAction] {
+    /// Stores the chunks a fetch verified in this batch, in one call to the storage.
+    func storeUnstored(_ f: BlobFetch, now: UInt64) throws -> [ReplicationAction] {
+        let chunks = f.unstored
+        f.unstored = []
+        blobState.unstored.remove(f.reference.digest)
+        guard !chunks.isEmpty else { return [] }
+        guard let link = f.unstoredLink.flatMap({ links[$0] }) ?? f.link.flatMap({ links[$0] }) else {
+            // No link to say it came from (closed in this batch): stored all the same.
+            return try storeVerified(f, nil, chunks, now: now)
+        }
+        return try storeVerified(f, link, chunks, now: now)
+    }
+
+    /// The end of a batch of frames: every fetch's verified chunks go to the storage. A storage
+    /// error on the way unmarks what was not stored (asked for again) and is rethrown.
+    func storeUnstoredChunks(now: UInt64) throws -> [ReplicationAction] {
+        let state = blobState
+        var actions: [ReplicationAction] = []
+        for d in state.unstored.sorted() {
+            guard let f = state.fetches[d] else { state.unstored.remove(d); continue }
+            do { actions += try storeUnstored(f, now: now) } catch {
+                for c in f.unstored where c.index < f.held.count { f.held[c.index] = false }
+                f.unstored = []
+                state.unstored.remove(d)
+                throw error
+            }
+        }
+        return actions
+    }
+
+    /// As `storeUnstoredChunks`, on a batch that already failed: what cannot be stored is dropped
+    /// (and asked for again).
+    func storeUnstoredChunksAfterFailure(now: UInt64) -> [ReplicationAction] {
+        let state = blobState
+        var actions: [ReplicationAction] = []
+        for d in state.unstored.sorted() {
+            guard let f = state.fetches[d] else { continue }
+            let chunks = f.unstored
+            if let more = try? storeUnstored(f, now: now) { actions += more } else {
+                for c in chunks where c.index < f.held.count { f.held[c.index] = false }
+            }
+            f.unstored = []
+        }
+        state.unstored = []
+        return actions
+    }
+
+    func storeVerified(_ f: BlobFetch, _ l: Link?, _ chunks: [(index: Int, bytes: [UInt8])], now: UInt64) throws -> [ReplicationAction] {
         guard let storage = blobs else { return [] }
         let state = blobState
         let outcome = try storage.storeBlobChunks(f.reference.digest, chunks)
@@ -328,9 +394,11 @@ extension ReplicationNode {
         }
         switch outcome {
         case .stored:
-            return requestChunks(f, l)
+            // More from the link asked now (the chunks may have come from one given up since).
+            guard let asked = f.link.flatMap({ links[$0] }) else { return [] }
+            return requestChunks(f, asked)
         case .completed:
-            return finishBlob(f, link: l.id, outcome: .completed(bytes: f.reference.length), now: now)
+            return finishBlob(f, link: l?.id, outcome: .completed(bytes: f.reference.length), now: now)
         case .wholeMismatch:
             // Every chunk matched a manifest whose whole does not match the name: the manifest lied.
             state.counters.badChunks += 1

@@ -1,7 +1,9 @@
 import Glibc
 import ShoalBench
 import ShoalCore
+import ShoalLinux
 import ShoalStore
+import ShoalReplication
 import ShoalTLS
 import ShoalRuntime
 
@@ -119,11 +121,18 @@ extension CLI {
         defer { _ = system("rm -rf '\(dir)'") }
         let sizes = largest > 10 ? [10, largest] : [largest]
         out("blob benchmark: one blob (\(sizes.map { "\($0) MiB" }.joined(separator: ", "))) referenced by one document, pulled from a second process over TLS on 127.0.0.1:\(port), puller durability \(durability.rawValue), \(rounds) rounds")
-        let r = try BlobBenchmark.run(megabytes: sizes, rounds: rounds, directory: dir, port: port, durability: durability)
+        var settings = ReplicationSettings()
+        // SHOAL_BENCH_BLOB_CHUNKS_PER_STORE: the puller's blobChunksPerStore (1: a store call per chunk).
+        if let n = ProcessEnvironment.get("SHOAL_BENCH_BLOB_CHUNKS_PER_STORE").flatMap({ Int($0) }) {
+            settings.blobChunksPerStore = n
+            out("  puller blobChunksPerStore \(n)")
+        }
+        let r = try BlobBenchmark.run(megabytes: sizes, rounds: rounds, directory: dir, port: port, durability: durability, settings: settings)
         out("  baseline (TLS bulk)       \(fmt2(r.tlsMedian)) MB/s   rounds: \(r.tlsMBps.map(fmt2).joined(separator: ", "))   (TLSSession pair, in-memory pipe, \(sizes.max() ?? 0) MiB)")
         for s in r.shapes {
             out("  blob \("\(s.megabytes) MiB".padding(20)) \(fmt2(s.median)) MB/s   rounds: \(s.mbps.map(fmt2).joined(separator: ", "))")
             out("    ratio blob/TLS bulk     \(fmt2(s.median / r.tlsMedian))   (goal >= 0.70)")
+            out("    store write, same bytes \(fmt2(s.storeMedian)) MB/s (BlobWriter here, 1 MiB appends; rounds: \(s.storeMBps.map(fmt2).joined(separator: ", "))), ratio blob/store \(fmt2(s.median / s.storeMedian))")
             out("    wire bytes per blob byte \(fmt2(s.wireBytesPerBlobByte)) (frames both ways); chunks verified \(s.counters.chunksVerified), redundant pieces \(s.counters.redundantPieces), unproven chunks \(s.counters.unprovenChunks)")
         }
         return ExitCode.ok
