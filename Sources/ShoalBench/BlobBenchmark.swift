@@ -89,18 +89,8 @@ public enum BlobBenchmark {
             replication:
               listen: 127.0.0.1:\(port)
             """
-        let fd = open(site, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
-        _ = Array(text.utf8).withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-        close(fd)
-        // SHOAL_BENCH_PUSHER: another shoal binary as the pusher (to tell which side a change moved).
-        let child = try ChildProcess(path: ProcessEnvironment.get("SHOAL_BENCH_PUSHER") ?? ChildProcess.currentExecutable,
-                                     arguments: ["run", "--board", "sim", "--data-dir", pusherDir, "--config", site, "--log-level", "warning"])
+        let child = try ReplicationBenchmark.startPusher(site: site, text: text, dataDir: pusherDir, port: port)
         defer { child.stop() }
-        var up = false
-        for _ in 0..<200 where !up {
-            if let s = try? TCPStream.connect(ipv4: "127.0.0.1", port: port, timeoutMillis: 200) { s.close(); up = true } else { usleep(50_000) }
-        }
-        guard up else { throw ConfigurationFailure(message: "the pusher did not start listening on 127.0.0.1:\(port)") }
 
         var result = Result()
         for (n, reference) in references.enumerated() {
@@ -109,20 +99,8 @@ public enum BlobBenchmark {
                 let dir = "\(pullerDir)-\(n)-\(round)"
                 try Files.makeDirectories(dir)
                 let pullStore = try DocumentStore.open(StoreOptions(path: dir + "/shoal.db", durability: durability), logger: quiet)
-                let photos = collections[n]
-                try pullStore.createCollection(photos)
-                let clock = try NodeClock(store: pullStore)
-                var policy = CollectionPolicy(name: photos)
-                policy.push = false
-                let loader = ConfigurationLoading.loader(directories: [])
-                let board = try loader.loadBoard("sim")
-                let siteConfig = try loader.loadSite(text: "group: bench.blob\n", file: "<bench>")
-                let gateway = Gateway(board: board, site: siteConfig, logger: quiet, report: SupervisionReport(), storePath: dir + "/shoal.db", socketPath: dir + "/c.sock")
-                let assembly = ReplicationAssembly(
-                    identity: pullerID, group: "bench.blob", store: pullStore, clock: clock, collections: [policy],
-                    replication: settings, mesh: MeshSettings(board.mesh),
-                    authenticator: PeerAuthenticator.trust(allowedPeers: [pusherID.peerID]),
-                    links: .network(listen: nil, peers: [HostPort(host: "127.0.0.1", port: port)], wifi: nil, bluetooth: nil))
+                let (gateway, assembly) = try ReplicationBenchmark.puller(pullerID, of: pusherID, group: "bench.blob", collection: collections[n], store: pullStore,
+                                                                          settings: settings, directory: dir, port: port, logger: quiet)
                 let driver = try assembly.makeDriver(host: gateway)
                 let start = ContinuousClock.now
                 try assembly.startLinks(driver)

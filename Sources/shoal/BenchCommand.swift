@@ -92,10 +92,8 @@ extension CLI {
     /// `shoal bench blob-store`: blobs in SQLite chunk rows against plain files, and SHA-256.
     static func benchBlobStore(_ a: Arguments) throws -> Int32 {
         let rounds = try a.int("--rounds", command: "bench", default: 3, range: 1...50)
-        guard let durability = Durability(rawValue: a.values["--durability"] ?? "full") else { throw UsageError(command: "bench", message: "--durability is full or normal") }
-        var template = Array("\(a.values["--dir"] ?? "/tmp")/shoal-bench-XXXXXX".utf8CString)
-        guard let made = mkdtemp(&template) else { throw UsageError(command: "bench", message: "cannot create a directory under \(a.values["--dir"] ?? "/tmp")") }
-        let dir = String(cString: made)
+        let durability = try benchDurability(a)
+        let dir = try benchDirectory(a)
         defer { _ = system("rm -rf '\(dir)'") }
         out("blob-store benchmark: blobs through the store (64 KiB chunk rows) vs files (tmp + fsync + rename), durability \(durability.rawValue), \(rounds) rounds, in \(dir)")
         let r = try BlobStoreBenchmark.run(directory: dir, rounds: rounds, durability: durability, logger: Logger(sink: MemoryLogSink(), level: .none))
@@ -109,15 +107,19 @@ extension CLI {
 }
 
 extension CLI {
+    /// `--durability full|normal` (default full).
+    static func benchDurability(_ a: Arguments) throws -> Durability {
+        guard let d = Durability(rawValue: a.values["--durability"] ?? "full") else { throw UsageError(command: "bench", message: "--durability is full or normal") }
+        return d
+    }
+
     /// `shoal bench blob`: a blob moved between two processes over TLS on loopback, against TLS bulk data.
     static func benchBlob(_ a: Arguments) throws -> Int32 {
         let rounds = try a.int("--rounds", command: "bench", default: 3, range: 1...20)
         let port = UInt16(try a.int("--port", command: "bench", default: 47_913, range: 1024...65_535))
         let largest = try a.int("--megabytes", command: "bench", default: 64, range: 1...1024)
-        guard let durability = Durability(rawValue: a.values["--durability"] ?? "full") else { throw UsageError(command: "bench", message: "--durability is full or normal") }
-        var template = Array("\(a.values["--dir"] ?? "/tmp")/shoal-bench-XXXXXX".utf8CString)
-        guard let made = mkdtemp(&template) else { throw UsageError(command: "bench", message: "cannot create a directory under \(a.values["--dir"] ?? "/tmp")") }
-        let dir = String(cString: made)
+        let durability = try benchDurability(a)
+        let dir = try benchDirectory(a)
         defer { _ = system("rm -rf '\(dir)'") }
         let sizes = largest > 10 ? [10, largest] : [largest]
         out("blob benchmark: one blob (\(sizes.map { "\($0) MiB" }.joined(separator: ", "))) referenced by one document, pulled from a second process over TLS on 127.0.0.1:\(port), puller durability \(durability.rawValue), \(rounds) rounds")
