@@ -342,26 +342,22 @@ extension ReplicationNode {
         f.unstored = []
         blobState.unstored.remove(f.reference.digest)
         guard !chunks.isEmpty else { return [] }
-        guard let link = f.unstoredLink.flatMap({ links[$0] }) ?? f.link.flatMap({ links[$0] }) else {
-            // No link to say it came from (closed in this batch): stored all the same.
-            return try storeVerified(f, nil, chunks, now: now)
+        // The link they came from, for the event (nil: closed in this batch; stored all the same).
+        let link = f.unstoredLink.flatMap { links[$0] } ?? f.link.flatMap { links[$0] }
+        do { return try storeVerified(f, link, chunks, now: now) } catch {
+            // Not stored: no longer held, asked for again.
+            for c in chunks where c.index < f.held.count { f.held[c.index] = false }
+            throw error
         }
-        return try storeVerified(f, link, chunks, now: now)
     }
 
     /// The end of a batch of frames: every fetch's verified chunks go to the storage. A storage
-    /// error on the way unmarks what was not stored (asked for again) and is rethrown.
+    /// error on the way (what was not stored is asked for again) is rethrown.
     func storeUnstoredChunks(now: UInt64) throws -> [ReplicationAction] {
-        let state = blobState
         var actions: [ReplicationAction] = []
-        for d in state.unstored.sorted() {
-            guard let f = state.fetches[d] else { state.unstored.remove(d); continue }
-            do { actions += try storeUnstored(f, now: now) } catch {
-                for c in f.unstored where c.index < f.held.count { f.held[c.index] = false }
-                f.unstored = []
-                state.unstored.remove(d)
-                throw error
-            }
+        for d in blobState.unstored.sorted() {
+            guard let f = blobState.fetches[d] else { blobState.unstored.remove(d); continue }
+            actions += try storeUnstored(f, now: now)
         }
         return actions
     }
@@ -369,17 +365,12 @@ extension ReplicationNode {
     /// As `storeUnstoredChunks`, on a batch that already failed: what cannot be stored is dropped
     /// (and asked for again).
     func storeUnstoredChunksAfterFailure(now: UInt64) -> [ReplicationAction] {
-        let state = blobState
         var actions: [ReplicationAction] = []
-        for d in state.unstored.sorted() {
-            guard let f = state.fetches[d] else { continue }
-            let chunks = f.unstored
-            if let more = try? storeUnstored(f, now: now) { actions += more } else {
-                for c in chunks where c.index < f.held.count { f.held[c.index] = false }
-            }
-            f.unstored = []
+        for d in blobState.unstored.sorted() {
+            guard let f = blobState.fetches[d] else { continue }
+            actions += (try? storeUnstored(f, now: now)) ?? []
         }
-        state.unstored = []
+        blobState.unstored = []
         return actions
     }
 
