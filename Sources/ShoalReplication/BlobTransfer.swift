@@ -8,11 +8,13 @@ import ShoalWire
 /// Fetching: a wanted blob (referenced by a document of an eager collection, demanded by a reader,
 /// or listed by the storage's `wantedBlobs`) is asked of ONE link at a time — the one its document
 /// came from first — as bodies are: another link is asked only when that one answers "not here",
-/// stalls for `requestTimeoutMillis`, or closes. The node asks for the manifest, checks it against
-/// the reference, begins the blob in storage, then asks for the chunks it lacks, a bounded window
-/// at a time, in pieces sized for the link. Pieces are assembled into chunks; each chunk is checked
-/// against the manifest before it is stored, so a cut resumes from the verified chunks and never
-/// asks for one again.
+/// stalls for `requestTimeoutMillis` while another link could be asked (with none, the stalled
+/// link is kept: a cut that heals goes on where it was), or closes. The node asks for the
+/// manifest, checks it against the reference, begins the blob in storage, then asks for the chunks
+/// it lacks, a bounded window at a time, in pieces sized for the link. Pieces are assembled into chunks; each chunk is checked
+/// against the manifest before it is stored (the chunks one batch of frames verified are stored
+/// together: one transaction), so a cut resumes from the verified chunks and never asks for one
+/// again.
 ///
 /// Serving: a manifest request is answered with the manifest of a blob held complete, or "not here"
 /// and, once the blob is complete here, "have now" (so a chain A→B→C fills hop by hop). Fetches
