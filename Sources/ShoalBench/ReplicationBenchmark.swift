@@ -53,37 +53,16 @@ public enum ReplicationBenchmark {
               listen: 127.0.0.1:\(port)
             \(ProcessEnvironment.get("SHOAL_BENCH_PUSHER_MESH") ?? "")
             """
-        let fd = open(site, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
-        _ = Array(text.utf8).withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-        close(fd)
-        // SHOAL_BENCH_PUSHER: another shoal binary as the pusher (to tell which side a change moved).
-        let child = try ChildProcess(path: ProcessEnvironment.get("SHOAL_BENCH_PUSHER") ?? ChildProcess.currentExecutable,
-                                     arguments: ["run", "--board", "sim", "--data-dir", pusherDir, "--config", site, "--log-level", "warning"])
+        let child = try startPusher(site: site, text: text, dataDir: pusherDir, port: port)
         defer { child.stop() }
-        var up = false
-        for _ in 0..<200 where !up {
-            if let s = try? TCPStream.connect(ipv4: "127.0.0.1", port: port, timeoutMillis: 200) { s.close(); up = true } else { usleep(50_000) }
-        }
-        guard up else { throw ConfigurationFailure(message: "the pusher did not start listening on 127.0.0.1:\(port)") }
 
         var result = Result(documents: documents, bodyBytes: StoreBenchmark.body(0).utf8.count, docsPerSecond: [], wireBytesPerDocument: 0)
         for round in 0..<rounds {
             let dir = "\(pullerDir)-\(round)"
             try Files.makeDirectories(dir)
             let pullStore = try DocumentStore.open(StoreOptions(path: dir + "/shoal.db", durability: durability), logger: quiet)
-            try pullStore.createCollection(readings)
-            let clock = try NodeClock(store: pullStore)
-            var policy = CollectionPolicy(name: readings)
-            policy.push = false
-            let loader = ConfigurationLoading.loader(directories: [])
-            let board = try loader.loadBoard("sim")
-            let siteConfig = try loader.loadSite(text: "group: bench.replication\n", file: "<bench>")
-            let gateway = Gateway(board: board, site: siteConfig, logger: quiet, report: SupervisionReport(), storePath: dir + "/shoal.db", socketPath: dir + "/c.sock")
-            let assembly = ReplicationAssembly(
-                identity: pullerID, group: "bench.replication", store: pullStore, clock: clock, collections: [policy],
-                replication: ReplicationSettings(), mesh: MeshSettings(board.mesh),
-                authenticator: PeerAuthenticator.trust(allowedPeers: [pusherID.peerID]),
-                links: .network(listen: nil, peers: [HostPort(host: "127.0.0.1", port: port)], wifi: nil, bluetooth: nil))
+            let (gateway, assembly) = try puller(pullerID, of: pusherID, group: "bench.replication", collection: readings, store: pullStore,
+                                                 settings: ReplicationSettings(), directory: dir, port: port, logger: quiet)
             // Timed from dialling, as before the assembly existed: TLS set-up is not the pull.
             let driver = try assembly.makeDriver(host: gateway)
             let start = ContinuousClock.now
@@ -116,5 +95,43 @@ public enum ReplicationBenchmark {
             pullStore.close()
         }
         return result
+    }
+}
+
+extension ReplicationBenchmark {
+    /// A pull-only replication node for `collection` in this process, dialling the pusher on
+    /// 127.0.0.1:`port`, with the gateway whose counters it updates.
+    static func puller(_ identity: Identity, of pusher: Identity, group: String, collection: CollectionName, store: DocumentStore,
+                       settings: ReplicationSettings, directory dir: String, port: UInt16, logger: Logger) throws -> (Gateway, ReplicationAssembly) {
+        try store.createCollection(collection)
+        let clock = try NodeClock(store: store)
+        var policy = CollectionPolicy(name: collection)
+        policy.push = false
+        let loader = ConfigurationLoading.loader(directories: [])
+        let board = try loader.loadBoard("sim")
+        let siteConfig = try loader.loadSite(text: "group: \(group)\n", file: "<bench>")
+        let gateway = Gateway(board: board, site: siteConfig, logger: logger, report: SupervisionReport(), storePath: dir + "/shoal.db", socketPath: dir + "/c.sock")
+        let assembly = ReplicationAssembly(
+            identity: identity, group: group, store: store, clock: clock, collections: [policy],
+            replication: settings, mesh: MeshSettings(board.mesh),
+            authenticator: PeerAuthenticator.trust(allowedPeers: [pusher.peerID]),
+            links: .network(listen: nil, peers: [HostPort(host: "127.0.0.1", port: port)], wifi: nil, bluetooth: nil))
+        return (gateway, assembly)
+    }
+
+    /// Writes the pusher's site file and starts `shoal run` on it (`SHOAL_BENCH_PUSHER`: another
+    /// shoal binary as the pusher, to tell which side a change moved); returns once it listens.
+    static func startPusher(site: String, text: String, dataDir: String, port: UInt16) throws -> ChildProcess {
+        let fd = open(site, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+        _ = Array(text.utf8).withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        close(fd)
+        let child = try ChildProcess(path: ProcessEnvironment.get("SHOAL_BENCH_PUSHER") ?? ChildProcess.currentExecutable,
+                                     arguments: ["run", "--board", "sim", "--data-dir", dataDir, "--config", site, "--log-level", "warning"])
+        for _ in 0..<200 {
+            if let s = try? TCPStream.connect(ipv4: "127.0.0.1", port: port, timeoutMillis: 200) { s.close(); return child }
+            usleep(50_000)
+        }
+        child.stop()
+        throw ConfigurationFailure(message: "the pusher did not start listening on 127.0.0.1:\(port)")
     }
 }

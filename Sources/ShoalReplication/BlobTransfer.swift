@@ -8,11 +8,13 @@ import ShoalWire
 /// Fetching: a wanted blob (referenced by a document of an eager collection, demanded by a reader,
 /// or listed by the storage's `wantedBlobs`) is asked of ONE link at a time — the one its document
 /// came from first — as bodies are: another link is asked only when that one answers "not here",
-/// stalls for `requestTimeoutMillis`, or closes. The node asks for the manifest, checks it against
-/// the reference, begins the blob in storage, then asks for the chunks it lacks, a bounded window
-/// at a time, in pieces sized for the link. Pieces are assembled into chunks; each chunk is checked
-/// against the manifest before it is stored, so a cut resumes from the verified chunks and never
-/// asks for one again.
+/// stalls for `requestTimeoutMillis` while another link could be asked (with none, the stalled
+/// link is kept: a cut that heals goes on where it was), or closes. The node asks for the
+/// manifest, checks it against the reference, begins the blob in storage, then asks for the chunks
+/// it lacks, a bounded window at a time, in pieces sized for the link. Pieces are assembled into chunks; each chunk is checked
+/// against the manifest before it is stored (the chunks one batch of frames verified are stored
+/// together: one transaction), so a cut resumes from the verified chunks and never asks for one
+/// again.
 ///
 /// Serving: a manifest request is answered with the manifest of a blob held complete, or "not here"
 /// and, once the blob is complete here, "have now" (so a chain A→B→C fills hop by hop). Fetches
@@ -38,6 +40,11 @@ extension ReplicationNode {
         var refused: Set<LinkID> = []
         var badChunks: [LinkID: Int] = [:]
         var idleSince: UInt64 = 0
+        /// Chunks verified (and proven) during this batch of frames, not yet stored: marked held
+        /// so the chunks below them are proven and not asked again; stored together, in one
+        /// transaction (one fsync with durability full), when the batch ends.
+        var unstored: [(index: Int, bytes: [UInt8])] = []
+        var unstoredLink: LinkID?
         init(reference: BlobReference) { self.reference = reference }
     }
 
@@ -53,6 +60,8 @@ extension ReplicationNode {
         var polledAt: UInt64?
         var pollDue = true
         var counters = BlobCounters()
+        /// Fetches with verified chunks not yet stored (within one batch of frames).
+        var unstored: Set<BlobDigest> = []
     }
 
     /// What the blob transfers did so far.
@@ -116,6 +125,11 @@ extension ReplicationNode {
         f.requested = []
         f.assembling = [:]
         return [.send(pick, ReplicationMessage.blobManifestRequest(digest: f.reference.digest).encoded())]
+    }
+
+    /// Whether a link other than the fetch's current one could be asked now.
+    func hasOtherLink(_ f: BlobFetch) -> Bool {
+        links.values.contains { $0.id != f.link && $0.peer != nil && $0.blobCapable && !f.refused.contains($0.id) }
     }
 
     /// Gives up on the current link for this blob (it stays refused until it says "have now").
@@ -209,6 +223,11 @@ extension ReplicationNode {
             return askNext(f, now: now)
         case .blobManifest(let m):
             guard let f = state.fetches[m.digest], f.link == l.id, f.manifest == nil || f.requested.isEmpty else { return [] }
+            // What this batch verified is stored before the held manifest may give way.
+            if !f.unstored.isEmpty {
+                let actions = try storeUnstored(f, now: now)
+                if state.fetches[m.digest] !== f { return actions }
+            }
             f.progressAt = now
             guard m.length == f.reference.length else {
                 // The reference is what the document says; a holder whose manifest differs is wrong.
@@ -309,10 +328,55 @@ extension ReplicationNode {
             state.counters.unprovenChunks += 1
             return requestChunks(f, l)
         }
-        return try storeVerified(f, l, [(chunk, buffer)], now: now)
+        // Kept for the end of the batch (`storeUnstoredChunks`); a batch that brings more than
+        // `blobChunksPerStore` is stored as it goes.
+        f.held[chunk] = true
+        f.unstored.append((chunk, buffer))
+        f.unstoredLink = l.id
+        state.unstored.insert(d)
+        if !f.held.contains(false) || f.unstored.count >= max(1, settings.blobChunksPerStore) { return try storeUnstored(f, now: now) }
+        return requestChunks(f, l)
     }
 
-    func storeVerified(_ f: BlobFetch, _ l: Link, _ chunks: [(index: Int, bytes: [UInt8])], now: UInt64) throws -> [ReplicationAction] {
+    /// Stores the chunks a fetch verified in this batch, in one call to the storage.
+    func storeUnstored(_ f: BlobFetch, now: UInt64) throws -> [ReplicationAction] {
+        let chunks = f.unstored
+        f.unstored = []
+        blobState.unstored.remove(f.reference.digest)
+        guard !chunks.isEmpty else { return [] }
+        // The link they came from, for the event (nil: closed in this batch; stored all the same).
+        let link = f.unstoredLink.flatMap { links[$0] } ?? f.link.flatMap { links[$0] }
+        do { return try storeVerified(f, link, chunks, now: now) } catch {
+            // Not stored: no longer held, asked for again.
+            for c in chunks where c.index < f.held.count { f.held[c.index] = false }
+            throw error
+        }
+    }
+
+    /// The end of a batch of frames: every fetch's verified chunks go to the storage. A storage
+    /// error on the way (what was not stored is asked for again) is rethrown.
+    func storeUnstoredChunks(now: UInt64) throws -> [ReplicationAction] {
+        var actions: [ReplicationAction] = []
+        for d in blobState.unstored.sorted() {
+            guard let f = blobState.fetches[d] else { blobState.unstored.remove(d); continue }
+            actions += try storeUnstored(f, now: now)
+        }
+        return actions
+    }
+
+    /// As `storeUnstoredChunks`, on a batch that already failed: what cannot be stored is dropped
+    /// (and asked for again).
+    func storeUnstoredChunksAfterFailure(now: UInt64) -> [ReplicationAction] {
+        var actions: [ReplicationAction] = []
+        for d in blobState.unstored.sorted() {
+            guard let f = blobState.fetches[d] else { continue }
+            actions += (try? storeUnstored(f, now: now)) ?? []
+        }
+        blobState.unstored = []
+        return actions
+    }
+
+    func storeVerified(_ f: BlobFetch, _ l: Link?, _ chunks: [(index: Int, bytes: [UInt8])], now: UInt64) throws -> [ReplicationAction] {
         guard let storage = blobs else { return [] }
         let state = blobState
         let outcome = try storage.storeBlobChunks(f.reference.digest, chunks)
@@ -323,9 +387,11 @@ extension ReplicationNode {
         }
         switch outcome {
         case .stored:
-            return requestChunks(f, l)
+            // More from the link asked now (the chunks may have come from one given up since).
+            guard let asked = f.link.flatMap({ links[$0] }) else { return [] }
+            return requestChunks(f, asked)
         case .completed:
-            return finishBlob(f, link: l.id, outcome: .completed(bytes: f.reference.length), now: now)
+            return finishBlob(f, link: l?.id, outcome: .completed(bytes: f.reference.length), now: now)
         case .wholeMismatch:
             // Every chunk matched a manifest whose whole does not match the name: the manifest lied.
             state.counters.badChunks += 1
@@ -383,7 +449,10 @@ extension ReplicationNode {
         var actions: [ReplicationAction] = []
         for (_, f) in state.fetches.sorted(by: { $0.key < $1.key }) {
             if let link = f.link, now >= max(f.progressAt, links[link]?.blobProgressAt ?? 0) + settings.requestTimeoutMillis {
-                actions += dropBlobLink(f, now: now)
+                // Given up only for another link: with none, dropping it would leave the fetch idle
+                // and throw away what the link sends when it comes back (a cut that heals under TCP
+                // resends the window the link owed, and the fetch goes on from there).
+                if hasOtherLink(f) { actions += dropBlobLink(f, now: now) }
             } else if f.link == nil, f.idleSince > 0, now >= f.idleSince + 4 * settings.requestTimeoutMillis {
                 if state.fetches.count >= settings.blobMaxFetches {
                     // Nobody has it and others wait for a slot: set it aside for a while.

@@ -260,14 +260,16 @@ public final class ReplicationNode {
                 actions += try handle(message, on: l, now: now)
             }
             actions += try flush()
+            // The blob chunks this batch verified, in one store call per blob.
+            actions += try storeUnstoredChunks(now: now)
             // Blob pieces go after the documents, a bounded number of bytes per turn.
             return actions + serveBlobs()
         } catch let error as ReplicationError {
-            return actions + fail(l, error, now: now)
+            return actions + storeUnstoredChunksAfterFailure(now: now) + fail(l, error, now: now)
         } catch let error as StoreError {
-            return actions + fail(l, .store(error), now: now)
+            return actions + storeUnstoredChunksAfterFailure(now: now) + fail(l, .store(error), now: now)
         } catch {
-            return actions + fail(l, .protocolViolation("\(error)"), now: now)
+            return actions + storeUnstoredChunksAfterFailure(now: now) + fail(l, .protocolViolation("\(error)"), now: now)
         }
     }
 

@@ -34,6 +34,9 @@ public struct ReplicationSettings: Sendable {
     /// the documents: bounds how much a blob transfer delays document replication.
     public var blobServeBytesSlow = 32 * 1024
     public var blobServeBytesFast = 512 * 1024
+    /// Verified chunks of one blob stored together at most (one transaction, so one fsync with
+    /// durability full): those that came in one batch of frames, up to this many (1: each alone).
+    public var blobChunksPerStore = 32
     /// Blobs fetched at once (more wanted ones wait for a slot).
     public var blobMaxFetches = 4
     /// Bad chunks (wrong digest) from one peer for one blob before we ask another peer; bad chunks

@@ -203,6 +203,8 @@ public final class Gateway: Sendable {
             status.expiration = ["expired": e.expired, "ttl": e.ttl, "budget": e.budget, "refused": e.refused]
         }
         if let store, let b = BlobRetention.figures(store, budget: site.blobBudgetBytes) { status.blobs = b }
+        status.blobTransfer = Gateway.blobTransferFigures(c.blob)
+        status.blobFetches = c.blobFetches
         status.storeRunning = report.snapshot.first { $0.path == GatewayRuntime.storeChildPath }.map { $0.state == .running } ?? true
         status.ledPattern = ledPattern.withLock { $0 }
         status.httpAddresses = httpAddresses
@@ -223,6 +225,16 @@ public final class Gateway: Sendable {
     }
 }
 
+extension Gateway {
+    /// The blob transfer counters by the names `shoal status --json` shows under `blobTransfer`.
+    static func blobTransferFigures(_ b: BlobCounters) -> [String: Int64] {
+        ["bytesSent": b.bytesSent, "bytesReceived": b.bytesReceived, "chunksSent": Int64(b.chunksSent),
+         "chunksVerified": Int64(b.chunksVerified), "badChunks": Int64(b.badChunks), "redundantPieces": Int64(b.redundantPieces),
+         "completed": Int64(b.completed), "failed": Int64(b.failed), "manifestsReplaced": Int64(b.manifestsReplaced),
+         "unprovenChunks": Int64(b.unprovenChunks)]
+    }
+}
+
 /// The replication counters `shoal status` shows.
 public struct ReplicationCounters: Sendable {
     public var peers: [String: String] = [:]  // link → peer id
@@ -237,6 +249,9 @@ public struct ReplicationCounters: Sendable {
     public var bytesSent = 0
     public var bytesReceived = 0
     public var skewedPeers: Set<String> = []
+    /// The replicator's blob transfers (`ReplicationNode.blobCounters`) and the blobs it fetches now.
+    public var blob = BlobCounters()
+    public var blobFetches: [String] = []
     public init() {}
 }
 

@@ -82,7 +82,7 @@ public struct GatewayMetrics: Sendable {
 
     /// Every family, in no particular order (the renderer sorts).
     public var families: [Family] {
-        gatewayFamilies + counterFamilies + meshFamilies + peerFamilies + storeFamilies + supervisionFamilies + httpFamilies + mqttFamilies + uplinkFamilies
+        gatewayFamilies + counterFamilies + blobTransferFamilies + meshFamilies + peerFamilies + storeFamilies + supervisionFamilies + httpFamilies + mqttFamilies + uplinkFamilies
     }
 
     /// The reasons a hub message is skipped (`UplinkBoard.State.skipped`): each has a series from
@@ -211,6 +211,24 @@ public struct GatewayMetrics: Sendable {
             counter("shoal_failed_connection_attempts_total", "Links to peers that failed: dials, refusals and failed handshakes either way.", c.failedConnections),
             counter("shoal_evictions_total", "Links this gateway closed to make room for a newcomer.", m.evictions),
             counter("shoal_refused_connections_total", "Incoming links the mesh refused (no room, or a link to that peer exists).", m.refusedConnections),
+        ]
+    }
+
+    var blobTransferFamilies: [Family] {
+        let b = counters.blob
+        func counter(_ name: String, _ help: String, _ v: Int) -> Family { Family("shoal_blob_transfer_" + name, .counter, help: help, value: v) }
+        return [
+            counter("sent_bytes_total", "Blob chunk bytes sent to peers (pieces served).", Int(b.bytesSent)),
+            counter("received_bytes_total", "Blob chunk bytes received from peers and verified against the manifest.", Int(b.bytesReceived)),
+            counter("chunks_sent_total", "Blob chunks sent to peers.", b.chunksSent),
+            counter("chunks_verified_total", "Blob chunks received, verified and stored.", b.chunksVerified),
+            counter("bad_chunks_total", "Blob chunks received that did not match the manifest (dropped).", b.badChunks),
+            counter("redundant_pieces_total", "Blob pieces received for a chunk already held or no longer asked of that link (ignored).", b.redundantPieces),
+            counter("completed_total", "Blobs fetched complete and verified.", b.completed),
+            counter("failed_total", "Blob fetches given up (too large, manifest refused, storage error).", b.failed),
+            counter("manifests_replaced_total", "Held blob manifests that gave way to a holder's that agreed with every proven entry.", b.manifestsReplaced),
+            counter("unproven_chunks_total", "Blob chunks that matched the manifest before their entry was proven (dropped, asked again).", b.unprovenChunks),
+            Family("shoal_blob_transfer_fetches", .gauge, help: "Blobs being fetched from peers now.", value: counters.blobFetches.count),
         ]
     }
 

@@ -107,6 +107,17 @@ extension ReplicationDriver {
         view.transports = transportState
         view.discovery = discoveryDetail
         host.meshViewChanged(view)
+        publishBlobCounters()
+    }
+
+    /// Copies the replicator's blob counters and fetches to what status and `/metrics` read.
+    func publishBlobCounters() {
+        let counters = node.blobCounters
+        let fetches = node.blobFetchesInProgress.map(\.description)
+        host.updateCounters { c in
+            c.blob = counters
+            c.blobFetches = fetches
+        }
     }
 
     func report(_ e: ReplicationEvent) {
@@ -135,6 +146,7 @@ extension ReplicationDriver {
         case .topology:
             break  // the core hands gossip to the mesh
         case .blob(_, let peer, let digest, let outcome):
+            publishBlobCounters()
             switch outcome {
             case .completed(let bytes): log.info(.replication, "blob \(digest.short) complete (\(bytes) bytes, last from \(peer?.short ?? "-"))")
             case .failed(let why): log.warning(.replication, "blob \(digest.short) not fetched: \(why)")

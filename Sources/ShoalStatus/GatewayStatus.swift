@@ -51,6 +51,11 @@ public struct GatewayStatus: Sendable {
     public var expiration: [String: Int64] = [:]
     /// Blobs held (count, bytes, partialBytes), the budget when set, and what the GC dropped since start.
     public var blobs: [String: Int64] = [:]
+    /// Blob transfers since start (`BlobCounters`: bytesSent, bytesReceived, chunksSent,
+    /// chunksVerified, badChunks, redundantPieces, completed, failed, manifestsReplaced,
+    /// unprovenChunks) and the digests of the blobs being fetched now.
+    public var blobTransfer: [String: Int64] = [:]
+    public var blobFetches: [String] = []
     /// Where the local HTTP API listens (`127.0.0.1:8470`, `unix:<path>`); empty when it does not.
     public var httpAddresses: [String] = []
     /// The MQTT bridge's brokers as `MQTTBoard` writes them (`{"brokers": [...]}`), null without one.
@@ -170,6 +175,10 @@ public struct GatewayStatus: Sendable {
             let budget = blobs["budget"].map { " of a \($0)-byte budget" } ?? ""
             lines.append("blobs       \(b("count")) held, \(b("bytes")) bytes\(budget) (\(b("partialBytes")) partial); GC dropped \(b("gcDropped")) (\(b("gcDroppedBytes")) bytes)\(b("gcOverBudget") > 0 ? ", over budget \(b("gcOverBudget")) times" : "")")
         }
+        if !blobTransfer.isEmpty {
+            let b = { (k: String) in blobTransfer[k] ?? 0 }
+            lines.append("blob moves  \(b("bytesReceived")) bytes received (\(b("chunksVerified")) chunks), \(b("bytesSent")) sent; \(b("completed")) complete, \(b("failed")) failed, \(b("badChunks")) bad chunks; \(blobFetches.count) fetching now")
+        }
         if let sync { lines.append("syncing     \(sync.text) (received/announced so far)") }
         lines.append("collections \(collections.joined(separator: ", "))")
         lines.append("supervision")
@@ -201,6 +210,7 @@ public struct GatewayStatus: Sendable {
             "counters": .object(counters.mapValues { .int($0) }),
             "expiration": .object(expiration.mapValues { .int($0) }),
             "blobs": .object(blobs.mapValues { .int($0) }),
+            "blobTransfer": .object(blobTransfer.mapValues { .int($0) }.merging(["fetching": .array(blobFetches.map(JSONValue.string))]) { a, _ in a }),
             "clockSkewPeers": .array(clockSkewPeers.map { .string($0) }),
             "led": ledPattern.map(JSONValue.string) ?? .null,
             "sync": sync?.json ?? .null,
@@ -244,6 +254,8 @@ public struct GatewayStatus: Sendable {
         counters = (s["counters"]?.objectValue ?? [:]).compactMapValues(\.int64Value)
         expiration = (s["expiration"]?.objectValue ?? [:]).compactMapValues(\.int64Value)
         blobs = (s["blobs"]?.objectValue ?? [:]).compactMapValues(\.int64Value)
+        blobTransfer = (s["blobTransfer"]?.objectValue ?? [:]).compactMapValues(\.int64Value)
+        blobFetches = (s["blobTransfer"]?["fetching"]?.arrayValue ?? []).compactMap(\.stringValue)
         clockSkewPeers = (s["clockSkewPeers"]?.arrayValue ?? []).compactMap(\.stringValue)
         ledPattern = s["led"]?.stringValue
         sync = SyncProgress(json: s["sync"])

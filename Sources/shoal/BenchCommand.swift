@@ -1,7 +1,9 @@
 import Glibc
 import ShoalBench
 import ShoalCore
+import ShoalLinux
 import ShoalStore
+import ShoalReplication
 import ShoalTLS
 import ShoalRuntime
 
@@ -9,7 +11,7 @@ extension CLI {
     static func bench(_ args: [String]) throws -> Int32 {
         let a = try Arguments.parse(args, command: "bench", valueOptions: ["--docs", "--batch", "--rounds", "--durability", "--dir", "--handshakes", "--megabytes", "--port", "--baseline-binary", "--seconds", "--connections", "--changes", "--burst", "--publisher", "--count", "--body-bytes", "--samples"])
         if helpIfAsked(a, "bench") { return ExitCode.ok }
-        try a.expectPositionals(0...1, command: "bench", usage: "bench [all|store|tls|replication|http|mqtt|uplink|backup|query|live-query|blob-store]")
+        try a.expectPositionals(0...1, command: "bench", usage: "bench [all|store|tls|replication|http|mqtt|uplink|backup|query|live-query|blob-store|blob]")
         if a.positionals.isEmpty || a.positionals[0] == "all" { return try benchAll(a) }
         if a.positionals[0] == "tls" { return try benchTLS(a) }
         if a.positionals[0] == "replication" { return try benchReplication(a) }
@@ -20,7 +22,8 @@ extension CLI {
         if a.positionals[0] == "query" { return try benchQuery(a) }
         if a.positionals[0] == "live-query" { return try benchLiveQuery(a) }
         if a.positionals[0] == "blob-store" { return try benchBlobStore(a) }
-        guard a.positionals[0] == "store" else { throw UsageError(command: "bench", message: "unknown benchmark \"\(a.positionals[0])\" (all, store, tls, replication, http, mqtt, uplink, backup, query, live-query, blob-store)") }
+        if a.positionals[0] == "blob" { return try benchBlob(a) }
+        guard a.positionals[0] == "store" else { throw UsageError(command: "bench", message: "unknown benchmark \"\(a.positionals[0])\" (all, store, tls, replication, http, mqtt, uplink, backup, query, live-query, blob-store, blob)") }
         let docs = try a.int("--docs", command: "bench", default: 20_000, range: 1...10_000_000)
         let batch = try a.int("--batch", command: "bench", default: 100, range: 1...100_000)
         let rounds = try a.int("--rounds", command: "bench", default: 3, range: 1...50)
@@ -89,10 +92,8 @@ extension CLI {
     /// `shoal bench blob-store`: blobs in SQLite chunk rows against plain files, and SHA-256.
     static func benchBlobStore(_ a: Arguments) throws -> Int32 {
         let rounds = try a.int("--rounds", command: "bench", default: 3, range: 1...50)
-        guard let durability = Durability(rawValue: a.values["--durability"] ?? "full") else { throw UsageError(command: "bench", message: "--durability is full or normal") }
-        var template = Array("\(a.values["--dir"] ?? "/tmp")/shoal-bench-XXXXXX".utf8CString)
-        guard let made = mkdtemp(&template) else { throw UsageError(command: "bench", message: "cannot create a directory under \(a.values["--dir"] ?? "/tmp")") }
-        let dir = String(cString: made)
+        let durability = try benchDurability(a)
+        let dir = try benchDirectory(a)
         defer { _ = system("rm -rf '\(dir)'") }
         out("blob-store benchmark: blobs through the store (64 KiB chunk rows) vs files (tmp + fsync + rename), durability \(durability.rawValue), \(rounds) rounds, in \(dir)")
         let r = try BlobStoreBenchmark.run(directory: dir, rounds: rounds, durability: durability, logger: Logger(sink: MemoryLogSink(), level: .none))
@@ -101,6 +102,41 @@ extension CLI {
             out("               rounds: store \(s.storeMBps.map(fmt2).joined(separator: ", ")); files \(s.filesMBps.map(fmt2).joined(separator: ", "))")
         }
         out("  SHA-256      ShoalCore \(fmt2(r.hasherMBps)) MB/s, mbedTLS \(fmt2(r.mbedTLSMBps)) MB/s, ratio \(fmt2(r.hasherMBps / r.mbedTLSMBps))")
+        return ExitCode.ok
+    }
+}
+
+extension CLI {
+    /// `--durability full|normal` (default full).
+    static func benchDurability(_ a: Arguments) throws -> Durability {
+        guard let d = Durability(rawValue: a.values["--durability"] ?? "full") else { throw UsageError(command: "bench", message: "--durability is full or normal") }
+        return d
+    }
+
+    /// `shoal bench blob`: a blob moved between two processes over TLS on loopback, against TLS bulk data.
+    static func benchBlob(_ a: Arguments) throws -> Int32 {
+        let rounds = try a.int("--rounds", command: "bench", default: 3, range: 1...20)
+        let port = UInt16(try a.int("--port", command: "bench", default: 47_913, range: 1024...65_535))
+        let largest = try a.int("--megabytes", command: "bench", default: 64, range: 1...1024)
+        let durability = try benchDurability(a)
+        let dir = try benchDirectory(a)
+        defer { _ = system("rm -rf '\(dir)'") }
+        let sizes = largest > 10 ? [10, largest] : [largest]
+        out("blob benchmark: one blob (\(sizes.map { "\($0) MiB" }.joined(separator: ", "))) referenced by one document, pulled from a second process over TLS on 127.0.0.1:\(port), puller durability \(durability.rawValue), \(rounds) rounds")
+        var settings = ReplicationSettings()
+        // SHOAL_BENCH_BLOB_CHUNKS_PER_STORE: the puller's blobChunksPerStore (1: a store call per chunk).
+        if let n = ProcessEnvironment.get("SHOAL_BENCH_BLOB_CHUNKS_PER_STORE").flatMap({ Int($0) }) {
+            settings.blobChunksPerStore = n
+            out("  puller blobChunksPerStore \(n)")
+        }
+        let r = try BlobBenchmark.run(megabytes: sizes, rounds: rounds, directory: dir, port: port, durability: durability, settings: settings)
+        out("  baseline (TLS bulk)       \(fmt2(r.tlsMedian)) MB/s   rounds: \(r.tlsMBps.map(fmt2).joined(separator: ", "))   (TLSSession pair, in-memory pipe, \(sizes.max() ?? 0) MiB)")
+        for s in r.shapes {
+            out("  blob \("\(s.megabytes) MiB".padding(20)) \(fmt2(s.median)) MB/s   rounds: \(s.mbps.map(fmt2).joined(separator: ", "))")
+            out("    ratio blob/TLS bulk     \(fmt2(s.median / r.tlsMedian))   (goal >= 0.70)")
+            out("    store write, same bytes \(fmt2(s.storeMedian)) MB/s (BlobWriter here, 1 MiB appends; rounds: \(s.storeMBps.map(fmt2).joined(separator: ", "))), ratio blob/store \(fmt2(s.median / s.storeMedian))")
+            out("    wire bytes per blob byte \(fmt2(s.wireBytesPerBlobByte)) (frames both ways); chunks verified \(s.counters.chunksVerified), redundant pieces \(s.counters.redundantPieces), unproven chunks \(s.counters.unprovenChunks)")
+        }
         return ExitCode.ok
     }
 }

@@ -31,7 +31,7 @@ enum Help {
         ("restore", ["Replace a stopped gateway's store with a checked backup; it catches up from the mesh"]),
         ("board", ["Board files: list | show NAME | check FILE"]),
         ("bench", ["Benchmarks that print figures: all (one table), store, tls, replication, http, mqtt, uplink, backup, query,",
-                   "live-query, blob-store"]),
+                   "live-query, blob-store, blob"]),
         ("sim", ["Simulate a mesh of gateways (virtual time, real stores): plan a site"]),
         ("demo", ["Five gateways in this process on a simulated radio: the mesh at work"]),
         ("version", ["Versions of shoal and of the C libraries it uses"]),
@@ -431,6 +431,7 @@ enum Help {
                    shoal bench query [--docs N] [--rounds N] [--seconds S] [--dir DIR]
                    shoal bench live-query [--docs N] [--samples N] [--dir DIR]
                    shoal bench blob-store [--rounds N] [--durability full|normal] [--dir DIR]
+                   shoal bench blob [--megabytes N] [--rounds N] [--durability full|normal] [--port P] [--dir DIR]
 
             all (the default): every figure below plus the simulator's and memory's, each beside a
             baseline measured in the same run, then one table with the date and machine: store
@@ -451,6 +452,12 @@ enum Help {
             against the same bytes written as files (FILE.tmp, fsync, rename, fsync of the
             directory), alternately, --rounds times: MB/s both and the ratio; and SHA-256 MB/s of
             Shoal's own hasher against mbedTLS's on the same 8 MB.
+
+            blob: a `shoal run` child on 127.0.0.1:P (default 47913) holds a 10 MiB and a
+            --megabytes (default 64) MiB blob, each referenced by one document; a replication node
+            in this process (fresh store, durability full) pulls them over TLS, timed from dialling
+            until the blob is complete, --rounds times (default 3): MB/s against TLS bulk data
+            between two sessions in this process (an in-memory pipe) in the same run, and the ratio.
 
             tls: CPU time of full and resumed mutual-TLS handshakes (both sides together), and bulk
             MB/s through Shoal's TLS session against a bare mbedtls_ssl_write/read loop on the same

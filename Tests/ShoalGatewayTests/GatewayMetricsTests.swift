@@ -1,6 +1,7 @@
 import Foundation
 import ShoalCore
 @testable import ShoalMesh
+import ShoalReplication
 @testable import ShoalRuntime
 import ShoalStatus
 import ShoalSupervision
@@ -32,6 +33,11 @@ struct GatewayMetricsTests {
         counters.documentsApplied = 40
         counters.documentsReceived = 41
         counters.bytesReceived = 4096
+        counters.blob.bytesReceived = 131_072
+        counters.blob.chunksVerified = 2
+        counters.blob.badChunks = 1
+        counters.blob.completed = 1
+        counters.blobFetches = ["sha256-" + String(repeating: "0f", count: 32)]
         let report = SupervisionReport()
         report.record("root/store", state: .running, restarts: 2, lastError: "disk \"full\"")
         report.record("root/replication", state: .running, restarts: 0, lastError: nil)
@@ -89,6 +95,17 @@ struct GatewayMetricsTests {
         #expect(text.contains("shoal_failed_connection_attempts_total 0\n"))
         #expect(text.contains("shoal_discovered_peers 2\n"))
         #expect(text.contains("shoal_connected_peers 1\n"))
+    }
+
+    @Test("blob transfers are counters named shoal_blob_transfer_…_total, and the fetches in progress a gauge")
+    func blobTransfers() {
+        let text = metrics().text
+        #expect(text.contains("# TYPE shoal_blob_transfer_received_bytes_total counter\nshoal_blob_transfer_received_bytes_total 131072\n"))
+        #expect(text.contains("shoal_blob_transfer_chunks_verified_total 2\n"))
+        #expect(text.contains("shoal_blob_transfer_bad_chunks_total 1\n"))
+        #expect(text.contains("shoal_blob_transfer_completed_total 1\n"))
+        #expect(text.contains("shoal_blob_transfer_sent_bytes_total 0\n"))
+        #expect(text.contains("# TYPE shoal_blob_transfer_fetches gauge\nshoal_blob_transfer_fetches 1\n"))
     }
 
     @Test("a linked peer has its transport, its lag (announced, not yet applied) and its idle time; a peer only heard is online and no more")

@@ -49,20 +49,48 @@ final class LyingBlobStorage: BlobStorage {
     func demandBlob(_ r: BlobReference) throws(StoreError) { try inner.demandBlob(r) }
 }
 
+/// Blob storage whose disk fails: the next `failures` calls to store chunks throw.
+final class FailingBlobStorage: BlobStorage {
+    let inner: MemoryBlobStorage
+    var failures: Int
+    var storeCalls = 0
+    init(_ inner: MemoryBlobStorage, failures: Int) {
+        self.inner = inner
+        self.failures = failures
+    }
+    func blobManifest(_ d: BlobDigest) throws(StoreError) -> BlobManifest? { try inner.blobManifest(d) }
+    func blobIsComplete(_ d: BlobDigest) throws(StoreError) -> Bool { try inner.blobIsComplete(d) }
+    func heldBlobChunks(_ d: BlobDigest) throws(StoreError) -> [Bool]? { try inner.heldBlobChunks(d) }
+    func readBlobChunk(_ d: BlobDigest, index: Int) throws(StoreError) -> [UInt8]? { try inner.readBlobChunk(d, index: index) }
+    func beginBlob(_ m: BlobManifest) throws(StoreError) { try inner.beginBlob(m) }
+    func storeBlobChunks(_ d: BlobDigest, _ chunks: [(index: Int, bytes: [UInt8])]) throws(StoreError) -> BlobChunkOutcome {
+        storeCalls += 1
+        if failures > 0 {
+            failures -= 1
+            throw .blob(.io("disk full"))
+        }
+        return try inner.storeBlobChunks(d, chunks)
+    }
+    func discardBlob(_ d: BlobDigest) throws(StoreError) { try inner.discardBlob(d) }
+    func wantedBlobs(eagerCollections: Set<String>, limit: Int) throws(StoreError) -> [BlobReference] { try inner.wantedBlobs(eagerCollections: eagerCollections, limit: limit) }
+    func demandBlob(_ r: BlobReference) throws(StoreError) { try inner.demandBlob(r) }
+}
+
 /// Nodes with in-memory blob storage (`without`: indexes of nodes with blobs off; `lying`: holders that lie).
 func makeBlobNodes(_ names: [String], seed: UInt64 = 1, policies: [CollectionPolicy]? = nil, settings: ReplicationSettings = ReplicationSettings(),
-                   without: Set<Int> = [], lying: [Int: LyingBlobStorage.Lie] = [:]) throws -> [TestNode] {
+                   without: Set<Int> = [], lying: [Int: LyingBlobStorage.Lie] = [:], failing: [Int: Int] = [:]) throws -> [TestNode] {
     var rng = SeededRandom(seed: seed)
     return try names.enumerated().map { i, name in
         try TestNode(name, policies: policies, settings: settings, rng: &rng, blobs: without.contains(i) ? nil : { store in
             let memory = MemoryBlobStorage(documents: store)
+            if let n = failing[i] { return FailingBlobStorage(memory, failures: n) }
             return lying[i].map { LyingBlobStorage(memory, $0) } ?? memory
         })
     }
 }
 
 extension TestNode {
-    var memoryBlobs: MemoryBlobStorage? { (blobs as? MemoryBlobStorage) ?? (blobs as? LyingBlobStorage)?.inner }
+    var memoryBlobs: MemoryBlobStorage? { (blobs as? MemoryBlobStorage) ?? (blobs as? LyingBlobStorage)?.inner ?? (blobs as? FailingBlobStorage)?.inner }
 
     /// Keeps `content` as a blob and writes a document `id` referencing it.
     @discardableResult
@@ -225,6 +253,53 @@ struct BlobTransferTests {
         net.settle()
         #expect(nodes[1].holdsBlob(content))
         #expect(nodes[2].node.blobCounters.chunksSent == 4)
+    }
+
+    @Test("a holder that stalls with no other link to ask is kept past requestTimeoutMillis: when its link heals, the window it owed is taken and no chunk comes twice")
+    func stalledOnlyHolderResumes() throws {
+        let nodes = try makeBlobNodes(["a", "b"])
+        defer { nodes.forEach { $0.close() } }
+        let content = blobContent(20 * BlobManifest.chunkSize, seed: 9)
+        try nodes[0].putBlob(content, id: "photo")
+        let net = Network(nodes, seed: 9)
+        let ab = net.connect(0, 1)
+        // Until B verified a few chunks; then A's frames stop reaching B (a cut TCP keeps them).
+        while nodes[1].node.blobCounters.chunksVerified < 3 { if !net.step() { net.tick(0) } }
+        net.paused.insert([ab, 1])
+        net.settle()
+        net.tick(3 * ReplicationSettings().requestTimeoutMillis)
+        net.settle()
+        let heldWhileCut = nodes[1].holdsBlob(content)
+        #expect(!heldWhileCut)
+        net.paused.remove([ab, 1])
+        net.settle()
+        let heldAfter = nodes[1].holdsBlob(content)
+        #expect(heldAfter)
+        #expect(nodes[1].node.blobCounters.redundantPieces == 0)
+        #expect(nodes[1].node.blobCounters.chunksVerified == 20)
+        #expect(nodes[0].node.blobCounters.chunksSent == 20)
+    }
+
+    @Test("verified chunks are stored a batch at a time; a storage error closes the link, keeps none of that batch as held, and the next link fetches them again")
+    func storageFailsMidTransfer() throws {
+        let nodes = try makeBlobNodes(["a", "b"], failing: [1: 1])
+        defer { nodes.forEach { $0.close() } }
+        let content = blobContent(30 * BlobManifest.chunkSize, seed: 10)
+        try nodes[0].putBlob(content, id: "photo")
+        let net = Network(nodes, seed: 10)
+        net.connect(0, 1)
+        net.settle()
+        let heldAfterFailure = nodes[1].holdsBlob(content)
+        #expect(!heldAfterFailure)
+        #expect(net.closeErrors().contains { "\($0)".contains("disk full") }, "\(net.closeErrors())")
+        net.connect(0, 1)
+        net.settle()
+        let held = nodes[1].holdsBlob(content)
+        #expect(held)
+        #expect(nodes[1].node.blobCounters.chunksVerified == 30)
+        // Fewer store calls than chunks: frames that came together were stored together.
+        let calls = (nodes[1].blobs as? FailingBlobStorage)?.storeCalls ?? 0
+        #expect(calls > 1 && calls < 30, "\(calls) store calls for 30 chunks")
     }
 
     @Test("a holder whose chunks do not match the manifest is dropped after a few, and an honest one finishes the blob")
