@@ -312,7 +312,7 @@ extension ProcessSuites {
             #expect(status?["state"] as? String == "running")
             #expect((status?["board"] as? [String: Any])?["id"] as? String == "sim")
             let tree = (status?["supervision"] as? [[String: Any]])?.compactMap { $0["path"] as? String }
-            #expect(tree == ["root/store", "root/control", "root/identity", "root/replication", "root/status", "root/radios", "root/http"])
+            #expect(tree == ["root/store", "root/control", "root/identity", "root/replication", "root/status", "root/radios", "root/http", "root/update"])
             // The identity service made a self-signed identity on first boot; status shows its peer id.
             let peerID = try #require(status?["peerID"] as? String)
             #expect(peerID.count == 64)
