@@ -155,7 +155,11 @@ struct UpdateService: Service {
         guard let m = best else { return nil }
         // Held off after the last install or rollback: quietly, it is tried again later.
         if let r = record, r.phase != .interrupted, Identity.now() < r.at + settings.holdOffSeconds { return nil }
-        guard let binary = fetch(m.blob) else {
+        // Off the cooperative pool: the binary is read from SQLite (megabytes) on the store's
+        // thread and written to disk with fsyncs on the work thread.
+        let reference = m.blob
+        let fetched = try? await gateway.storeThread.run { [self] in fetch(reference) }
+        guard let binary = fetched ?? nil else {
             guard attempted.insert("fetch " + m.documentID).inserted else { return nil }
             return Outcome(version: m.version.text, outcome: .fetching, reason: "waiting for blob \(m.digest.short)… (\(m.size) bytes)")
         }
@@ -163,12 +167,13 @@ struct UpdateService: Service {
             guard attempted.insert(m.documentID).inserted else { return nil }
             return Outcome(version: m.version.text, outcome: .refused, reason: refusal.description)
         }
+        let installer = self.installer, version = m.version.text, holdOff = settings.holdOffSeconds
         do {
-            try installer.install(version: m.version.text, binary: binary, now: Identity.now(), holdOffSeconds: settings.holdOffSeconds)
-            return Outcome(version: m.version.text, outcome: .installed, reason: "")
+            try await gateway.workThread.run { try installer.install(version: version, binary: binary, now: Identity.now(), holdOffSeconds: holdOff) }
+            return Outcome(version: version, outcome: .installed, reason: "")
         } catch {
             guard attempted.insert(m.documentID).inserted else { return nil }
-            return Outcome(version: m.version.text, outcome: .refused, reason: error.description)
+            return Outcome(version: version, outcome: .refused, reason: "\(error)")
         }
     }
 
