@@ -134,8 +134,19 @@ async def streams(js, jsm, a):
 
 
 async def create(js, jsm, a):
-    info = await jsm.add_stream(name=a.stream, subjects=a.subjects, num_replicas=a.replicas,
-                                max_msgs_per_subject=a.max_msgs_per_subject, storage=api.StorageType.FILE)
+    # A cluster that has just elected its meta leader can take longer than the request timeout to
+    # place a replicated stream's first raft group (seen once: an R3 create timed out 0.5 s after
+    # the cluster was healthy). Creating the same stream again is idempotent (the server answers
+    # with the stream as it is), so a timed-out create is asked again, three times at most.
+    for attempt in range(3):
+        try:
+            info = await jsm.add_stream(name=a.stream, subjects=a.subjects, num_replicas=a.replicas,
+                                        max_msgs_per_subject=a.max_msgs_per_subject, storage=api.StorageType.FILE)
+            break
+        except (asyncio.TimeoutError, TimeoutError, nats.errors.TimeoutError):
+            if attempt == 2:
+                raise
+            print(f"create {a.stream}: no answer in time, asking again", file=sys.stderr)
     out(stream_line(info))
     return 0
 
