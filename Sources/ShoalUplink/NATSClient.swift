@@ -409,7 +409,14 @@ public final class NATSClient: @unchecked Sendable {  // owns libnats handles; l
             return js_Subscribe(&sub, js, filter, natsConsumerDelivered, context, nil, &so, &jerr)
         }
         guard s == NATS_OK, let sub else {
-            Unmanaged<DeliveryBox>.fromOpaque(context).release()
+            // Not released: a failed js_Subscribe (a timeout creating the consumer, which the
+            // server may make all the same) had already subscribed with this context, and
+            // libnats's delivery thread can still be inside the handler, or about to enter it,
+            // when the call returns. Releasing the box here was a use after free that crashed a
+            // gateway in the uplink lab (an R3 cluster losing a node: a consumer create timed out
+            // and the process died on a libnats thread right after). The box is shut, so a late
+            // delivery is dropped, and kept: a few bytes per failed subscribe.
+            box.shut()
             throw NATSError("ordered consumer on \(stream)", s, jerr)
         }
         if natsSubscription_SetOnCompleteCB(sub, natsConsumerCompleted, context) != NATS_OK {
