@@ -204,6 +204,10 @@ public final class NATSClient: @unchecked Sendable {  // owns libnats handles; l
 
     private let serverErrors: AsyncErrors
     private let lost: ConnectionWatch
+    /// Delivery boxes of subscribes that failed on this connection (see `orderedConsumer`).
+    private let abandoned = Locked<[Unmanaged<DeliveryBox>]>([])
+    /// Boxes of failed subscribes still kept (for tests).
+    public static var abandonedDeliveries: Int { AbandonedDeliveries.count }
 
     /// Called on libnats's thread the moment it finds the connection lost (false: a read error, or
     /// pings unanswered) and when it has connected again (true), even while the caller's thread
@@ -227,6 +231,7 @@ public final class NATSClient: @unchecked Sendable {  // owns libnats handles; l
         jsCtx_Destroy(js)
         natsConnection_Close(nc)
         natsConnection_Destroy(nc)
+        AbandonedDeliveries.bury(abandoned.withLock { $0 })
     }
 
     public var isConnected: Bool { natsConnection_Status(nc) == NATS_CONN_STATUS_CONNECTED }
@@ -415,8 +420,10 @@ public final class NATSClient: @unchecked Sendable {  // owns libnats handles; l
             // when the call returns. Releasing the box here was a use after free that crashed a
             // gateway in the uplink lab (an R3 cluster losing a node: a consumer create timed out
             // and the process died on a libnats thread right after). The box is shut, so a late
-            // delivery is dropped, and kept: a few bytes per failed subscribe.
+            // delivery is dropped, and kept until a minute after the connection closed
+            // (`AbandonedDeliveries`).
             box.shut()
+            abandoned.withLock { $0.append(Unmanaged<DeliveryBox>.fromOpaque(context)) }
             throw NATSError("ordered consumer on \(stream)", s, jerr)
         }
         if natsSubscription_SetOnCompleteCB(sub, natsConsumerCompleted, context) != NATS_OK {
@@ -465,6 +472,25 @@ public final class NATSSubscription: @unchecked Sendable {  // one libnats subsc
     deinit {
         close()
         natsSubscription_Destroy(sub)
+    }
+}
+
+/// The delivery boxes of failed subscribes: libnats may call their handler (shut, so it drops the
+/// message) until their connection is closed, so each is released only a minute after that.
+enum AbandonedDeliveries {
+    private static let graves = Locked<[(box: Unmanaged<DeliveryBox>, until: ContinuousClock.Instant)]>([])
+    static var count: Int { graves.withLock { $0.count } }
+
+    /// Keeps `boxes` (their connection just closed) and releases those kept long enough.
+    static func bury(_ boxes: [Unmanaged<DeliveryBox>]) {
+        let now = ContinuousClock.now
+        let expired = graves.withLock { g -> [Unmanaged<DeliveryBox>] in
+            let old = g.filter { $0.until <= now }.map(\.box)
+            g.removeAll { $0.until <= now }
+            g += boxes.map { (box: $0, until: now + .seconds(60)) }
+            return old
+        }
+        for box in expired { box.release() }
     }
 }
 
