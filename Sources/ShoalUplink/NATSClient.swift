@@ -419,10 +419,11 @@ public final class NATSClient: @unchecked Sendable {  // owns libnats handles; l
             // libnats's delivery thread can still be inside the handler, or about to enter it,
             // when the call returns. Releasing the box here was a use after free that crashed a
             // gateway in the uplink lab (an R3 cluster losing a node: a consumer create timed out
-            // and the process died on a libnats thread right after). The box is shut, so a late
-            // delivery is dropped, and kept until a minute after the connection closed
+            // and the process died on a libnats thread right after). The box is abandoned, so a
+            // later delivery is dropped (without waiting for one under way, which may be blocked
+            // on the caller's full inbox), and kept until a minute after the connection closed
             // (`AbandonedDeliveries`).
-            box.shut()
+            box.abandon()
             abandoned.withLock { $0.append(Unmanaged<DeliveryBox>.fromOpaque(context)) }
             throw NATSError("ordered consumer on \(stream)", s, jerr)
         }
@@ -498,11 +499,17 @@ enum AbandonedDeliveries {
 final class DeliveryBox: @unchecked Sendable {  // `leaked` is set once, before it is shared
     private let deliver: @Sendable (HubMessage) -> Void
     private let open = Locked(true)
+    private let dropping = Locked(false)
     var leaked = false
     init(_ deliver: @escaping @Sendable (HubMessage) -> Void) { self.deliver = deliver }
     /// Holding the lock while delivering: `shut` returns only once no delivery runs.
-    func handle(_ m: HubMessage) { open.withLock { if $0 { deliver(m) } } }
+    func handle(_ m: HubMessage) {
+        guard !dropping.withLock({ $0 }) else { return }
+        open.withLock { if $0 { deliver(m) } }
+    }
     func shut() { open.withLock { $0 = false } }
+    /// Deliveries from now on are dropped; one under way is not waited for.
+    func abandon() { dropping.withLock { $0 = true } }
 }
 
 private let natsConsumerCompleted: natsOnCompleteCB = { closure in
