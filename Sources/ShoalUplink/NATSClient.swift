@@ -206,8 +206,6 @@ public final class NATSClient: @unchecked Sendable {  // owns libnats handles; l
     private let lost: ConnectionWatch
     /// Delivery boxes of subscribes that failed on this connection (see `orderedConsumer`).
     private let abandoned = Locked<[Unmanaged<DeliveryBox>]>([])
-    /// Boxes of failed subscribes still kept (for tests).
-    public static var abandonedDeliveries: Int { AbandonedDeliveries.count }
 
     /// Called on libnats's thread the moment it finds the connection lost (false: a read error, or
     /// pings unanswered) and when it has connected again (true), even while the caller's thread
@@ -480,7 +478,6 @@ public final class NATSSubscription: @unchecked Sendable {  // one libnats subsc
 /// message) until their connection is closed, so each is released only a minute after that.
 enum AbandonedDeliveries {
     private static let graves = Locked<[(box: Unmanaged<DeliveryBox>, until: ContinuousClock.Instant)]>([])
-    static var count: Int { graves.withLock { $0.count } }
 
     /// Keeps `boxes` (their connection just closed) and releases those kept long enough.
     static func bury(_ boxes: [Unmanaged<DeliveryBox>]) {
