@@ -54,7 +54,7 @@ let package = Package(
         // The seeded radio medium in virtual time, with real stores, replicators and mesh managers
         // inside (tests, `shoal sim`, `shoal demo`).
         // The fleet's trust: signed `_trust` entries, what they add up to, the live authenticator.
-        .target(name: "ShoalTrust", dependencies: ["ShoalCore", "ShoalTLS", "ShoalReplication", "ShoalStore"]),
+        .target(name: "ShoalTrust", dependencies: ["ShoalThreads", "ShoalCore", "ShoalTLS", "ShoalReplication", "ShoalStore"]),
         // Updates of Shoal itself: the install/boot-check/confirm state machine and its file shell.
         .target(name: "ShoalUpdate", dependencies: ["ShoalCore", "ShoalLinux"]),
         .target(name: "ShoalSim", dependencies: ["ShoalTrust", "ShoalThreads", "ShoalCore", "ShoalGateway", "ShoalMesh", "ShoalReplication", "ShoalStore", "ShoalWire", "ShoalTLS", "ShoalStatus"]),

@@ -1,4 +1,4 @@
-import Synchronization
+import ShoalThreads
 import ShoalCore
 import ShoalReplication
 import ShoalStore
@@ -54,7 +54,7 @@ public final class TrustBook: Sendable {
         var rejected = 0
     }
 
-    let state: Mutex<State>
+    let state: Locked<State>
     /// Every non-empty change, as it is taken (the replication service closes revoked peers'
     /// links and redials allowed ones from it).
     public let changes = Broadcaster<Change>()
@@ -66,7 +66,7 @@ public final class TrustBook: Sendable {
         self.clock = clock
         self.log = log
         let ledger = TrustLedger(siteKeys: site.adminKeys)
-        state = Mutex(State(site: site, ledger: ledger, trust: TrustBook.derive(site, ledger), revoked: [:]))
+        state = Locked(State(site: site, ledger: ledger, trust: TrustBook.derive(site, ledger), revoked: [:]))
     }
 
     static func derive(_ site: Site, _ ledger: TrustLedger) -> FleetTrust {
