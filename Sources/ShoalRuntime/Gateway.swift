@@ -172,7 +172,8 @@ public final class Gateway: Sendable {
         return (warnings, .object(brief))
     }
 
-    /// A snapshot of the gateway. Reads the store: call it from a thread, not the cooperative pool.
+    /// A snapshot of the gateway. Reads the store on its read-only connection (never waiting for a
+    /// write, however slow the disk): call it from a thread, not the cooperative pool.
     public func statusSnapshot(store: DocumentStore?) -> GatewayStatus {
         let stats = try? store?.stats()
         let collections = (try? store?.collections())??.map(\.description) ?? site.collections.map(\.name.description)

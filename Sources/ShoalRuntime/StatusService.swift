@@ -31,15 +31,20 @@ struct StatusService: Service {
         let threads = StatusThreads(gateway: gateway, store: store)
         threads.startLED()
         if let writer, writer.isInteractive { threads.startConsole(writer) }
+        // The snapshots are taken on a thread of this service's, not the store's: a store thread
+        // held by a slow disk (a purge or a ping waiting behind a stalled commit) must not freeze
+        // the LED and the console line. A snapshot reads the store without its write lock.
+        let snapshots = BlockingThread(name: "shoal-status", maxQueued: 4)
+        defer { snapshots.shutdown() }
         // Stopping joins the LED and console threads: on the work thread, never the pool.
-        do { try await loop(context: context, writer: writer, threads: threads) } catch {
+        do { try await loop(context: context, writer: writer, threads: threads, snapshots: snapshots) } catch {
             _ = try? await gateway.workThread.run { threads.stop() }
             throw error
         }
         _ = try? await gateway.workThread.run { threads.stop() }
     }
 
-    private func loop(context: ServiceContext, writer: ConsoleWriter?, threads: StatusThreads) async throws {
+    private func loop(context: ServiceContext, writer: ConsoleWriter?, threads: StatusThreads, snapshots: BlockingThread) async throws {
         let console = gateway.board.console
         var lastKey = ""
         var lastWrite = ContinuousClock.now
@@ -49,7 +54,7 @@ struct StatusService: Service {
         let gw = gateway, store = self.store
         repeat {
             context.heartbeat()
-            let status = try await gateway.storeThread.run { gw.statusSnapshot(store: store) }
+            let status = try await snapshots.run { gw.statusSnapshot(store: store) }
             // The LED: documents moving in the last 2 s is "syncing"; every transport in error is a
             // radio error.
             let moved = (Int(status.counters["documentsReceived"] ?? 0), Int(status.counters["documentsSent"] ?? 0))

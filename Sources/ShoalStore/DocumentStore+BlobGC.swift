@@ -61,8 +61,9 @@ extension DocumentStore {
         }
     }
 
+    /// As of the last commit, on the read-only connection (never waits for a write).
     public func blobStats() throws(StoreError) -> BlobStats {
-        try locked { db throws(StoreError) in try Self.blobStats(db) }
+        try reading { db throws(StoreError) in try Self.blobStats(db) }
     }
 
     static func blobStats(_ db: SQLiteConnection) throws(StoreError) -> BlobStats {

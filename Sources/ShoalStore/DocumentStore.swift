@@ -16,6 +16,21 @@ public final class DocumentStore: @unchecked Sendable {  // a SQLite connection,
     private var db: SQLiteConnection?
     var lastSequenceValue: Int64 = 0  // internal: read under the lock by DocumentStore+Backup.swift
     var collectionIDs: [CollectionName: Int64] = [:]
+    /// What `lastSequence`, `collections()` and `stats()` read without the store's lock: copied
+    /// under it at each change, so a commit held up by the disk (an SD card's fsync, or a stall
+    /// of seconds) never holds up `shoal status`, the LED or the mesh's keepalives.
+    let summary = Locked(Summary())
+    struct Summary {
+        var open = true
+        var lastSequence: Int64 = 0
+        var collections: [CollectionName] = []
+        var collectionCount = 0
+    }
+    /// A read-only connection of its own for the status figures (`stats`, `blobStats`): in WAL
+    /// mode it reads the last commit while a writer waits on the disk. Opened on first use.
+    private let readLock = ConditionLock()
+    private var reader: SQLiteConnection?
+    private var readerClosed = false
     let logger: Logger  // internal: DocumentStore+Blobs.swift logs a blob it drops
     /// What expiration did since the process started (see DocumentStore+Expiry).
     public let expiryCounts = Locked(ExpiryCounts())
@@ -69,7 +84,7 @@ public final class DocumentStore: @unchecked Sendable {  // a SQLite connection,
     private init(options: StoreOptions, logger: Logger, report: OpenReport?) throws(StoreError) {
         self.options = options
         self.logger = logger
-        let db = try SQLiteConnection(path: options.path)
+        let db = try SQLiteConnection(path: options.path, vfs: options.vfs)
         // Reading the header is the first thing that notices a file that is not a database.
         try db.exec("PRAGMA journal_mode=WAL")
         let mode = try db.strings("PRAGMA journal_mode").first?.first ?? nil
@@ -118,6 +133,7 @@ public final class DocumentStore: @unchecked Sendable {  // a SQLite connection,
                 collectionIDs[c] = cols.int64(0)
             }
         }
+        publishSummary()
         logger.info(.store, "store \(options.path) open: schema \(Schema.latestVersion), \(collectionIDs.count.counted("collection")), last sequence \(lastSequenceValue), durability \(options.durability.rawValue)")
     }
 
@@ -137,6 +153,14 @@ public final class DocumentStore: @unchecked Sendable {  // a SQLite connection,
 
     public func close() {
         try? setMetadata(Self.openKey, "0")
+        // The reader first: the last connection to close checkpoints the WAL, and a read-only
+        // one cannot.
+        readLock.withLock {
+            reader?.close()
+            reader = nil
+            readerClosed = true
+        }
+        summary.withLock { $0.open = false }
         lock.withLock {
             db?.close()
             db = nil
@@ -147,6 +171,30 @@ public final class DocumentStore: @unchecked Sendable {  // a SQLite connection,
     private func connection() throws(StoreError) -> SQLiteConnection {
         guard let db else { throw .closed }
         return db
+    }
+
+    /// Copies the sequence and the collections for readers that do not take the lock (call
+    /// under the lock, after they changed).
+    func publishSummary() {
+        let users = collectionIDs.keys.filter { !$0.isSystem }.sorted()
+        summary.withLock { s in
+            s.lastSequence = lastSequenceValue
+            s.collections = users
+            s.collectionCount = collectionIDs.count
+        }
+    }
+
+    /// Runs `body` on the read-only connection under its own lock (never the store's).
+    func reading<T>(_ body: (SQLiteConnection) throws(StoreError) -> T) throws(StoreError) -> T {
+        try readLock.withLock { () throws(StoreError) -> T in
+            if reader == nil {
+                guard !readerClosed else { throw .closed }
+                reader = try SQLiteConnection(path: options.path, readOnly: true, vfs: options.vfs)
+            }
+            let db = reader!
+            defer { db.releaseReads() }
+            return try body(db)
+        }
     }
 
     /// Runs `body` under the lock, translating errors to StoreError.
@@ -192,6 +240,7 @@ extension DocumentStore {
             guard try s.step() else { throw .sqlite(call: "INSERT collections", code: SQLITE_ERROR, message: "no id returned") }
             collectionIDs[name] = s.int64(0)
             try s.run()
+            publishSummary()
             logger.info(.store, "created collection \(name)")
             return true
         }
@@ -199,7 +248,10 @@ extension DocumentStore {
 
     /// The users' collections (Shoal's own, such as `_system._trust`, are not listed).
     public func collections() throws(StoreError) -> [CollectionName] {
-        try locked { _ throws(StoreError) in collectionIDs.keys.filter { !$0.isSystem }.sorted() }
+        try summary.withLock { s throws(StoreError) in
+            guard s.open else { throw .closed }
+            return s.collections
+        }
     }
 
     func collectionID(_ name: CollectionName) throws(StoreError) -> Int64 {
@@ -256,6 +308,7 @@ extension DocumentStore {
             let result = try transaction(db) { () throws(StoreError) -> T in try body(tx) }
             if tx.sequence != lastSequenceValue {
                 lastSequenceValue = tx.sequence
+                summary.withLock { $0.lastSequence = tx.sequence }
                 lock.broadcast()
             }
             return result
@@ -336,7 +389,8 @@ extension DocumentStore {
 // MARK: - Change feed
 
 extension DocumentStore {
-    public var lastSequence: Int64 { lock.withLock { lastSequenceValue } }
+    /// The last sequence committed (read without the store's lock: see `summary`).
+    public var lastSequence: Int64 { summary.withLock { $0.lastSequence } }
 
     /// The latest change of every document changed after `since`, in sequence order.
     public func changes(since: Int64, limit: Int = 1000) throws(StoreError) -> [Change] {
@@ -515,11 +569,13 @@ extension DocumentStore {
         }
     }
 
+    /// Counts as of the last commit, read on the read-only connection: never waits for a write.
     public func stats() throws(StoreError) -> StoreStats {
-        try locked { db throws(StoreError) in
+        let (count, sequence) = summary.withLock { ($0.collectionCount, $0.lastSequence) }
+        return try reading { db throws(StoreError) in
             let s = try db.statement("SELECT COALESCE(SUM(deleted = 0), 0), COALESCE(SUM(deleted), 0) FROM documents")
             _ = try s.step()
-            let stats = StoreStats(documents: s.int64(0), tombstones: s.int64(1), collections: Int64(collectionIDs.count), lastSequence: lastSequenceValue)
+            let stats = StoreStats(documents: s.int64(0), tombstones: s.int64(1), collections: Int64(count), lastSequence: sequence)
             try s.run()
             return stats
         }

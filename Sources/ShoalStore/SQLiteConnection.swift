@@ -8,11 +8,11 @@ final class SQLiteConnection {
     private var statements: [String: OpaquePointer] = [:]
     let path: String
 
-    init(path: String, readOnly: Bool = false) throws(StoreError) {
+    init(path: String, readOnly: Bool = false, vfs: String? = nil) throws(StoreError) {
         self.path = path
         var db: OpaquePointer?
         let flags = (readOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) | SQLITE_OPEN_NOMUTEX
-        let rc = sqlite3_open_v2(path, &db, flags, nil)
+        let rc = sqlite3_open_v2(path, &db, flags, vfs)
         guard rc == SQLITE_OK, let db else {
             let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? "out of memory"
             sqlite3_close_v2(db)

@@ -17,9 +17,13 @@ public struct StoreOptions: Sendable {
     /// Largest blob accepted, in bytes (a local upload over it is refused and dropped; a blob
     /// from a peer over it is not begun).
     public var maxBlobBytes: Int64
+    /// The SQLite VFS to open the file through, by name (nil: SQLite's default). Benchmarks and
+    /// tests name a slow one (`SlowStorage`); a gateway never sets it.
+    public var vfs: String?
 
-    public init(path: String, durability: Durability = .full, maxBodyBytes: Int = 1 << 20, maxBlobBytes: Int64 = BlobReference.maxLength) {
+    public init(path: String, durability: Durability = .full, maxBodyBytes: Int = 1 << 20, maxBlobBytes: Int64 = BlobReference.maxLength, vfs: String? = nil) {
         self.path = path
+        self.vfs = vfs
         self.durability = durability
         self.maxBodyBytes = maxBodyBytes
         self.maxBlobBytes = maxBlobBytes
