@@ -76,7 +76,7 @@ let package = Package(
 
         // `shoal bench`: the store, TLS and replication benchmarks against their bare baselines
         // (the bare C calls stay in the C importers). Not part of the runtime.
-        .target(name: "ShoalBench", dependencies: ["ShoalThreads", "ShoalCore", "ShoalConfig", "ShoalLinux", "ShoalMesh", "ShoalReplication", "ShoalRuntime", "ShoalStore", "ShoalSupervision", "ShoalTLS", "ShoalUplink", "ShoalWire"]),
+        .target(name: "ShoalBench", dependencies: ["CSQLite", "ShoalThreads", "ShoalCore", "ShoalConfig", "ShoalLinux", "ShoalMesh", "ShoalReplication", "ShoalRuntime", "ShoalStore", "ShoalSupervision", "ShoalTLS", "ShoalUplink", "ShoalWire"]),
 
         .executableTarget(name: "shoal", dependencies: ["ShoalUpdate", "ShoalTrust", "ShoalBench", "ShoalRuntime", "ShoalMQTT", "ShoalUplink", "ShoalSim", "ShoalMesh", "ShoalStatus", "ShoalStore", "ShoalConfig", "ShoalYAML", "ShoalTLS", "ShoalLinux", "ShoalWire", "ShoalCore"]),
 
@@ -88,7 +88,7 @@ let package = Package(
 
         .testTarget(name: "ShoalCoreTests", dependencies: ["ShoalCore", "ShoalWire", "ShoalStatus", "ShoalTesting"]),
         .testTarget(name: "ShoalSupervisionTests", dependencies: ["ShoalThreads", "ShoalSupervision", "ShoalTesting"]),
-        .testTarget(name: "ShoalStoreTests", dependencies: ["ShoalThreads", "ShoalStore", "ShoalTesting"]),
+        .testTarget(name: "ShoalStoreTests", dependencies: ["ShoalBench", "ShoalThreads", "ShoalStore", "ShoalTesting"]),
         .testTarget(name: "ShoalConfigTests", dependencies: ["ShoalTesting", "ShoalConfig", "ShoalYAML", "ShoalRuntime", "ShoalTLS", "ShoalReplication"]),
         .testTarget(name: "ShoalMeshTests", dependencies: ["ShoalThreads", "ShoalMesh", "ShoalGateway", "ShoalSim", "ShoalCore", "ShoalConfig", "ShoalRuntime"]),
         .testTarget(name: "ShoalGatewayTests", dependencies: ["ShoalTrust", "ShoalGateway", "ShoalMedium", "ShoalRuntime", "ShoalUplink", "ShoalConfig", "ShoalThreads", "ShoalSim", "ShoalMesh", "ShoalReplication", "ShoalStore", "ShoalTLS", "ShoalWire", "ShoalCore", "ShoalTesting"]),

@@ -9,9 +9,30 @@ import ShoalRuntime
 
 extension CLI {
     static func bench(_ args: [String]) throws -> Int32 {
-        let a = try Arguments.parse(args, command: "bench", valueOptions: ["--docs", "--batch", "--rounds", "--durability", "--dir", "--handshakes", "--megabytes", "--port", "--baseline-binary", "--seconds", "--connections", "--changes", "--burst", "--publisher", "--count", "--body-bytes", "--samples"])
+        let a = try Arguments.parse(args, command: "bench", valueOptions: ["--docs", "--batch", "--rounds", "--durability", "--dir", "--handshakes", "--megabytes", "--port", "--baseline-binary", "--seconds", "--connections", "--changes", "--burst", "--publisher", "--count", "--body-bytes", "--samples", "--storage"])
         if helpIfAsked(a, "bench") { return ExitCode.ok }
-        try a.expectPositionals(0...1, command: "bench", usage: "bench [all|store|tls|replication|http|mqtt|uplink|backup|query|live-query|blob-store|blob]")
+        try a.expectPositionals(0...1, command: "bench", usage: "bench [all|store|tls|replication|http|mqtt|uplink|backup|query|live-query|blob-store|blob|storage|stall] [--storage sd-card|sync=MS,stall=MS,every=S]")
+        var profile: SlowStorage.Profile?
+        if let text = a.values["--storage"] {
+            guard let p = SlowStorage.Profile.parse(text) else {
+                throw UsageError(command: "bench", message: "--storage is sd-card or sync=MS[,stall=MS][,every=S] (say sync=20,stall=2000,every=10), not \"\(text)\"")
+            }
+            profile = p
+        }
+        if a.positionals.first == "storage" { return try benchStorage(a, profile: profile ?? .sdCard) }
+        if a.positionals.first == "stall" { return try benchStall(a, profile: profile ?? .sdCard) }
+        if let profile {
+            // Every store this process opens from here on goes through the profile; gateways the
+            // benchmark starts as child processes (`shoal run`) keep the disk as it is.
+            try SlowStorage.install(profile)
+            out("storage profile \(profile.summary) (the stores of this process; child gateways use the disk as it is)")
+        }
+        defer {
+            if profile != nil {
+                let c = SlowStorage.counters
+                out("storage profile: \(c.syncs) syncs, \(c.stalls) stalls, \(c.waitedMillis) ms waited")
+            }
+        }
         if a.positionals.isEmpty || a.positionals[0] == "all" { return try benchAll(a) }
         if a.positionals[0] == "tls" { return try benchTLS(a) }
         if a.positionals[0] == "replication" { return try benchReplication(a) }
@@ -23,7 +44,7 @@ extension CLI {
         if a.positionals[0] == "live-query" { return try benchLiveQuery(a) }
         if a.positionals[0] == "blob-store" { return try benchBlobStore(a) }
         if a.positionals[0] == "blob" { return try benchBlob(a) }
-        guard a.positionals[0] == "store" else { throw UsageError(command: "bench", message: "unknown benchmark \"\(a.positionals[0])\" (all, store, tls, replication, http, mqtt, uplink, backup, query, live-query, blob-store, blob)") }
+        guard a.positionals[0] == "store" else { throw UsageError(command: "bench", message: "unknown benchmark \"\(a.positionals[0])\" (all, store, tls, replication, http, mqtt, uplink, backup, query, live-query, blob-store, blob, storage, stall)") }
         let docs = try a.int("--docs", command: "bench", default: 20_000, range: 1...10_000_000)
         let batch = try a.int("--batch", command: "bench", default: 100, range: 1...100_000)
         let rounds = try a.int("--rounds", command: "bench", default: 3, range: 1...50)
@@ -51,6 +72,37 @@ extension CLI {
 }
 
 extension CLI {
+    /// `shoal bench storage`: the disk's fdatasync, then durable commits and store writes on the
+    /// disk and through a slow-storage profile, in the same run.
+    static func benchStorage(_ a: Arguments, profile: SlowStorage.Profile) throws -> Int32 {
+        let samples = try a.int("--samples", command: "bench", default: 200, range: 10...100_000)
+        let dir = try benchDirectory(a)
+        defer { _ = system("rm -rf '\(dir)'") }
+        out("storage benchmark: this disk (\(dir)) against the profile \(profile.summary)")
+        let r = try StorageBenchmark.run(directory: dir, profile: profile, samples: samples, logger: Logger(sink: MemoryLogSink(), level: .none))
+        out("  disk: 4 KiB write + fdatasync   median \(fmt2(r.diskSyncMedian)) ms, p99 \(fmt2(r.diskSyncP99)) ms (\(samples) samples; what fio --rw=write --bs=4k --fdatasync=1 times)")
+        out("  durable 1-row commit, bare SQLite  disk \(fmt2(r.commitMillisDisk)) ms, profile \(fmt2(r.commitMillisProfile)) ms (\(fmt2(r.syncsPerCommit)) syncs per commit)")
+        out("  store writes, batches of 100, full disk \(fmt(r.storeDisk)) docs/s, profile \(fmt(r.storeProfile)) docs/s (bare SQLite through the profile \(fmt(r.baselineProfile)), ratio store/bare \(fmt2(r.storeProfile / r.baselineProfile)))")
+        return ExitCode.ok
+    }
+
+    /// `shoal bench stall`: `status` from a gateway whose storage stalls (the profile's stall, or
+    /// 2 s), against `status` with no stall, in the same run.
+    static func benchStall(_ a: Arguments, profile: SlowStorage.Profile) throws -> Int32 {
+        let stalls = try a.int("--samples", command: "bench", default: 20, range: 1...1000)
+        let dir = try benchDirectory(a)
+        defer { _ = system("rm -rf '\(dir)'") }
+        out("stall benchmark: a sim-board gateway in this process, its store through \(profile.summary); \(stalls) forced stalls under a document write, status asked every 50 ms while each lasts")
+        let r = try StallBenchmark.run(directory: dir, profile: profile, stalls: stalls) { out("  " + $0) }
+        func pct(_ xs: [Double], _ p: Int) -> Double { xs.isEmpty ? 0 : xs[min(xs.count - 1, xs.count * p / 100)] }
+        let worst = r.worstPerStall.sorted()
+        out("  status, no stall            median \(fmt2(pct(r.quiet, 50))) ms, worst \(fmt2(r.quiet.last ?? 0)) ms (\(r.quiet.count) asks)")
+        out("  status during a stall       median \(fmt2(pct(r.duringStalls, 50))) ms, worst \(fmt2(r.duringStalls.last ?? 0)) ms (\(r.duringStalls.count) asks)")
+        out("  slowest status per stall    median \(fmt2(pct(worst, 50))) ms, worst \(fmt2(worst.last ?? 0)) ms over \(worst.count) stalls   (goal <= 100)")
+        out("  stalled write acknowledged  median \(fmt2(pct(r.writeMillis.sorted(), 50))) ms (the stall is \(r.profile.stallMillis) ms)")
+        return ExitCode.ok
+    }
+
     static func benchTLS(_ a: Arguments) throws -> Int32 {
         let handshakes = try a.int("--handshakes", command: "bench", default: 200, range: 1...100_000)
         let megabytes = try a.int("--megabytes", command: "bench", default: 64, range: 1...100_000)
