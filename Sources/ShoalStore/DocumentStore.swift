@@ -31,6 +31,12 @@ public final class DocumentStore: @unchecked Sendable {  // a SQLite connection,
     private let readLock = ConditionLock()
     private var reader: SQLiteConnection?
     private var readerClosed = false
+    /// Group commit (see `transaction`): the bodies waiting, and whether a leader commits now.
+    private let commitLock = ConditionLock()
+    private var commitQueue: [CommitTicket] = []
+    private var committing = false
+    /// Transactions committed and how many bodies shared one (`transaction`'s group commit).
+    public let commitCounts = Locked(CommitCounts())
     let logger: Logger  // internal: DocumentStore+Blobs.swift logs a blob it drops
     /// What expiration did since the process started (see DocumentStore+Expiry).
     public let expiryCounts = Locked(ExpiryCounts())
@@ -302,16 +308,161 @@ extension DocumentStore {
     /// Runs `body` in one SQLite transaction (BEGIN IMMEDIATE … COMMIT): everything it does is
     /// kept, or nothing is. The replicator resolves and applies a batch this way, so a local write
     /// can never slip in between reading a document's version and replacing it.
+    ///
+    /// Group commit: bodies that arrive from other threads while a commit is under way wait, and
+    /// the next of them to find the store free (the leader) runs all of them, each in a savepoint
+    /// of ONE transaction, and commits once: one fsync for many writers (the control socket, the
+    /// HTTP API, the MQTT bridge, replication). Each caller returns only after the commit that holds
+    /// its body, so what it was told is as durable as before. A body that throws undoes only its
+    /// own savepoint and fails alone; if the store itself fails (the transaction is gone, or the
+    /// commit fails), every body of the group runs again in a transaction of its own, so an error
+    /// reaches only the writes it concerns. A body may run on the leader's thread while its caller
+    /// waits (its caller is blocked meanwhile, as under the store's lock before).
     public func transaction<T>(_ body: (StoreTransaction) throws(StoreError) -> T) throws(StoreError) -> T {
-        try locked { db throws(StoreError) in
-            let tx = StoreTransaction(store: self, db: db, sequence: lastSequenceValue, now: DocumentStore.nowMillis())
-            let result = try transaction(db) { () throws(StoreError) -> T in try body(tx) }
-            if tx.sequence != lastSequenceValue {
-                lastSequenceValue = tx.sequence
-                summary.withLock { $0.lastSequence = tx.sequence }
-                lock.broadcast()
+        guard options.groupCommit else {
+            return try locked { db throws(StoreError) in
+                let tx = StoreTransaction(store: self, db: db, sequence: lastSequenceValue, now: DocumentStore.nowMillis())
+                defer { published(tx.sequence) }
+                return try transaction(db) { () throws(StoreError) -> T in try body(tx) }
             }
-            return result
+        }
+        var result: T?
+        let error: StoreError? = withoutActuallyEscaping(body) { body in
+            let ticket = CommitTicket { (tx) throws(StoreError) in result = try body(tx) }
+            commitLock.withLock { commitQueue.append(ticket) }
+            while true {
+                // Wait until ours is done, or until no one commits: then lead the next group.
+                let group = commitLock.withLock { () -> [CommitTicket]? in
+                    while !ticket.done {
+                        if !committing {
+                            committing = true
+                            let n = min(commitQueue.count, DocumentStore.groupMax)
+                            defer { commitQueue.removeFirst(n) }
+                            return Array(commitQueue.prefix(n))
+                        }
+                        commitLock.wait()
+                    }
+                    return nil
+                }
+                guard let group else { break }
+                commitGroup(group)
+                commitLock.withLock {
+                    // The body goes before its caller returns: it must not outlive the call
+                    // (withoutActuallyEscaping checks).
+                    for t in group { t.body = nil; t.done = true }
+                    committing = false
+                    commitLock.broadcast()
+                }
+            }
+            return commitLock.withLock { ticket.error }
+        }
+        if let error { throw error }
+        guard let result else { preconditionFailure("a transaction left the commit queue without a result") }
+        return result
+    }
+
+    /// Bodies in one group at most (the rest wait for the next commit).
+    public static let groupMax = 256
+
+    /// Bodies queued for the next commit and not yet taken by a leader (tests wait on it).
+    public var commitsWaiting: Int { commitLock.withLock { commitQueue.count } }
+
+    /// One body waiting for a commit. `done` and `error` only under `commitLock`, or by the leader
+    /// while it runs the group.
+    final class CommitTicket: @unchecked Sendable {
+        var body: ((StoreTransaction) throws(StoreError) -> Void)?
+        var error: StoreError?
+        var done = false
+        init(_ body: @escaping (StoreTransaction) throws(StoreError) -> Void) { self.body = body }
+
+        func run(_ tx: StoreTransaction) throws(StoreError) {
+            guard let body else { preconditionFailure("a transaction's body ran after its caller returned") }
+            try body(tx)
+        }
+    }
+
+    /// After a commit: the new last sequence, for readers with and without the lock (call under it).
+    func published(_ sequence: Int64) {
+        guard sequence != lastSequenceValue else { return }
+        lastSequenceValue = sequence
+        summary.withLock { $0.lastSequence = sequence }
+        lock.broadcast()
+    }
+
+    /// The leader's part: the group in one transaction (savepoint per body), or each body alone
+    /// when the store itself failed.
+    private func commitGroup(_ group: [CommitTicket]) {
+        lock.withLock {
+            guard let db else {
+                for t in group { t.error = .closed }
+                return
+            }
+            defer { db.releaseReads() }
+            func alone(_ t: CommitTicket) {
+                let tx = StoreTransaction(store: self, db: db, sequence: lastSequenceValue, now: DocumentStore.nowMillis())
+                do throws(StoreError) {
+                    try transaction(db) { () throws(StoreError) in try t.run(tx) }
+                    t.error = nil
+                    published(tx.sequence)
+                } catch {
+                    t.error = error
+                }
+            }
+            if group.count == 1 {
+                alone(group[0])
+                commitCounts.withLock { $0.transactions += 1 }
+                return
+            }
+            let tx = StoreTransaction(store: self, db: db, sequence: lastSequenceValue, now: DocumentStore.nowMillis())
+            var storeFailed: CommitTicket?? = nil  // .some(nil): the commit failed; .some(t): t's body broke the transaction
+            do throws(StoreError) {
+                try db.statement("BEGIN IMMEDIATE").run()
+            } catch {
+                for t in group { t.error = error }
+                return
+            }
+            for t in group {
+                let sequence = tx.sequence
+                do throws(StoreError) {
+                    try db.statement("SAVEPOINT shoal_group").run()
+                    try t.run(tx)
+                    try db.statement("RELEASE shoal_group").run()
+                } catch {
+                    t.error = error
+                    tx.sequence = sequence
+                    if sqlite3_get_autocommit(db.handle) != 0 { storeFailed = .some(t); break }
+                    do throws(StoreError) {
+                        try db.statement("ROLLBACK TO shoal_group").run()
+                        try db.statement("RELEASE shoal_group").run()
+                    } catch {
+                        storeFailed = .some(t)
+                        break
+                    }
+                }
+            }
+            if storeFailed == nil {
+                do throws(StoreError) {
+                    try db.statement("COMMIT").run()
+                    published(tx.sequence)
+                    let n = group.count
+                    commitCounts.withLock { c in
+                        c.transactions += 1
+                        c.grouped += n
+                        c.largestGroup = max(c.largestGroup, n)
+                    }
+                    return
+                } catch {
+                    storeFailed = .some(nil)
+                }
+            }
+            // The store failed: nothing of the group is kept. Each body again, alone (the one
+            // that broke the transaction keeps its error).
+            if sqlite3_get_autocommit(db.handle) == 0 { try? db.statement("ROLLBACK").run() }
+            let breaker = storeFailed ?? nil
+            for t in group where t !== breaker {
+                alone(t)
+                commitCounts.withLock { $0.transactions += 1 }
+            }
         }
     }
 

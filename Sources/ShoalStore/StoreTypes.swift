@@ -20,6 +20,9 @@ public struct StoreOptions: Sendable {
     /// The SQLite VFS to open the file through, by name (nil: SQLite's default). Benchmarks and
     /// tests name a slow one (`SlowStorage`); a gateway never sets it.
     public var vfs: String?
+    /// Concurrent transactions share commits (`DocumentStore.transaction`); false: one commit each
+    /// (a benchmark's baseline).
+    public var groupCommit = true
 
     public init(path: String, durability: Durability = .full, maxBodyBytes: Int = 1 << 20, maxBlobBytes: Int64 = BlobReference.maxLength, vfs: String? = nil) {
         self.path = path
@@ -28,6 +31,16 @@ public struct StoreOptions: Sendable {
         self.maxBodyBytes = maxBodyBytes
         self.maxBlobBytes = maxBlobBytes
     }
+}
+
+/// What group commit did since the store opened.
+public struct CommitCounts: Sendable, Equatable {
+    /// Transactions committed through `DocumentStore.transaction` (with group commit on).
+    public var transactions = 0
+    /// Bodies committed in a group of two or more.
+    public var grouped = 0
+    public var largestGroup = 0
+    public init() {}
 }
 
 /// A document as stored: the body is nil for a tombstone.

@@ -1,0 +1,101 @@
+import Glibc
+import ShoalBench
+import ShoalCore
+import ShoalStore
+import ShoalTesting
+import ShoalThreads
+import Testing
+
+/// Group commit (`DocumentStore.transaction`): transactions from other threads that arrive while
+/// one commits share the next commit. A slow-storage profile (named in the store's options, not
+/// the process default) holds a commit so that the others queue up behind it for certain.
+@Suite("Group commit", .serialized)
+struct GroupCommitTests {
+    static func open(_ dir: TemporaryDirectory, _ name: String = "shoal.db") throws -> DocumentStore {
+        try DocumentStore.open(StoreOptions(path: dir.file(name), durability: .full, vfs: SlowStorage.vfsName), logger: quietLogger)
+    }
+
+    @Test("writes queued behind a stalled commit go in ONE commit; a write that fails in the group fails alone, the sequence has no gap, and all of it is there after reopening")
+    func queuedWritesShareOneCommit() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        try SlowStorage.install(SlowStorage.Profile(name: "test", syncMillis: 0, stallMillis: 600), asDefault: false)
+        defer { SlowStorage.uninstall() }
+        let store = try Self.open(dir)
+        _ = try store.createCollection(readings)
+        _ = try store.write([DocumentWrite(collection: readings, id: id("before"), body: "{}")])
+        let start = store.lastSequence
+        let countsBefore = store.commitCounts.withLock { $0 }
+        let outcomes = Locked<[String: Result<Int64, any Error>]>([:])
+        func spawn(_ name: String, _ body: @escaping @Sendable () throws -> Int64) {
+            let ok = DetachedThread.start(name: "writer-\(name)") {
+                let r = Result { try body() }
+                outcomes.withLock { $0[name] = r }
+            }
+            #expect(ok)
+        }
+        SlowStorage.stallNext()
+        let stalls = SlowStorage.counters.stalls
+        spawn("a") { try store.write([DocumentWrite(collection: readings, id: id("a"), body: "{\"w\":\"a\"}")])[0].sequence }
+        while SlowStorage.counters.stalls == stalls { usleep(1000) }
+        // a's commit is held by the stall; these queue behind it.
+        spawn("b") { try store.write([DocumentWrite(collection: readings, id: id("b"), body: "{\"w\":\"b\"}")])[0].sequence }
+        while store.commitsWaiting < 1 { usleep(1000) }
+        spawn("c") {
+            try store.transaction { (tx) throws(StoreError) -> Int64 in
+                _ = try tx.write(DocumentWrite(collection: readings, id: id("c"), body: "{\"w\":\"c\"}"))
+                throw .notFound(collection: "sensors.readings", id: "c-precondition")
+            }
+        }
+        while store.commitsWaiting < 2 { usleep(1000) }
+        spawn("d") { try store.write([DocumentWrite(collection: readings, id: id("d"), body: "{\"w\":\"d\"}")])[0].sequence }
+        while store.commitsWaiting < 3 { usleep(1000) }
+        #expect(SlowStorage.isStalling, "the three queued while a's commit was held")
+        while outcomes.withLock({ $0.count }) < 4 { usleep(1000) }
+        let o = outcomes.withLock { $0 }
+        #expect(try o["a"]?.get() == start + 1)
+        let b = try #require(try? o["b"]?.get()), d = try #require(try? o["d"]?.get())
+        // b and d were committed together; c's write was undone with its savepoint and used no number.
+        #expect(Set([b, d]) == [start + 2, start + 3])
+        guard case .failure(let e)? = o["c"], case .notFound? = e as? StoreError else { Issue.record("c: \(String(describing: o["c"]))"); return }
+        let counts = store.commitCounts.withLock { $0 }
+        #expect(counts.transactions - countsBefore.transactions == 2, "a alone, then b, c and d in one: \(counts)")
+        #expect(counts.largestGroup >= 3)
+        #expect(store.lastSequence == start + 3)
+        #expect(try store.get(readings, id: id("c")) == nil)
+        store.close()
+        let again = try DocumentStore.open(StoreOptions(path: dir.file("shoal.db")), logger: quietLogger)
+        defer { again.close() }
+        for w in ["a", "b", "d"] { #expect(try again.get(readings, id: id(w))?.body == "{\"w\":\"\(w)\"}") }
+        #expect(try again.get(readings, id: id("c")) == nil)
+    }
+
+    @Test("eight threads writing at once through 10 ms syncs: every write is there once, and they shared commits")
+    func concurrentWritersShareCommits() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        try SlowStorage.install(SlowStorage.Profile(name: "test", syncMillis: 10), asDefault: false)
+        defer { SlowStorage.uninstall() }
+        let store = try Self.open(dir)
+        _ = try store.createCollection(readings)
+        let finished = Locked(0), failures = Locked<[String]>([])
+        for t in 0..<8 {
+            let ok = DetachedThread.start(name: "writer-\(t)") {
+                for i in 0..<10 {
+                    do { _ = try store.write([DocumentWrite(collection: readings, id: id("t\(t)-\(i)"), body: "{\"t\":\(t),\"i\":\(i)}")]) } catch {
+                        failures.withLock { $0.append("\(t)/\(i): \(error)") }
+                    }
+                }
+                finished.withLock { $0 += 1 }
+            }
+            #expect(ok)
+        }
+        while finished.withLock({ $0 }) < 8 { usleep(1000) }
+        #expect(failures.withLock { $0 }.isEmpty)
+        #expect(try store.stats().documents == 80)
+        let counts = store.commitCounts.withLock { $0 }
+        #expect(counts.grouped > 0 && counts.largestGroup >= 2, "\(counts)")
+        #expect(counts.transactions < 80 + 2, "\(counts)")
+        store.close()
+    }
+}
