@@ -81,6 +81,8 @@ let package = Package(
         .executableTarget(name: "shoal", dependencies: ["ShoalUpdate", "ShoalTrust", "ShoalBench", "ShoalRuntime", "ShoalMQTT", "ShoalUplink", "ShoalSim", "ShoalMesh", "ShoalStatus", "ShoalStore", "ShoalConfig", "ShoalYAML", "ShoalTLS", "ShoalLinux", "ShoalWire", "ShoalCore"]),
 
         // The crash campaign's writer (a test tool beside the product, not in it).
+        // The gateway with a plain main thread, for valgrind (`shoal bench instructions`; a benchmark tool).
+        .executableTarget(name: "shoal-bench-gateway", dependencies: ["ShoalCore", "ShoalRuntime", "ShoalThreads"], path: "Sources/ShoalBenchGateway"),
         .executableTarget(name: "shoal-crash-writer", dependencies: ["ShoalCore", "ShoalStore"], path: "Sources/ShoalCrashWriter"),
 
         // Fuzz targets for every input from outside (make fuzz); without libFuzzer, a corpus replayer.

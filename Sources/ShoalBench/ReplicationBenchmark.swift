@@ -30,17 +30,7 @@ public enum ReplicationBenchmark {
         try IdentityStore(directory: pusherDir + "/identities").save(pusherID, label: "shoal")
         let readings = try CollectionName(parsing: "sensors.readings")
 
-        // Preload the pusher's store the way its own gateway would have written it.
-        let store = try DocumentStore.open(StoreOptions(path: pusherDir + "/shoal.db", durability: .normal), logger: quiet)
-        try store.createCollection(readings)
-        let writer = LocalWriter(peer: pusherID.peerID, store: store, clock: try NodeClock(store: store))
-        var i = 0
-        while i < documents {
-            let end = min(i + 1000, documents)
-            _ = try writer.putAll(readings, try (i..<end).map { (try DocumentID("doc-\($0)"), StoreBenchmark.body($0)) })
-            i = end
-        }
-        store.close()
+        try preload(pusherDir + "/shoal.db", as: pusherID, collection: readings, documents: documents, logger: quiet)
 
         let site = directory + "/pusher.yaml"
         let text = """
@@ -99,6 +89,21 @@ public enum ReplicationBenchmark {
 }
 
 extension ReplicationBenchmark {
+    /// Fills a pusher's store with `documents` ~1 KB bodies the way its own gateway would have
+    /// written them (durability normal: the preload is not what is measured).
+    static func preload(_ path: String, as identity: Identity, collection: CollectionName, documents: Int, logger: Logger) throws {
+        let store = try DocumentStore.open(StoreOptions(path: path, durability: .normal), logger: logger)
+        defer { store.close() }
+        try store.createCollection(collection)
+        let writer = LocalWriter(peer: identity.peerID, store: store, clock: try NodeClock(store: store))
+        var i = 0
+        while i < documents {
+            let end = min(i + 1000, documents)
+            _ = try writer.putAll(collection, try (i..<end).map { (try DocumentID("doc-\($0)"), StoreBenchmark.body($0)) })
+            i = end
+        }
+    }
+
     /// A pull-only replication node for `collection` in this process, dialling the pusher on
     /// 127.0.0.1:`port`, with the gateway whose counters it updates.
     static func puller(_ identity: Identity, of pusher: Identity, group: String, collection: CollectionName, store: DocumentStore,

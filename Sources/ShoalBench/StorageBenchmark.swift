@@ -1,6 +1,7 @@
 import Glibc
 import ShoalCore
 import ShoalStore
+import ShoalThreads
 
 /// `shoal bench storage`: this machine's disk against a slow-storage profile. The disk's own
 /// fdatasync latency (4 KiB appended, then fdatasync, as `fio --rw=write --bs=4k --fdatasync=1`
@@ -18,6 +19,11 @@ public enum StorageBenchmark {
         public var storeDisk: Double
         public var storeProfile: Double
         public var baselineProfile: Double
+        /// `writers` threads each committing one-document writes through the profile: writes
+        /// per second and syncs, one commit per write (baseline) and with group commit.
+        public var writers: Int
+        public var alone: (rate: Double, syncs: Int)
+        public var grouped: (rate: Double, syncs: Int)
 
         public var diskSyncMedian: Double { diskSyncMillis.isEmpty ? 0 : diskSyncMillis[diskSyncMillis.count / 2] }
         public var diskSyncP99: Double { diskSyncMillis.isEmpty ? 0 : diskSyncMillis[min(diskSyncMillis.count - 1, diskSyncMillis.count * 99 / 100)] }
@@ -53,8 +59,40 @@ public enum StorageBenchmark {
             return try SQLiteBaseline.write(path: directory + "/baseline-profile.db", ids: Array(ids.prefix(documents)), bodies: Array(bodies.prefix(documents)),
                                             batch: 100, durability: .full)
         }()
+        let writers = 8
+        let alone = try concurrent(directory + "/alone.db", writers: writers, each: 25, groupCommit: false, logger: logger)
+        let grouped = try concurrent(directory + "/grouped.db", writers: writers, each: 25, groupCommit: true, logger: logger)
         return Result(profile: profile, diskSyncMillis: sync, commitMillisDisk: commitDisk, commitMillisProfile: commitProfile, syncsPerCommit: syncs,
-                      storeDisk: storeDisk, storeProfile: storeProfile, baselineProfile: baselineProfile)
+                      storeDisk: storeDisk, storeProfile: storeProfile, baselineProfile: baselineProfile,
+                      writers: writers, alone: alone, grouped: grouped)
+    }
+
+    /// `writers` threads, `each` one-document durable writes apiece, at once: writes/s and syncs.
+    static func concurrent(_ path: String, writers: Int, each: Int, groupCommit: Bool, logger: Logger) throws -> (rate: Double, syncs: Int) {
+        var options = StoreOptions(path: path, durability: .full)
+        options.groupCommit = groupCommit
+        let store = try DocumentStore.open(options, logger: logger)
+        defer {
+            store.close()
+            for s in ["", "-wal", "-shm"] { unlink(path + s) }
+        }
+        let finished = Locked(0), failed = Locked(0)
+        let syncs = SlowStorage.counters.syncs
+        let start = ContinuousClock.now
+        for w in 0..<writers {
+            let ok = DetachedThread.start(name: "bench-writer") {
+                for i in 0..<each {
+                    let write = DocumentWrite(collection: .default, id: try! DocumentID("w\(w)-\(i)"), body: StoreBenchmark.body(i))
+                    if (try? store.write([write])) == nil { failed.withLock { $0 += 1 } }
+                }
+                finished.withLock { $0 += 1 }
+            }
+            guard ok else { throw SlowStorageError("cannot start a writer thread") }
+        }
+        while finished.withLock({ $0 }) < writers { usleep(1000) }
+        let seconds = (ContinuousClock.now - start).secondsDouble
+        guard failed.withLock({ $0 }) == 0 else { throw SlowStorageError("\(failed.withLock { $0 }) concurrent writes failed") }
+        return (Double(writers * each) / seconds, SlowStorage.counters.syncs - syncs)
     }
 
     /// `samples` × (append 4 KiB, fdatasync), each timed; sorted milliseconds.

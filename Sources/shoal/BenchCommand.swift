@@ -9,9 +9,9 @@ import ShoalRuntime
 
 extension CLI {
     static func bench(_ args: [String]) throws -> Int32 {
-        let a = try Arguments.parse(args, command: "bench", valueOptions: ["--docs", "--batch", "--rounds", "--durability", "--dir", "--handshakes", "--megabytes", "--port", "--baseline-binary", "--seconds", "--connections", "--changes", "--burst", "--publisher", "--count", "--body-bytes", "--samples", "--storage"])
+        let a = try Arguments.parse(args, command: "bench", valueOptions: ["--docs", "--batch", "--rounds", "--durability", "--dir", "--handshakes", "--megabytes", "--port", "--baseline-binary", "--seconds", "--connections", "--changes", "--burst", "--publisher", "--count", "--body-bytes", "--samples", "--storage", "--from"])
         if helpIfAsked(a, "bench") { return ExitCode.ok }
-        try a.expectPositionals(0...1, command: "bench", usage: "bench [all|store|tls|replication|http|mqtt|uplink|backup|query|live-query|blob-store|blob|storage|stall] [--storage sd-card|sync=MS,stall=MS,every=S]")
+        try a.expectPositionals(0...1, command: "bench", usage: "bench [all|store|tls|replication|http|mqtt|uplink|backup|query|live-query|blob-store|blob|storage|stall|instructions] [--storage sd-card|sync=MS,stall=MS,every=S]")
         var profile: SlowStorage.Profile?
         if let text = a.values["--storage"] {
             guard let p = SlowStorage.Profile.parse(text) else {
@@ -44,7 +44,8 @@ extension CLI {
         if a.positionals[0] == "live-query" { return try benchLiveQuery(a) }
         if a.positionals[0] == "blob-store" { return try benchBlobStore(a) }
         if a.positionals[0] == "blob" { return try benchBlob(a) }
-        guard a.positionals[0] == "store" else { throw UsageError(command: "bench", message: "unknown benchmark \"\(a.positionals[0])\" (all, store, tls, replication, http, mqtt, uplink, backup, query, live-query, blob-store, blob, storage, stall)") }
+        if a.positionals[0] == "instructions" { return try benchInstructions(a) }
+        guard a.positionals[0] == "store" else { throw UsageError(command: "bench", message: "unknown benchmark \"\(a.positionals[0])\" (all, store, tls, replication, http, mqtt, uplink, backup, query, live-query, blob-store, blob, storage, stall, instructions)") }
         let docs = try a.int("--docs", command: "bench", default: 20_000, range: 1...10_000_000)
         let batch = try a.int("--batch", command: "bench", default: 100, range: 1...100_000)
         let rounds = try a.int("--rounds", command: "bench", default: 3, range: 1...50)
@@ -83,6 +84,7 @@ extension CLI {
         out("  disk: 4 KiB write + fdatasync   median \(fmt2(r.diskSyncMedian)) ms, p99 \(fmt2(r.diskSyncP99)) ms (\(samples) samples; what fio --rw=write --bs=4k --fdatasync=1 times)")
         out("  durable 1-row commit, bare SQLite  disk \(fmt2(r.commitMillisDisk)) ms, profile \(fmt2(r.commitMillisProfile)) ms (\(fmt2(r.syncsPerCommit)) syncs per commit)")
         out("  store writes, batches of 100, full disk \(fmt(r.storeDisk)) docs/s, profile \(fmt(r.storeProfile)) docs/s (bare SQLite through the profile \(fmt(r.baselineProfile)), ratio store/bare \(fmt2(r.storeProfile / r.baselineProfile)))")
+        out("  \(r.writers) writers at once, 1-doc writes through the profile: one commit each \(fmt(r.alone.rate)) writes/s (\(r.alone.syncs) syncs), group commit \(fmt(r.grouped.rate)) writes/s (\(r.grouped.syncs) syncs), ratio \(fmt2(r.grouped.rate / r.alone.rate))")
         return ExitCode.ok
     }
 
@@ -100,6 +102,28 @@ extension CLI {
         out("  status during a stall       median \(fmt2(pct(r.duringStalls, 50))) ms, worst \(fmt2(r.duringStalls.last ?? 0)) ms (\(r.duringStalls.count) asks)")
         out("  slowest status per stall    median \(fmt2(pct(worst, 50))) ms, worst \(fmt2(worst.last ?? 0)) ms over \(worst.count) stalls   (goal <= 100)")
         out("  stalled write acknowledged  median \(fmt2(pct(r.writeMillis.sorted(), 50))) ms (the stall is \(r.profile.stallMillis) ms)")
+        return ExitCode.ok
+    }
+
+    /// `shoal bench instructions`: instructions per replicated document on each side (callgrind).
+    static func benchInstructions(_ a: Arguments) throws -> Int32 {
+        let large = try a.int("--docs", command: "bench", default: 5000, range: 100...1_000_000)
+        let small = large / 5
+        let port = UInt16(try a.int("--port", command: "bench", default: 47_915, range: 1024...65_535))
+        let dir = try benchDirectory(a)
+        defer {
+            if ProcessEnvironment.get("SHOAL_BENCH_KEEP") == nil { _ = system("rm -rf '\(dir)'") } else { out("  kept: \(dir) (read it again with --from)") }
+        }
+        out("instruction benchmark: a pusher and a puller gateway (shoal run, sim board) under valgrind's callgrind, pulls of \(small) and \(large) ~1 KB documents over TLS on 127.0.0.1:\(port); per document = the difference / \(large - small)")
+        // --from DIR: read the callgrind files of an earlier run kept with SHOAL_BENCH_KEEP=1.
+        let r = try InstructionBenchmark.run(directory: dir, small: small, large: large, port: port, reuse: a.values["--from"]) { out("  " + $0) }
+        func cell(_ x: Double) -> String { let t = fmt(x); return String(repeating: " ", count: max(0, 10 - t.count)) + t }
+        out("  instructions per replicated \(r.bodyBytes)-byte document (self cost, by where it was spent):")
+        out("    \("".padding(22))    pusher     puller")
+        for c in InstructionBenchmark.categories {
+            out("    \(c.padding(22)) \(cell(r.pusher.perDocument[c] ?? 0)) \(cell(r.puller.perDocument[c] ?? 0))")
+        }
+        out("    \("total".padding(22)) \(cell(r.pusher.total)) \(cell(r.puller.total))")
         return ExitCode.ok
     }
 
