@@ -21,7 +21,7 @@ LAB_PACKAGES := openssl avahi-daemon avahi-utils dbus iproute2 lintian dpkg-dev 
 NO_SERVICE_PACKAGES := mosquitto nats-server
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build-deps install-missing boards build release deb demo demo-gateways example test fresh-check sim-check soak lab-soak uplink-soak crash sanitizers fuzz bench bench-sim size clean
+.PHONY: all deps build-deps install-missing boards build release deb demo demo-gateways example test fresh-check sim-check soak lab-soak uplink-soak crash sanitizers fuzz bench bench-sim bench-instructions size clean
 
 all: build
 
@@ -170,6 +170,12 @@ crash: deps boards
 ## trivial program — each a ratio against a baseline measured in the same run (~3 min).
 bench: release
 	./scripts/bench.sh dist/shoal
+
+## Instructions per replicated 1 KB document on each side, by where they go (valgrind's callgrind:
+## the same count on every run; about 2 minutes). Installs valgrind if it is missing.
+bench-instructions: release
+	@$(MAKE) --no-print-directory install-missing PACKAGES=valgrind APT_FLAGS=--no-install-recommends
+	.build/release/shoal bench instructions
 
 ## More figures: the simulator at larger sizes and with faults.
 bench-sim: release

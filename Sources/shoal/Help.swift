@@ -31,7 +31,7 @@ enum Help {
         ("restore", ["Replace a stopped gateway's store with a checked backup; it catches up from the mesh"]),
         ("board", ["Board files: list | show NAME | check FILE"]),
         ("bench", ["Benchmarks that print figures: all (one table), store, tls, replication, http, mqtt, uplink, backup, query,",
-                   "live-query, blob-store, blob"]),
+                   "live-query, blob-store, blob, storage, stall, instructions; --storage sd-card: as on an SD card"]),
         ("sim", ["Simulate a mesh of gateways (virtual time, real stores): plan a site"]),
         ("demo", ["Five gateways in this process on a simulated radio: the mesh at work"]),
         ("version", ["Versions of shoal and of the C libraries it uses"]),
@@ -432,6 +432,20 @@ enum Help {
                    shoal bench live-query [--docs N] [--samples N] [--dir DIR]
                    shoal bench blob-store [--rounds N] [--durability full|normal] [--dir DIR]
                    shoal bench blob [--megabytes N] [--rounds N] [--durability full|normal] [--port P] [--dir DIR]
+                   shoal bench storage [--storage P] [--samples N] [--dir DIR]
+                   shoal bench stall [--storage P] [--samples N] [--dir DIR]
+                   shoal bench instructions [--docs N] [--port P] [--from DIR]
+
+            --storage sd-card|sync=MS[,stall=MS][,every=S] on any of them: the stores of this
+            process go through a SQLite VFS that waits before every sync and stalls now and then
+            (sd-card: +20 ms per sync, a 2 s stall every ~30 s); gateways started as child
+            processes keep the disk as it is. storage: this disk's fdatasync, durable commits,
+            batches and 8 concurrent writers (one commit each vs group commit), on the disk and
+            through the profile. stall: `status` from a gateway in this process while its storage
+            stalls (--samples stalls, default 20). instructions: instructions per replicated
+            document on each side under valgrind's callgrind, by where they go (needs valgrind and
+            shoal-bench-gateway beside this binary; SHOAL_BENCH_KEEP=1 keeps the files, --from DIR
+            reads them again).
 
             all (the default): every figure below plus the simulator's and memory's, each beside a
             baseline measured in the same run, then one table with the date and machine: store
