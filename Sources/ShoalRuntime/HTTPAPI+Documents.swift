@@ -6,7 +6,7 @@ import ShoalWire
 
 /// Documents and the change feed over HTTP: one document's GET/PUT/DELETE with its revision as
 /// the ETag (If-Match and If-None-Match checked in the write's own transaction, which it may
-/// share with other clients' writes: `HTTPCommitQueue`), a page of a
+/// share commits with every other writer: `HTTPCommitQueue`), a page of a
 /// collection, a bulk write in one transaction, and `/v1/changes` as a page, a long poll or SSE.
 extension HTTPAPI {
     func collection(_ text: String) throws -> CollectionName {

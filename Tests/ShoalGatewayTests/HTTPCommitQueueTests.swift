@@ -7,8 +7,9 @@ import ShoalStore
 import ShoalTesting
 import ShoalThreads
 
-/// The HTTP API's group commit: writes that wait while a commit runs go in the next transaction
-/// together, each gets its own answer, a refused precondition or a store error stays with its write.
+/// The HTTP API's writes under the store's group commit: writes that wait while a commit runs go
+/// in the next transaction together, each gets its own answer, a refused precondition or a store
+/// error stays with its write.
 /// Grouping is forced, not hoped for: the first write's check holds its transaction open until
 /// the others are queued, so they all make the second group.
 @Suite("HTTP commit queue")
@@ -36,11 +37,11 @@ struct HTTPCommitQueueTests {
         let results = Locked([Int: Result<HTTPCommitQueue.Outcome, StoreError>]())
         let entered = Locked(false)
         let done = ConditionLock()
-        let queue = f.queue, writer = f.writer, count = others.count
+        let queue = f.queue, writer = f.writer, store = f.store, count = others.count
         // The first write's check holds its transaction open until every other write is queued.
         let first = HTTPCommitQueue.Write(collection: readings, id: try! DocumentID(id), body: "{\"n\":0}") { _ in
             entered.withLock { $0 = true }
-            while queue.waiting < count { usleep(1000) }
+            while store.commitsWaiting < count { usleep(1000) }
         }
         func start(_ i: Int, _ w: HTTPCommitQueue.Write) {
             _ = DetachedThread.start(name: "commit-\(i)") {
@@ -65,10 +66,11 @@ struct HTTPCommitQueueTests {
         let f = try Fixture()
         defer { f.close() }
         let others = (1...15).map { Self.put("doc-\($0)") }
+        let before = f.store.commitCounts.withLock { $0.transactions }
         let results = Self.commitAll(f, others)
         let changes = try results.map { try $0.get().change }
         #expect(Set(changes.map(\.sequence)).count == 16)
-        #expect(f.queue.groupsCommitted == 2)
+        #expect(f.store.commitCounts.withLock { $0.transactions } - before == 2)
         #expect(f.store.lastSequence == 16)
         #expect(try f.store.get(Self.readings, id: DocumentID("doc-9"))?.body == "{\"id\":\"doc-9\"}")
     }
