@@ -76,6 +76,8 @@ public enum SlowStorage {
         var forced = false
         /// A stall is being waited out right now.
         var stalling = false
+        /// The next sync fails with SQLITE_IOERR_FSYNC (a test's failing disk).
+        var failSync = false
         var random: UInt64 = 1
         /// One method table per original table (the default VFS has a handful), made once.
         var tables: [UnsafeRawPointer: UnsafeMutablePointer<sqlite3_io_methods>] = [:]
@@ -146,8 +148,12 @@ public enum SlowStorage {
         }
     }
 
-    /// The next write or sync stalls for the profile's stallMillis (a test's or a benchmark's stall).
+    /// The next sync stalls for the profile's stallMillis (a test's or a benchmark's stall: a
+    /// durable commit's flush, where a card's erase holds it up).
     public static func stallNext() { state.withLock { $0.forced = true } }
+
+    /// The next sync fails (SQLITE_IOERR_FSYNC) without reaching the disk: a failing commit.
+    public static func failNextSync() { state.withLock { $0.failSync = true } }
 
     public static var counters: Counters { state.withLock { $0.counters } }
     /// True while a write or sync is held by a stall.
@@ -172,7 +178,14 @@ public enum SlowStorage {
             let t = UnsafeMutablePointer<sqlite3_io_methods>.allocate(capacity: 1)
             t.initialize(to: original.pointee)
             t.pointee.xSync = { file, flags in
+                // Whether this sync fails is settled as it begins (a sync already waiting out a
+                // stall when a test asks for a failure is not the one that fails).
+                let fail = SlowStorage.state.withLock { s in
+                    defer { s.failSync = false }
+                    return s.failSync
+                }
                 SlowStorage.wait(sync: true)
+                if fail { return SQLITE_IOERR | (4 << 8) }  // SQLITE_IOERR_FSYNC
                 return SlowStorage.original(file!).pointee.xSync(file, flags)
             }
             t.pointee.xWrite = { file, data, amount, offset in
@@ -209,8 +222,8 @@ public enum SlowStorage {
             guard let p = s.profile else { return (0, false) }
             if sync { s.counters.syncs += 1 } else { s.counters.writes += 1 }
             var m = sync ? p.syncMillis : 0
-            if p.stallMillis > 0 && (s.forced || t >= s.nextStall) {
-                s.forced = false
+            if p.stallMillis > 0 && ((sync && s.forced) || t >= s.nextStall) {
+                if sync { s.forced = false }
                 s.counters.stalls += 1
                 s.nextStall = nextStall(after: t + Int64(p.stallMillis), &s)
                 s.stalling = true

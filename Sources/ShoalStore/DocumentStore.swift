@@ -314,16 +314,18 @@ extension DocumentStore {
     /// of ONE transaction, and commits once: one fsync for many writers (the control socket, the
     /// HTTP API, the MQTT bridge, replication). Each caller returns only after the commit that holds
     /// its body, so what it was told is as durable as before. A body that throws undoes only its
-    /// own savepoint and fails alone; if the store itself fails (the transaction is gone, or the
-    /// commit fails), every body of the group runs again in a transaction of its own, so an error
-    /// reaches only the writes it concerns. A body may run on the leader's thread while its caller
+    /// own savepoint and fails alone. If the store itself fails (the transaction is gone, or the
+    /// commit fails), nothing of the group is kept: the bodies that already ran fail with that
+    /// error (a body never runs twice: callers keep state from it), the ones not yet run run
+    /// each in a transaction of its own. A body may run on the leader's thread while its caller
     /// waits (its caller is blocked meanwhile, as under the store's lock before).
     public func transaction<T>(_ body: (StoreTransaction) throws(StoreError) -> T) throws(StoreError) -> T {
         guard options.groupCommit else {
             return try locked { db throws(StoreError) in
                 let tx = StoreTransaction(store: self, db: db, sequence: lastSequenceValue, now: DocumentStore.nowMillis())
-                defer { published(tx.sequence) }
-                return try transaction(db) { () throws(StoreError) -> T in try body(tx) }
+                let result = try transaction(db) { () throws(StoreError) -> T in try body(tx) }
+                published(tx.sequence)  // only once committed: a rolled-back write hands out no sequence
+                return result
             }
         }
         var result: T?
@@ -414,7 +416,8 @@ extension DocumentStore {
                 return
             }
             let tx = StoreTransaction(store: self, db: db, sequence: lastSequenceValue, now: DocumentStore.nowMillis())
-            var storeFailed: CommitTicket?? = nil  // .some(nil): the commit failed; .some(t): t's body broke the transaction
+            var storeFailed: StoreError?  // the transaction is gone (a body broke it) or its commit failed
+            var ran = 0  // bodies run so far, in order
             do throws(StoreError) {
                 try db.statement("BEGIN IMMEDIATE").run()
             } catch {
@@ -423,6 +426,7 @@ extension DocumentStore {
             }
             for t in group {
                 let sequence = tx.sequence
+                ran += 1
                 do throws(StoreError) {
                     try db.statement("SAVEPOINT shoal_group").run()
                     try t.run(tx)
@@ -430,12 +434,13 @@ extension DocumentStore {
                 } catch {
                     t.error = error
                     tx.sequence = sequence
-                    if sqlite3_get_autocommit(db.handle) != 0 { storeFailed = .some(t); break }
+                    db.releaseReads()  // a statement the body left on a row would block the rollback
+                    if sqlite3_get_autocommit(db.handle) != 0 { storeFailed = error; break }
                     do throws(StoreError) {
                         try db.statement("ROLLBACK TO shoal_group").run()
                         try db.statement("RELEASE shoal_group").run()
                     } catch {
-                        storeFailed = .some(t)
+                        storeFailed = error
                         break
                     }
                 }
@@ -452,14 +457,15 @@ extension DocumentStore {
                     }
                     return
                 } catch {
-                    storeFailed = .some(nil)
+                    storeFailed = error
                 }
             }
-            // The store failed: nothing of the group is kept. Each body again, alone (the one
-            // that broke the transaction keeps its error).
+            // The store failed: nothing of the group is kept. The bodies that ran fail with the
+            // store's error (a body that failed on its own keeps its own); the rest run alone.
+            db.releaseReads()
             if sqlite3_get_autocommit(db.handle) == 0 { try? db.statement("ROLLBACK").run() }
-            let breaker = storeFailed ?? nil
-            for t in group where t !== breaker {
+            for t in group.prefix(ran) where t.error == nil { t.error = storeFailed }
+            for t in group.dropFirst(ran) {
                 alone(t)
                 commitCounts.withLock { $0.transactions += 1 }
             }

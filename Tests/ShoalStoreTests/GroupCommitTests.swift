@@ -8,10 +8,10 @@ import Testing
 
 /// Group commit (`DocumentStore.transaction`): transactions from other threads that arrive while
 /// one commits share the next commit. A slow-storage profile (named in the store's options, not
-/// the process default) holds a commit so that the others queue up behind it for certain.
-@Suite("Group commit", .serialized)
-struct GroupCommitTests {
-    static func open(_ dir: TemporaryDirectory, _ name: String = "shoal.db") throws -> DocumentStore {
+/// the process default) holds a commit so that the others queue up behind it for certain. In the
+/// slow-storage suite (serialized): the profile is the process's, one test at a time sets it.
+extension SlowStorageTests {
+    static func openSlow(_ dir: TemporaryDirectory, _ name: String = "shoal.db") throws -> DocumentStore {
         try DocumentStore.open(StoreOptions(path: dir.file(name), durability: .full, vfs: SlowStorage.vfsName), logger: quietLogger)
     }
 
@@ -21,7 +21,7 @@ struct GroupCommitTests {
         defer { dir.remove() }
         try SlowStorage.install(SlowStorage.Profile(name: "test", syncMillis: 0, stallMillis: 600), asDefault: false)
         defer { SlowStorage.uninstall() }
-        let store = try Self.open(dir)
+        let store = try Self.openSlow(dir)
         _ = try store.createCollection(readings)
         _ = try store.write([DocumentWrite(collection: readings, id: id("before"), body: "{}")])
         let start = store.lastSequence
@@ -70,13 +70,65 @@ struct GroupCommitTests {
         #expect(try again.get(readings, id: id("c")) == nil)
     }
 
+    @Test("a group whose commit fails: every write of it gets the error, no body runs twice, nothing of it is kept, and the store goes on")
+    func failedCommitFailsTheGroupOnce() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        try SlowStorage.install(SlowStorage.Profile(name: "test", syncMillis: 0, stallMillis: 400), asDefault: false)
+        defer { SlowStorage.uninstall() }
+        let store = try Self.openSlow(dir)
+        _ = try store.createCollection(readings)
+        _ = try store.write([DocumentWrite(collection: readings, id: id("before"), body: "{}")])
+        let start = store.lastSequence
+        let runs = Locked<[String: Int]>([:])
+        let outcomes = Locked<[String: Result<Int64, any Error>]>([:])
+        func spawn(_ name: String) {
+            let ok = DetachedThread.start(name: "writer-\(name)") {
+                let r = Result { () throws -> Int64 in
+                    try store.transaction { (tx) throws(StoreError) -> Int64 in
+                        runs.withLock { $0[name, default: 0] += 1 }
+                        return try tx.write(DocumentWrite(collection: readings, id: id(name), body: "{}")).sequence
+                    }
+                }
+                outcomes.withLock { $0[name] = r }
+            }
+            #expect(ok)
+        }
+        SlowStorage.stallNext()
+        let stalls = SlowStorage.counters.stalls
+        spawn("a")
+        while SlowStorage.counters.stalls == stalls { usleep(1000) }
+        for (i, name) in ["b", "c", "d"].enumerated() {
+            spawn(name)
+            while store.commitsWaiting < i + 1 { usleep(1000) }
+        }
+        // a's commit is held; b, c and d wait for the next one, whose sync fails.
+        SlowStorage.failNextSync()
+        while outcomes.withLock({ $0.count }) < 4 { usleep(1000) }
+        let o = outcomes.withLock { $0 }
+        #expect(try o["a"]?.get() == start + 1)
+        for name in ["b", "c", "d"] {
+            guard case .failure(let e)? = o[name], e is StoreError else { Issue.record("\(name): \(String(describing: o[name]))"); continue }
+            #expect(try store.get(readings, id: id(name)) == nil, "\(name) was kept")
+        }
+        #expect(runs.withLock { $0 } == ["a": 1, "b": 1, "c": 1, "d": 1], "a body ran twice: \(runs.withLock { $0 })")
+        #expect(store.lastSequence == start + 1)
+        // The store goes on: the next write gets the next sequence and is kept.
+        #expect(try store.write([DocumentWrite(collection: readings, id: id("after"), body: "{}")])[0].sequence == start + 2)
+        store.close()
+        let again = try DocumentStore.open(StoreOptions(path: dir.file("shoal.db")), logger: quietLogger)
+        defer { again.close() }
+        #expect(try again.get(readings, id: id("after")) != nil && again.get(readings, id: id("a")) != nil)
+        #expect(try again.get(readings, id: id("c")) == nil)
+    }
+
     @Test("eight threads writing at once through 10 ms syncs: every write is there once, and they shared commits")
     func concurrentWritersShareCommits() throws {
         let dir = TemporaryDirectory()
         defer { dir.remove() }
         try SlowStorage.install(SlowStorage.Profile(name: "test", syncMillis: 10), asDefault: false)
         defer { SlowStorage.uninstall() }
-        let store = try Self.open(dir)
+        let store = try Self.openSlow(dir)
         _ = try store.createCollection(readings)
         let finished = Locked(0), failures = Locked<[String]>([])
         for t in 0..<8 {
