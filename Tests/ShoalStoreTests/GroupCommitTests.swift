@@ -19,7 +19,7 @@ extension SlowStorageTests {
     func queuedWritesShareOneCommit() throws {
         let dir = TemporaryDirectory()
         defer { dir.remove() }
-        try SlowStorage.install(SlowStorage.Profile(name: "test", syncMillis: 0, stallMillis: 600), asDefault: false)
+        try SlowStorage.install(SlowStorage.Profile(name: "test", syncMillis: 0, stallMillis: 3000), asDefault: false)
         defer { SlowStorage.uninstall() }
         let store = try Self.openSlow(dir)
         _ = try store.createCollection(readings)
@@ -74,7 +74,7 @@ extension SlowStorageTests {
     func failedCommitFailsTheGroupOnce() throws {
         let dir = TemporaryDirectory()
         defer { dir.remove() }
-        try SlowStorage.install(SlowStorage.Profile(name: "test", syncMillis: 0, stallMillis: 400), asDefault: false)
+        try SlowStorage.install(SlowStorage.Profile(name: "test", syncMillis: 0, stallMillis: 3000), asDefault: false)
         defer { SlowStorage.uninstall() }
         let store = try Self.openSlow(dir)
         _ = try store.createCollection(readings)

@@ -62,7 +62,7 @@ struct SlowStorageTests {
     func statusFiguresDoNotWaitForAStalledCommit() throws {
         let dir = TemporaryDirectory()
         defer { dir.remove() }
-        try SlowStorage.install(SlowStorage.Profile(name: "test", syncMillis: 0, stallMillis: 1500), asDefault: false)
+        try SlowStorage.install(SlowStorage.Profile(name: "test", syncMillis: 0, stallMillis: 3000), asDefault: false)
         defer { SlowStorage.uninstall() }
         let store = try DocumentStore.open(StoreOptions(path: dir.file("shoal.db"), durability: .full, vfs: SlowStorage.vfsName), logger: quietLogger)
         defer { store.close() }
@@ -77,7 +77,7 @@ struct SlowStorageTests {
         }
         #expect(started)
         while SlowStorage.counters.stalls == before { usleep(1000) }
-        // The write is inside its stall now (it holds the store's lock for 1.5 s).
+        // The write is inside its stall now (it holds the store's lock for 3 s).
         let stats = try store.stats()
         let blobs = try store.blobStats()
         let collections = try store.collections()
