@@ -16,7 +16,7 @@ extension SlowStorageTests {
     }
 
     @Test("writes queued behind a stalled commit go in ONE commit; a write that fails in the group fails alone, the sequence has no gap, and all of it is there after reopening")
-    func queuedWritesShareOneCommit() throws {
+    func queuedWritesShareOneCommit() async throws {
         let dir = TemporaryDirectory()
         defer { dir.remove() }
         try SlowStorage.install(SlowStorage.Profile(name: "test", syncMillis: 0, stallMillis: 3000), asDefault: false)
@@ -37,21 +37,21 @@ extension SlowStorageTests {
         SlowStorage.stallNext()
         let stalls = SlowStorage.counters.stalls
         spawn("a") { try store.write([DocumentWrite(collection: readings, id: id("a"), body: "{\"w\":\"a\"}")])[0].sequence }
-        while SlowStorage.counters.stalls == stalls { usleep(1000) }
+        try #require(await eventually(within: 60, every: 0.001) { !(SlowStorage.counters.stalls == stalls) })
         // a's commit is held by the stall; these queue behind it.
         spawn("b") { try store.write([DocumentWrite(collection: readings, id: id("b"), body: "{\"w\":\"b\"}")])[0].sequence }
-        while store.commitsWaiting < 1 { usleep(1000) }
+        try #require(await eventually(within: 60, every: 0.001) { !(store.commitsWaiting < 1) })
         spawn("c") {
             try store.transaction { (tx) throws(StoreError) -> Int64 in
                 _ = try tx.write(DocumentWrite(collection: readings, id: id("c"), body: "{\"w\":\"c\"}"))
                 throw .notFound(collection: "sensors.readings", id: "c-precondition")
             }
         }
-        while store.commitsWaiting < 2 { usleep(1000) }
+        try #require(await eventually(within: 60, every: 0.001) { !(store.commitsWaiting < 2) })
         spawn("d") { try store.write([DocumentWrite(collection: readings, id: id("d"), body: "{\"w\":\"d\"}")])[0].sequence }
-        while store.commitsWaiting < 3 { usleep(1000) }
+        try #require(await eventually(within: 60, every: 0.001) { !(store.commitsWaiting < 3) })
         #expect(SlowStorage.isStalling, "the three queued while a's commit was held")
-        while outcomes.withLock({ $0.count }) < 4 { usleep(1000) }
+        try #require(await eventually(within: 60, every: 0.001) { !(outcomes.withLock({ $0.count }) < 4) })
         let o = outcomes.withLock { $0 }
         #expect(try o["a"]?.get() == start + 1)
         let b = try #require(try? o["b"]?.get()), d = try #require(try? o["d"]?.get())
@@ -71,7 +71,7 @@ extension SlowStorageTests {
     }
 
     @Test("a group whose commit fails: every write of it gets the error, no body runs twice, nothing of it is kept, and the store goes on")
-    func failedCommitFailsTheGroupOnce() throws {
+    func failedCommitFailsTheGroupOnce() async throws {
         let dir = TemporaryDirectory()
         defer { dir.remove() }
         try SlowStorage.install(SlowStorage.Profile(name: "test", syncMillis: 0, stallMillis: 3000), asDefault: false)
@@ -97,14 +97,14 @@ extension SlowStorageTests {
         SlowStorage.stallNext()
         let stalls = SlowStorage.counters.stalls
         spawn("a")
-        while SlowStorage.counters.stalls == stalls { usleep(1000) }
+        try #require(await eventually(within: 60, every: 0.001) { !(SlowStorage.counters.stalls == stalls) })
         for (i, name) in ["b", "c", "d"].enumerated() {
             spawn(name)
-            while store.commitsWaiting < i + 1 { usleep(1000) }
+            try #require(await eventually(within: 60, every: 0.001) { !(store.commitsWaiting < i + 1) })
         }
         // a's commit is held; b, c and d wait for the next one, whose sync fails.
         SlowStorage.failNextSync()
-        while outcomes.withLock({ $0.count }) < 4 { usleep(1000) }
+        try #require(await eventually(within: 60, every: 0.001) { !(outcomes.withLock({ $0.count }) < 4) })
         let o = outcomes.withLock { $0 }
         #expect(try o["a"]?.get() == start + 1)
         for name in ["b", "c", "d"] {
@@ -123,7 +123,7 @@ extension SlowStorageTests {
     }
 
     @Test("eight threads writing at once through 10 ms syncs: every write is there once, and they shared commits")
-    func concurrentWritersShareCommits() throws {
+    func concurrentWritersShareCommits() async throws {
         let dir = TemporaryDirectory()
         defer { dir.remove() }
         try SlowStorage.install(SlowStorage.Profile(name: "test", syncMillis: 10), asDefault: false)
@@ -142,7 +142,7 @@ extension SlowStorageTests {
             }
             #expect(ok)
         }
-        while finished.withLock({ $0 }) < 8 { usleep(1000) }
+        try #require(await eventually(within: 60, every: 0.001) { !(finished.withLock({ $0 }) < 8) })
         #expect(failures.withLock { $0 }.isEmpty)
         #expect(try store.stats().documents == 80)
         let counts = store.commitCounts.withLock { $0 }

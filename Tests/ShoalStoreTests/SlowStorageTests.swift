@@ -59,7 +59,7 @@ struct SlowStorageTests {
     }
 
     @Test("while a commit is held by a stall, the status figures (stats, blob stats, collections, last sequence) are read without waiting for it")
-    func statusFiguresDoNotWaitForAStalledCommit() throws {
+    func statusFiguresDoNotWaitForAStalledCommit() async throws {
         let dir = TemporaryDirectory()
         defer { dir.remove() }
         try SlowStorage.install(SlowStorage.Profile(name: "test", syncMillis: 0, stallMillis: 3000), asDefault: false)
@@ -76,7 +76,7 @@ struct SlowStorageTests {
             done.withLock { $0 = true }
         }
         #expect(started)
-        while SlowStorage.counters.stalls == before { usleep(1000) }
+        try #require(await eventually(within: 60, every: 0.001) { !(SlowStorage.counters.stalls == before) })
         // The write is inside its stall now (it holds the store's lock for 3 s).
         let stats = try store.stats()
         let blobs = try store.blobStats()
@@ -87,7 +87,7 @@ struct SlowStorageTests {
         #expect(stats.documents == 1 && stats.lastSequence == 1 && sequence == 1, "\(stats)")
         #expect(blobs.count == 0)
         #expect(collections == [.default, readings])
-        while !done.withLock({ $0 }) { usleep(1000) }
+        try #require(await eventually(within: 60, every: 0.001) { !(!done.withLock({ $0 })) })
         #expect(store.lastSequence == 2)
         #expect(try store.stats().documents == 2)
     }
