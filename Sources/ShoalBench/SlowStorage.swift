@@ -78,6 +78,10 @@ public enum SlowStorage {
         var stalling = false
         /// The next sync fails with SQLITE_IOERR_FSYNC (a test's failing disk).
         var failSync = false
+        /// The next sync waits until released (`holdNextSync`): a test's commit held for as long
+        /// as the test needs, whatever the scheduler does meanwhile.
+        var holdNext = false
+        var holding = false
         var random: UInt64 = 1
         /// One method table per original table (the default VFS has a handful), made once.
         var tables: [UnsafeRawPointer: UnsafeMutablePointer<sqlite3_io_methods>] = [:]
@@ -155,6 +159,12 @@ public enum SlowStorage {
     /// The next sync fails (SQLITE_IOERR_FSYNC) without reaching the disk: a failing commit.
     public static func failNextSync() { state.withLock { $0.failSync = true } }
 
+    /// The next sync waits (after the profile's own wait) until `releaseHeld()`.
+    public static func holdNextSync() { state.withLock { $0.holdNext = true } }
+    /// True while a sync is held by `holdNextSync`.
+    public static var isHolding: Bool { state.withLock { $0.holding } }
+    public static func releaseHeld() { state.withLock { $0.holding = false } }
+
     public static var counters: Counters { state.withLock { $0.counters } }
     /// True while a write or sync is held by a stall.
     public static var isStalling: Bool { state.withLock { $0.stalling } }
@@ -185,6 +195,14 @@ public enum SlowStorage {
                     return s.failSync
                 }
                 SlowStorage.wait(sync: true)
+                let hold = SlowStorage.state.withLock { s in
+                    guard s.holdNext else { return false }
+                    s.holdNext = false
+                    s.holding = true
+                    return true
+                }
+                // A test's hold: this thread (SQLite's caller, never the cooperative pool) polls.
+                while hold && SlowStorage.isHolding { usleep(1000) }
                 if fail { return SQLITE_IOERR | (4 << 8) }  // SQLITE_IOERR_FSYNC
                 return SlowStorage.original(file!).pointee.xSync(file, flags)
             }

@@ -7,8 +7,9 @@ import ShoalThreads
 import Testing
 
 /// Group commit (`DocumentStore.transaction`): transactions from other threads that arrive while
-/// one commits share the next commit. A slow-storage profile (named in the store's options, not
-/// the process default) holds a commit so that the others queue up behind it for certain. In the
+/// one commits share the next commit. The slow-storage VFS (named in the store's options, not the
+/// process default) holds a commit on its fsync until the test releases it, so that the others
+/// queue up behind it for certain, whatever the scheduler does. In the
 /// slow-storage suite (serialized): the profile is the process's, one test at a time sets it.
 extension SlowStorageTests {
     static func openSlow(_ dir: TemporaryDirectory, _ name: String = "shoal.db") throws -> DocumentStore {
@@ -19,7 +20,7 @@ extension SlowStorageTests {
     func queuedWritesShareOneCommit() async throws {
         let dir = TemporaryDirectory()
         defer { dir.remove() }
-        try SlowStorage.install(SlowStorage.Profile(name: "test", syncMillis: 0, stallMillis: 3000), asDefault: false)
+        try SlowStorage.install(SlowStorage.Profile(name: "test", syncMillis: 0), asDefault: false)
         defer { SlowStorage.uninstall() }
         let store = try Self.openSlow(dir)
         _ = try store.createCollection(readings)
@@ -34,11 +35,10 @@ extension SlowStorageTests {
             }
             #expect(ok)
         }
-        SlowStorage.stallNext()
-        let stalls = SlowStorage.counters.stalls
+        SlowStorage.holdNextSync()
         spawn("a") { try store.write([DocumentWrite(collection: readings, id: id("a"), body: "{\"w\":\"a\"}")])[0].sequence }
-        try #require(await eventually(within: 60, every: 0.001) { !(SlowStorage.counters.stalls == stalls) })
-        // a's commit is held by the stall; these queue behind it.
+        try #require(await eventually(within: 60, every: 0.001) { SlowStorage.isHolding })
+        // a's commit is held on its fsync until released; these queue behind it.
         spawn("b") { try store.write([DocumentWrite(collection: readings, id: id("b"), body: "{\"w\":\"b\"}")])[0].sequence }
         try #require(await eventually(within: 60, every: 0.001) { !(store.commitsWaiting < 1) })
         spawn("c") {
@@ -50,7 +50,8 @@ extension SlowStorageTests {
         try #require(await eventually(within: 60, every: 0.001) { !(store.commitsWaiting < 2) })
         spawn("d") { try store.write([DocumentWrite(collection: readings, id: id("d"), body: "{\"w\":\"d\"}")])[0].sequence }
         try #require(await eventually(within: 60, every: 0.001) { !(store.commitsWaiting < 3) })
-        #expect(SlowStorage.isStalling, "the three queued while a's commit was held")
+        #expect(SlowStorage.isHolding, "the three queued while a's commit was held")
+        SlowStorage.releaseHeld()
         try #require(await eventually(within: 60, every: 0.001) { !(outcomes.withLock({ $0.count }) < 4) })
         let o = outcomes.withLock { $0 }
         #expect(try o["a"]?.get() == start + 1)
@@ -74,7 +75,7 @@ extension SlowStorageTests {
     func failedCommitFailsTheGroupOnce() async throws {
         let dir = TemporaryDirectory()
         defer { dir.remove() }
-        try SlowStorage.install(SlowStorage.Profile(name: "test", syncMillis: 0, stallMillis: 3000), asDefault: false)
+        try SlowStorage.install(SlowStorage.Profile(name: "test", syncMillis: 0), asDefault: false)
         defer { SlowStorage.uninstall() }
         let store = try Self.openSlow(dir)
         _ = try store.createCollection(readings)
@@ -94,16 +95,16 @@ extension SlowStorageTests {
             }
             #expect(ok)
         }
-        SlowStorage.stallNext()
-        let stalls = SlowStorage.counters.stalls
+        SlowStorage.holdNextSync()
         spawn("a")
-        try #require(await eventually(within: 60, every: 0.001) { !(SlowStorage.counters.stalls == stalls) })
+        try #require(await eventually(within: 60, every: 0.001) { SlowStorage.isHolding })
         for (i, name) in ["b", "c", "d"].enumerated() {
             spawn(name)
             try #require(await eventually(within: 60, every: 0.001) { !(store.commitsWaiting < i + 1) })
         }
         // a's commit is held; b, c and d wait for the next one, whose sync fails.
         SlowStorage.failNextSync()
+        SlowStorage.releaseHeld()
         try #require(await eventually(within: 60, every: 0.001) { !(outcomes.withLock({ $0.count }) < 4) })
         let o = outcomes.withLock { $0 }
         #expect(try o["a"]?.get() == start + 1)

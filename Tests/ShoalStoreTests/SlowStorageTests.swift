@@ -58,36 +58,36 @@ struct SlowStorageTests {
         SlowStorage.uninstall()
     }
 
-    @Test("while a commit is held by a stall, the status figures (stats, blob stats, collections, last sequence) are read without waiting for it")
+    @Test("while a commit is held on its fsync, the status figures (stats, blob stats, collections, last sequence) are read without waiting for it")
     func statusFiguresDoNotWaitForAStalledCommit() async throws {
         let dir = TemporaryDirectory()
         defer { dir.remove() }
-        try SlowStorage.install(SlowStorage.Profile(name: "test", syncMillis: 0, stallMillis: 3000), asDefault: false)
+        try SlowStorage.install(SlowStorage.Profile(name: "test", syncMillis: 0), asDefault: false)
         defer { SlowStorage.uninstall() }
         let store = try DocumentStore.open(StoreOptions(path: dir.file("shoal.db"), durability: .full, vfs: SlowStorage.vfsName), logger: quietLogger)
         defer { store.close() }
         _ = try store.createCollection(readings)
         _ = try store.write([DocumentWrite(collection: readings, id: id("first"), body: "{}")])
         let done = Locked(false)
-        SlowStorage.stallNext()
-        let before = SlowStorage.counters.stalls
-        let started = DetachedThread.start(name: "stalled-write") {
+        // Held until released, however long the scheduler keeps this test from running.
+        SlowStorage.holdNextSync()
+        let started = DetachedThread.start(name: "held-write") {
             _ = try? store.write([DocumentWrite(collection: readings, id: id("held"), body: "{}")])
             done.withLock { $0 = true }
         }
         #expect(started)
-        try #require(await eventually(within: 60, every: 0.001) { !(SlowStorage.counters.stalls == before) })
-        // The write is inside its stall now (it holds the store's lock for 3 s).
+        try #require(await eventually(within: 60, every: 0.001) { SlowStorage.isHolding })
+        // The write is inside its commit's fsync now, holding the store's lock.
         let stats = try store.stats()
         let blobs = try store.blobStats()
         let collections = try store.collections()
         let sequence = store.lastSequence
-        let stillHeld = SlowStorage.isStalling && !done.withLock { $0 }
-        #expect(stillHeld, "the reads waited for the stalled commit")
+        #expect(SlowStorage.isHolding && !done.withLock { $0 }, "the reads waited for the held commit")
         #expect(stats.documents == 1 && stats.lastSequence == 1 && sequence == 1, "\(stats)")
         #expect(blobs.count == 0)
         #expect(collections == [.default, readings])
-        try #require(await eventually(within: 60, every: 0.001) { !(!done.withLock({ $0 })) })
+        SlowStorage.releaseHeld()
+        try #require(await eventually(within: 60, every: 0.001) { done.withLock { $0 } })
         #expect(store.lastSequence == 2)
         #expect(try store.stats().documents == 2)
     }
