@@ -116,6 +116,9 @@ struct JSONParser {
         guard depth <= maxDepth else { throw error("nesting deeper than \(maxDepth)") }
         index += 1
         var members: [String: JSONValue] = [:]
+        // Checking only (no tree): the keys seen so far, compared in turn while the object has
+        // few (a set costs more than it saves below ~16), then in a set.
+        var few: [String] = []
         var keys: Set<String> = []
         skipWhitespace()
         if index < bytes.count, bytes[index] == UInt8(ascii: "}") { index += 1; return .object(members) }
@@ -129,7 +132,16 @@ struct JSONParser {
             index += 1
             skipWhitespace()
             let value = try parseValue(depth: depth)
-            let duplicate = build ? members.updateValue(value, forKey: key) != nil : !keys.insert(key).inserted
+            let duplicate: Bool
+            if build {
+                duplicate = members.updateValue(value, forKey: key) != nil
+            } else if keys.isEmpty, few.count < 16 {
+                duplicate = few.contains(key)
+                if !duplicate { few.append(key) }
+            } else {
+                if keys.isEmpty { keys = Set(few) }
+                duplicate = !keys.insert(key).inserted
+            }
             if duplicate {
                 throw JSONError(offset: keyOffset, reason: "duplicate key \"\(key)\"")
             }

@@ -38,7 +38,8 @@ public struct RemoteApply {
             return outcome
         }
         // Expiration (see DocumentStore+Expiry): expired by the TTL, or a version purged here.
-        let holdsLocal = try tx.version(policy.name, id: d.id) != nil
+        // Whether we hold it matters only against a purge record; with none, skip the lookup.
+        let holdsLocal = tx.purgeRecordsMayExist ? try tx.version(policy.name, id: d.id) != nil : false
         if let why = try tx.expiryRefusal(policy.name, id: d.id, version: d.version, ttlMillis: policy.ttlMillis,
                                           nowMillis: Int64(clamping: wallMillis), holdsLocal: holdsLocal) {
             store.noteRefusedExpired(1)

@@ -176,6 +176,7 @@ extension DocumentStore {
                 try d.run()
                 try tx.updateBlobReferences(collectionID: v.collectionID, id: v.id, body: nil)
                 guard reason != .ttl else { continue }  // the TTL rule refuses it again by itself
+                tx.store.purgeRecordsMayExist = true
                 let r = try tx.db.statement("""
                     INSERT INTO purged_documents(collection_id, doc_id, version, reason, purged_at) VALUES (?, ?, ?, ?, ?)
                     ON CONFLICT(collection_id, doc_id) DO UPDATE SET version = excluded.version, reason = excluded.reason,
@@ -248,6 +249,7 @@ extension StoreTransaction {
     /// The version this gateway purged of a document by its own decision (local expiry, budget),
     /// if it still keeps the record.
     public func purgedVersion(_ collection: CollectionName, id: String) throws(StoreError) -> [UInt8]? {
+        guard store.purgeRecordsMayExist else { return nil }
         let s = try db.statement("SELECT version FROM purged_documents WHERE collection_id = ? AND doc_id = ?")
         try s.bind(0, try store.collectionIDForTransaction(collection))
         try s.bind(1, id)
@@ -259,6 +261,10 @@ extension StoreTransaction {
     /// Whether a document arriving with `version` must be refused here: expired by the
     /// collection's TTL (`ttlMillis` after its last write's HLC time, at `nowMillis`), or a version
     /// this gateway purged itself (or an older one). Nil: take it; else why not.
+    /// Whether this store may hold records of purged versions (false: `expiryRefusal` needs no
+    /// `holdsLocal` unless the collection has a TTL — the caller may skip looking it up).
+    public var purgeRecordsMayExist: Bool { store.purgeRecordsMayExist }
+
     public func expiryRefusal(_ collection: CollectionName, id: String, version: [UInt8], ttlMillis: Int64?,
                               nowMillis: Int64, holdsLocal: Bool) throws(StoreError) -> String? {
         if let ttlMillis, DocumentStore.writtenAtMillis(version, otherwise: Int64.max) <= nowMillis - ttlMillis {

@@ -45,6 +45,9 @@ public final class DocumentStore: @unchecked Sendable {  // a SQLite connection,
     /// False while no document refers to a blob: a write then skips clearing references (read
     /// under the lock; set when a reference is written, never cleared while open).
     var blobReferencesMayExist = false
+    /// False while `purged_documents` is empty: a document arriving from a peer then needs no
+    /// lookup there (same rules as above: under the lock; set by a purge, never cleared while open).
+    var purgeRecordsMayExist = false
 
     /// Opens (or creates) the store. A file that is corrupt, or not a database, is moved aside to
     /// `<path>.corrupt-<unix time>` (with its -wal and -shm) and the store starts empty: the mesh
@@ -133,6 +136,7 @@ public final class DocumentStore: @unchecked Sendable {  // a SQLite connection,
         if found < 8 { try DocumentStore.backfillWrittenAt(db) }
         if found < 9 { try DocumentStore.backfillBlobReferences(db, logger: logger) }
         blobReferencesMayExist = try db.strings("SELECT EXISTS(SELECT 1 FROM blob_refs)").first?.first == "1"
+        purgeRecordsMayExist = try db.strings("SELECT EXISTS(SELECT 1 FROM purged_documents)").first?.first == "1"
         let cols = try db.statement("SELECT id, scope, name FROM collections")
         while try cols.step() {
             if let scope = cols.text(1), let name = cols.text(2), let c = try? CollectionName(stored: scope, name: name) {

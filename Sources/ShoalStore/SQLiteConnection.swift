@@ -8,7 +8,11 @@ final class SQLiteConnection {
     private var statements: [String: OpaquePointer] = [:]
     let path: String
 
+    /// Process-wide settings, made once before the first connection initializes SQLite.
+    private static let configured: Bool = { shoal_sqlite_disable_memstatus() == SQLITE_OK }()
+
     init(path: String, readOnly: Bool = false, vfs: String? = nil) throws(StoreError) {
+        _ = SQLiteConnection.configured
         self.path = path
         var db: OpaquePointer?
         let flags = (readOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) | SQLITE_OPEN_NOMUTEX
@@ -133,7 +137,15 @@ struct Statement {
         try connection.check(sqlite3_bind_int64(raw, i + 1, value), "sqlite3_bind_int64")
     }
     func bind(_ i: Int32, _ value: String) throws(StoreError) {
-        try connection.check(sqlite3_bind_text(raw, i + 1, value, -1, shoal_sqlite_transient()), "sqlite3_bind_text")
+        // Its UTF-8 in place, with its length: passing the String itself makes a C-string copy
+        // of every small one (ids, names) first. SQLite copies the bytes (transient).
+        var text = value
+        let rc = text.withUTF8 { p -> Int32 in
+            // An empty string still needs a pointer: a NULL one would bind SQL NULL.
+            guard let base = p.baseAddress, p.count > 0 else { return sqlite3_bind_text(raw, i + 1, "", 0, shoal_sqlite_transient()) }
+            return sqlite3_bind_text(raw, i + 1, UnsafeRawPointer(base).assumingMemoryBound(to: CChar.self), Int32(p.count), shoal_sqlite_transient())
+        }
+        try connection.check(rc, "sqlite3_bind_text")
     }
     func bind(_ i: Int32, _ value: String?) throws(StoreError) {
         if let value { try bind(i, value) } else { try connection.check(sqlite3_bind_null(raw, i + 1), "sqlite3_bind_null") }

@@ -30,6 +30,21 @@ struct JSONValueTests {
         #expect(throws: JSONError.self) { try JSONValue.validate(text) }
     }
 
+    @Test("a duplicate key is found among few keys and among many (validation keeps few in a list, more in a set)", arguments: [3, 15, 16, 17, 40])
+    func duplicateKeys(_ count: Int) throws {
+        let keys = (0..<count).map { "\"key-number-\($0)\":\($0)" }
+        let distinct = "{" + keys.joined(separator: ",") + "}"
+        #expect(try JSONValue.validate(distinct))
+        // The repeat comes last, and repeats the first key, the middle one and the one before it.
+        for again in Set([0, count / 2, count - 1]) {
+            let text = "{" + (keys + ["\"key-number-\(again)\":0"]).joined(separator: ",") + "}"
+            #expect(throws: JSONError.self) { try JSONValue.validate(text) }
+            #expect(throws: JSONError.self) { try JSONValue.parse(text) }
+        }
+        // An escaped spelling of the same key is the same key.
+        #expect(throws: JSONError.self) { try JSONValue.validate(#"{"ab":1,"a\u0062":2}"#) }
+    }
+
     @Test("validation without building the tree agrees with the parser", arguments: [
         #"{"a": [1, {"b": "c\u00e9"}], "d": -0.5e-3, "é": "ü"}"#, "[]", "\"x\"", "12", "{}",
     ])

@@ -146,6 +146,26 @@ struct ExpiryTests {
         }
     }
 
+    @Test("a purge record is still refused after the store reopens (the store knows it holds purge records without a write)")
+    func refusalAfterReopen() throws {
+        try withStore { (store, dir) throws in
+            try store.createCollection(readings)
+            let v1 = version(at: now - 1000)
+            let empty = try store.transaction { (tx) throws(StoreError) -> Bool in tx.purgeRecordsMayExist }
+            #expect(!empty)
+            try store.put(readings, id: id("a"), body: "{}", version: v1)
+            try store.setExpiration(readings, id: id("a"), atMillis: now)
+            try store.purgeExpired([], nowMillis: now)
+            store.close()
+            let again = try DocumentStore.open(StoreOptions(path: dir.file("shoal.db")), logger: quietLogger)
+            defer { again.close() }
+            let refused = try again.transaction { (tx) throws(StoreError) -> (Bool, Bool) in
+                (tx.purgeRecordsMayExist, try tx.expiryRefusal(readings, id: "a", version: v1, ttlMillis: nil, nowMillis: now, holdsLocal: false) != nil)
+            }
+            #expect(refused == (true, true))
+        }
+    }
+
     @Test("a store of schema 7 is migrated: write times come from the versions, body sizes from the bodies")
     func migrationBackfills() throws {
         let dir = TemporaryDirectory()
