@@ -111,6 +111,14 @@ extension ReplicationNode {
         guard docs.allSatisfy({ inbound.requested.contains($0.raw.id) }) else {
             throw ReplicationError.protocolViolation("documents we did not request")
         }
+        // Entries sent "as announced" take the version this batch's announce gave them.
+        let docs = try docs.map { (c) throws -> CheckedDocument in
+            guard c.raw.asAnnounced else { return c }
+            guard let change = inbound.waiting[c.raw.id] else {
+                throw ReplicationError.protocolViolation("a document sent as announced that this batch did not announce")
+            }
+            return c.announced(change.version)
+        }
         var items: [ReplicationEvent.Item] = []
         var conflicts: [ConflictRecord] = []
         var skewAhead: UInt64?

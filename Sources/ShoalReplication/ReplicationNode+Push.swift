@@ -22,7 +22,7 @@ extension ReplicationNode {
         let changes = try store.changes(in: policy.name, since: Int64(stream.announcedUpTo), limit: maxCount)
         guard let last = changes.last else { return [] }
         var announced: [ReplicationMessage.AnnouncedChange] = []
-        var ids: [String: Bool] = [:]
+        var ids: [String: (deleted: Bool, version: [UInt8])] = [:]
         for c in changes {
             if l.echoes.remove(c.sequence) != nil { continue }
             if let only = policy.documentIDs, !only.contains(c.id) { continue }
@@ -33,7 +33,7 @@ extension ReplicationNode {
                 if !filter(peerID, ReplicatedDocument(collection: policy.name, id: c.id, body: doc?.body, version: version)) { continue }
             }
             announced.append(.init(sequence: UInt64(c.sequence), id: c.id, deleted: c.deleted, version: c.version))
-            ids[c.id] = c.deleted
+            ids[c.id] = (c.deleted, c.version)
         }
         // Echo records this batch passed are done with (a document changed again since has a new sequence).
         if !l.echoes.isEmpty { l.echoes = l.echoes.filter { $0 > last.sequence } }
@@ -94,6 +94,12 @@ extension ReplicationNode {
             // A document gone since the announcement goes out with an empty version: "not here".
             let body = Array((doc?.body ?? "").utf8)
             if !frame.isEmpty && (frameBytes + body.count > (l.frameBytes ?? settings.batchSizeBytes) || frame.count >= settings.batchMaxCount) { flush(final: false) }
+            // Unchanged since the announce, to a peer that takes it: "as announced", no version.
+            if let doc, l.takesAnnouncedVersions, !doc.version.isEmpty, f.announced[id]?.version == doc.version {
+                frame.append(.init(id: id, deleted: doc.isDeleted, version: [], body: body, asAnnounced: true))
+                frameBytes += body.count + id.utf8.count
+                continue
+            }
             frame.append(.init(id: id, deleted: doc?.isDeleted ?? true, version: doc?.version ?? [], body: body))
             frameBytes += body.count + id.utf8.count + (doc?.version.count ?? 0)
         }

@@ -71,6 +71,9 @@ public final class ReplicationNode {
         var slow = false
         /// Both sides set `Capability.blobs` in their HELLO.
         var blobCapable = false
+        /// The peer set `Capability.announcedVersions`: requested documents unchanged since their
+        /// announce go without their version.
+        var takesAnnouncedVersions = false
         /// Blob chunks the peer asked for, not yet sent, oldest first.
         var serving: [(digest: BlobDigest, index: Int, pieceBytes: Int)] = []
         /// Blobs this peer waits for ("not here" sent, "have now" owed).
@@ -89,7 +92,10 @@ public final class ReplicationNode {
         /// Announced up to here (acknowledged or not).
         var announcedUpTo: UInt64
         /// Batches announced and not yet acknowledged, oldest first (at most `batchWindow`).
-        var inFlight: [(batch: UInt64, upTo: UInt64, announced: [String: Bool])] = []
+        /// Batches announced and not yet acknowledged: each announced id, whether it was a
+        /// tombstone and the version announced (a request answered with that same version says
+        /// so instead of sending it again, to a peer that takes it).
+        var inFlight: [(batch: UInt64, upTo: UInt64, announced: [String: (deleted: Bool, version: [UInt8])])] = []
 
         init(since: UInt64) {
             self.since = since
@@ -171,7 +177,7 @@ public final class ReplicationNode {
             ReplicationMessage.CollectionOffer(name: $0.name.description, push: $0.push, pull: $0.pull)
         }
         let hello = ReplicationMessage.hello(version: ReplicationMessage.protocolVersion, peer: peer, group: group,
-                                             capabilities: blobs == nil ? 0 : ReplicationMessage.Capability.blobs,
+                                             capabilities: (blobs == nil ? 0 : ReplicationMessage.Capability.blobs) | ReplicationMessage.Capability.announcedVersions,
                                              purgeHorizonMillis: UInt64(max(0, store.purgeHorizonMillis)), neighbours: neighbours, collections: offers,
                                              storeEpoch: store.epoch)
         return [.send(link, hello.encoded())]
@@ -314,6 +320,7 @@ public final class ReplicationNode {
             l.peer = remote
             l.remotePurgeHorizon = remoteHorizon
             l.blobCapable = blobs != nil && capabilities & ReplicationMessage.Capability.blobs != 0
+            l.takesAnnouncedVersions = capabilities & ReplicationMessage.Capability.announcedVersions != 0
             l.checkpointKey = remoteEpoch == 0 ? remote.description : "\(remote)@\(String(remoteEpoch, radix: 16))"
             var actions: [ReplicationAction] = [.event(.peerConnected(link: l.id, peer: remote))]
             for offer in offers.sorted(by: { CollectionName.replicatesBefore($0.name, $1.name) }) {
@@ -354,7 +361,7 @@ public final class ReplicationNode {
             stream.inFlight.removeFirst(i + 1)
             try store.setCheckpoint(peer: peerID.description, collection: policies[name]!.name, direction: .push, sequence: Int64(upTo))
             var actions: [ReplicationAction] = []
-            let items = done.flatMap { f in f.announced.sorted { $0.key < $1.key }.map { ReplicationEvent.Item(collection: name, id: $0.key, deleted: $0.value, error: nil) } }
+            let items = done.flatMap { f in f.announced.sorted { $0.key < $1.key }.map { ReplicationEvent.Item(collection: name, id: $0.key, deleted: $0.value.deleted, error: nil) } }
             if !items.isEmpty { actions.append(.event(.documents(link: l.id, peer: peerID, direction: .push, items: items))) }
             return actions + (try pump(l, name, stream))
         case .push(let name, let batch, let upTo, let changes, let docs):

@@ -234,32 +234,63 @@ public struct CheckedDocument: Sendable {
     /// Why it cannot be applied; nil when it can.
     public let problem: String?
 
+    /// Checks `d`. An entry sent "as announced" has no version yet: its body is checked here, and
+    /// `announced(_:)` completes it with the version its batch's announce gave.
     public init(checking d: ReplicationMessage.DocumentBody, maxBodyBytes: Int) {
         raw = d
         id = try? DocumentID(d.id)
-        guard !d.version.isEmpty else {
+        guard !d.version.isEmpty || d.asAnnounced else {
             version = nil; body = nil; problem = nil
             return
         }
-        let v: DocumentVersion
-        do { v = try DocumentVersion(decoding: d.version) } catch {
-            version = nil; body = nil; problem = "bad version: \(error)"
-            return
+        var v: DocumentVersion?
+        if !d.asAnnounced {
+            do { v = try DocumentVersion(decoding: d.version) } catch {
+                version = nil; body = nil; problem = "bad version: \(error)"
+                return
+            }
         }
         version = v
         let text: String? = d.deleted ? nil : String(decoding: d.body, as: UTF8.self)
         body = text
-        if id == nil { problem = "bad document id"; return }
-        if let text {
-            if d.body.count > maxBodyBytes { problem = "body is \(d.body.count) bytes, over the limit of \(maxBodyBytes)"; return }
-            do {
-                guard try JSONValue.validate(text) else { problem = "invalid document: a document body is a JSON object"; return }
-            } catch {
-                problem = "invalid document: \(error)"
-                return
-            }
+        problem = CheckedDocument.bodyProblem(d, id: id, text: text, maxBodyBytes: maxBodyBytes)
+            ?? v.flatMap { DocumentVersion.digest(of: text) == $0.bodyDigest ? nil : "body does not match its version's digest" }
+    }
+
+    private init(raw: ReplicationMessage.DocumentBody, version: DocumentVersion?, id: DocumentID?, body: String?, problem: String?) {
+        self.raw = raw
+        self.version = version
+        self.id = id
+        self.body = body
+        self.problem = problem
+    }
+
+    /// An entry sent "as announced", given the version announced for it: decoded, and checked
+    /// against the body (already checked by `init(checking:)`).
+    public func announced(_ bytes: [UInt8]) -> CheckedDocument {
+        var d = raw
+        d.version = bytes
+        d.asAnnounced = false
+        guard !bytes.isEmpty else { return CheckedDocument(raw: d, version: nil, id: id, body: nil, problem: "sent as announced, but announced without a version") }
+        let v: DocumentVersion
+        do { v = try DocumentVersion(decoding: bytes) } catch {
+            return CheckedDocument(raw: d, version: nil, id: id, body: nil, problem: "bad version: \(error)")
         }
-        problem = DocumentVersion.digest(of: text) == v.bodyDigest ? nil : "body does not match its version's digest"
+        let digestProblem = DocumentVersion.digest(of: body) == v.bodyDigest ? nil : "body does not match its version's digest"
+        return CheckedDocument(raw: d, version: v, id: id, body: body, problem: problem ?? digestProblem)
+    }
+
+    /// The id, size and JSON checks of a body (nil: none failed).
+    static func bodyProblem(_ d: ReplicationMessage.DocumentBody, id: DocumentID?, text: String?, maxBodyBytes: Int) -> String? {
+        if id == nil { return "bad document id" }
+        guard let text else { return nil }
+        if d.body.count > maxBodyBytes { return "body is \(d.body.count) bytes, over the limit of \(maxBodyBytes)" }
+        do {
+            guard try JSONValue.validate(text) else { return "invalid document: a document body is a JSON object" }
+        } catch {
+            return "invalid document: \(error)"
+        }
+        return nil
     }
 }
 

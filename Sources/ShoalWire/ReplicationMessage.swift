@@ -41,11 +41,16 @@ public enum ReplicationMessage: Sendable, Equatable {
         public var deleted: Bool
         public var version: [UInt8]
         public var body: [UInt8]
-        public init(id: String, deleted: Bool, version: [UInt8], body: [UInt8]) {
+        /// In a `documents` frame to a peer that set `Capability.announcedVersions`: the version
+        /// is the one this batch's announce gave for the id, and is not sent again (`version` is
+        /// empty). The receiver fills it in from the announce.
+        public var asAnnounced: Bool
+        public init(id: String, deleted: Bool, version: [UInt8], body: [UInt8], asAnnounced: Bool = false) {
             self.id = id
             self.deleted = deleted
             self.version = version
             self.body = body
+            self.asAnnounced = asAnnounced
         }
     }
 
@@ -92,6 +97,10 @@ public enum ReplicationMessage: Sendable, Equatable {
     public enum Capability {
         /// Speaks the blob messages.
         public static let blobs: UInt32 = 1
+        /// Takes `documents` entries whose version is "as announced" (flag bit 2, no version
+        /// field): a requested document unchanged since its announce costs its body, not its
+        /// version twice.
+        public static let announcedVersions: UInt32 = 2
     }
     /// The largest blob whose manifest fits one frame (32 bytes a chunk): just under 4 GiB.
     public static let maxManifestBlobBytes = Int64((frameLimit - 64) / 32) * Int64(BlobManifest.chunkSize)
@@ -161,7 +170,12 @@ extension ReplicationMessage {
             w.u8(Tag.request.rawValue); w.string(c); w.varint(batch); w.varint(UInt64(ids.count)); for id in ids { w.string(id) }
         case .documents(let c, let batch, let final, let docs):
             w.u8(Tag.documents.rawValue); w.string(c); w.varint(batch); w.u8(final ? 1 : 0); w.varint(UInt64(docs.count))
-            for d in docs { w.string(d.id); w.u8(d.deleted ? 1 : 0); w.varblob(d.version); w.varblob(d.body) }
+            for d in docs {
+                w.string(d.id)
+                w.u8((d.deleted ? 1 : 0) | (d.asAnnounced ? 2 : 0))
+                if !d.asAnnounced { w.varblob(d.version) }
+                w.varblob(d.body)
+            }
         case .acknowledge(let c, let batch, let upTo):
             w.u8(Tag.acknowledge.rawValue); w.string(c); w.varint(batch); w.varint(upTo)
         case .error(let code, let message):
@@ -317,11 +331,16 @@ extension ReplicationMessage {
     }
 
     static func bodies(_ r: inout WireReader) throws(WireError) -> [DocumentBody] {
-        let n = try r.count(minimumEntryBytes: 5)  // smallest entry: id 2 + flag 1 + version 1 + body 1
+        let n = try r.count(minimumEntryBytes: 4)  // smallest entry: id 2 + flags 1 + body 1 (version as announced)
         var docs: [DocumentBody] = []
         docs.reserveCapacity(n)
         for _ in 0..<n {
-            docs.append(DocumentBody(id: try r.string(), deleted: try r.u8() != 0, version: try r.varblob(), body: try r.varblob()))
+            let id = try r.string()
+            let flags = try r.u8()
+            guard flags <= 3 else { throw .badValue("document flags \(flags)") }
+            let asAnnounced = flags & 2 != 0
+            let version = asAnnounced ? [] : try r.varblob()
+            docs.append(DocumentBody(id: id, deleted: flags & 1 != 0, version: version, body: try r.varblob(), asAnnounced: asAnnounced))
         }
         return docs
     }

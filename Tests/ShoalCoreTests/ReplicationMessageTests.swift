@@ -20,6 +20,8 @@ struct ReplicationMessageTests {
             .announce(collection: "a.b", batch: 1 << 40, upTo: .max, changes: [change, gone]),
             .request(collection: "a.b", batch: 5, ids: ["doc-1", "doc-2"]),
             .documents(collection: "a.b", batch: 5, final: true, documents: [.init(id: "doc-1", deleted: false, version: [9], body: Array("{}".utf8))]),
+            .documents(collection: "a.b", batch: 5, final: false, documents: [.init(id: "doc-1", deleted: false, version: [], body: Array("{}".utf8), asAnnounced: true),
+                                                                              .init(id: "doc-2", deleted: true, version: [], body: [], asAnnounced: true)]),
             .acknowledge(collection: "a.b", batch: 300, upTo: 16_384),
             .error(code: 5, message: "why"),
             .topology(origin: peer, sequence: .max, neighbours: [peer, peer]),
@@ -45,6 +47,9 @@ struct ReplicationMessageTests {
         refuses([2] + name + Array(repeating: 0xFF, count: 9) + [0x02])    // bit 64 set
         refuses([3] + name + [1, 1] + [0xFF, 0xFF, 0xFF, 0x0F])            // announce: 33 million changes in 0 bytes
         refuses([6] + name + [1, 1, 0])                                    // acknowledge with a trailing byte
+        // documents: an entry whose flags byte has a bit no version defines.
+        refuses([5] + name + [1, 1, 1] + [0, 1, 0x61, 4, 0])
+        #expect((try? ReplicationMessage(decoding: [5] + name + [1, 1, 1] + [0, 1, 0x61, 2, 0])) != nil)  // as announced, empty body
         // push: one change, one body that refers to change 5.
         let change: [UInt8] = [1, 0, 1, 0x61, 0, 1, 9]
         refuses([9] + name + [1, 1] + [1] + change + [1, 5, 0])

@@ -83,6 +83,8 @@ final class Network {
     var paused: Set<[Int]> = []  // (link, to) pairs not delivering
     /// Message types (a frame's first byte) each node was sent.
     var receivedTypes: [Int: Set<UInt8>] = [:]
+    /// Every `documents` frame sent, decoded, with its sender.
+    var documentFrames: [(from: Int, message: ReplicationMessage)] = []
 
     init(_ nodes: [TestNode], seed: UInt64) {
         self.nodes = nodes
@@ -119,6 +121,7 @@ final class Network {
                 if let to = other(link, node) {
                     queues[link]?[to]?.append(bytes)
                     if let t = bytes.first { receivedTypes[to, default: []].insert(t) }
+                    if bytes.first == 5, let m = try? ReplicationMessage(decoding: bytes) { documentFrames.append((node, m)) }
                 }
             case .close(let link):
                 cut(link)

@@ -207,6 +207,79 @@ struct ReplicationTests {
         #expect(try nodes[2].snapshot()["late"]?.0 == "{\"l\":1}")
     }
 
+    @Test("a requested document unchanged since its announce goes without its version (as announced); one changed since goes with its new version")
+    func asAnnounced() throws {
+        var settings = ReplicationSettings()
+        settings.eagerBodyBytes = 0  // announce, request, documents: no eager push
+        let nodes = try makeNodes(["a", "b"], settings: settings)
+        defer { nodes.forEach { $0.close() } }
+        for k in 0..<5 { try nodes[0].put("d\(k)", "{\"k\":\(k)}") }
+        let net = Network(nodes, seed: 3)
+        let link = net.connect(0, 1)
+        // Once b's request for the five is on its way to a, hold it; change d1 before a answers.
+        var steps = 0
+        while !(net.queues[link]?[0]?.contains { $0.first == 4 } ?? false) {
+            guard net.step() else { Issue.record("b never asked for the documents"); return }
+            steps += 1
+            precondition(steps < 10_000)
+        }
+        net.paused.insert([link, 0])
+        net.settle()
+        net.paused.remove([link, 0])
+        try nodes[0].put("d1", "{\"k\":\"changed\"}")
+        net.settle()
+        net.committed(0)
+        net.settle()
+        try expectConverged(nodes)
+        #expect(try nodes[1].snapshot()["d1"]?.0 == "{\"k\":\"changed\"}")
+        var entries: [String: ReplicationMessage.DocumentBody] = [:]
+        for f in net.documentFrames where f.from == 0 {
+            if case .documents(_, _, _, let docs) = f.message { for d in docs where entries[d.id] == nil { entries[d.id] = d } }
+        }
+        #expect(entries.count == 5)
+        for (id, d) in entries {
+            #expect(d.asAnnounced == (id != "d1"), "\(id)")
+            #expect(d.version.isEmpty == (id != "d1"), "\(id)")
+        }
+    }
+
+    @Test("a peer that did not offer the capability gets every version in full; an 'as announced' entry for an id the batch did not announce is refused")
+    func asAnnouncedNegotiated() throws {
+        var settings = ReplicationSettings()
+        settings.eagerBodyBytes = 0
+        let nodes = try makeNodes(["a"], settings: settings)
+        defer { nodes.forEach { $0.close() } }
+        try nodes[0].put("d0", "{\"k\":0}")
+        let peer = PeerID(bytes: Array(repeating: 7, count: 32))
+        func hello(_ capabilities: UInt32) -> [UInt8] {
+            ReplicationMessage.hello(version: 1, peer: peer, group: "test.group", capabilities: capabilities, purgeHorizonMillis: 0,
+                                     neighbours: [], collections: [.init(name: "sensors.readings", push: true, pull: true)]).encoded()
+        }
+        // An old peer (no capability bit) subscribes and asks for what a announces.
+        var actions = nodes[0].node.linkOpened(1) + nodes[0].node.frameReceived(1, hello(0), now: 1)
+        actions += nodes[0].node.frameReceived(1, ReplicationMessage.subscribe(collection: "sensors.readings", since: 0).encoded(), now: 1)
+        func sent(_ actions: [ReplicationAction]) -> [ReplicationMessage] {
+            actions.compactMap { if case .send(1, let bytes) = $0 { return try? ReplicationMessage(decoding: bytes) }; return nil }
+        }
+        guard let batch = sent(actions).compactMap({ m -> UInt64? in if case .announce(_, let b, _, _) = m { return b }; return nil }).first else {
+            Issue.record("no announce: \(sent(actions).map(\.kind))")
+            return
+        }
+        let answer = sent(nodes[0].node.frameReceived(1, ReplicationMessage.request(collection: "sensors.readings", batch: batch, ids: ["d0"]).encoded(), now: 2))
+        let docs = answer.flatMap { m -> [ReplicationMessage.DocumentBody] in if case .documents(_, _, _, let d) = m { return d }; return [] }
+        #expect(docs.count == 1 && !docs[0].asAnnounced && !docs[0].version.isEmpty)
+
+        // A hostile peer (as puller) sends "as announced" for an id the batch never announced.
+        var hostile = nodes[0].node.linkOpened(2) + nodes[0].node.frameReceived(2, hello(2), now: 1)
+        let announce = ReplicationMessage.announce(collection: "sensors.readings", batch: 1, upTo: 1,
+                                                   changes: [.init(sequence: 1, id: "x", deleted: false, version: try DocumentVersion(vector: VersionVector(entries: [.init(peer: peer, timestamp: HLCTimestamp(rawValue: 5 << 16))]), bodyDigest: 1).encoded)])
+        hostile += nodes[0].node.frameReceived(2, announce.encoded(), now: 2)
+        hostile += nodes[0].node.frameReceived(2, ReplicationMessage.documents(collection: "sensors.readings", batch: 1, final: true,
+            documents: [.init(id: "y", deleted: false, version: [], body: Array("{}".utf8), asAnnounced: true)]).encoded(), now: 3)
+        #expect(hostile.contains { if case .close(2) = $0 { return true }; return false })
+        #expect(try nodes[0].snapshot().keys.sorted() == ["d0"])
+    }
+
     @Test("garbage, truncated, oversize-count and out-of-order frames close the link with a typed error and leave the store intact")
     func hostileFrames() throws {
         let nodes = try makeNodes(["a", "b"])
