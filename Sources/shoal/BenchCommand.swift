@@ -11,7 +11,7 @@ extension CLI {
     static func bench(_ args: [String]) throws -> Int32 {
         let a = try Arguments.parse(args, command: "bench", valueOptions: ["--docs", "--batch", "--rounds", "--durability", "--dir", "--handshakes", "--megabytes", "--port", "--baseline-binary", "--seconds", "--connections", "--changes", "--burst", "--publisher", "--count", "--body-bytes", "--samples", "--storage", "--from"])
         if helpIfAsked(a, "bench") { return ExitCode.ok }
-        try a.expectPositionals(0...1, command: "bench", usage: "bench [all|store|tls|replication|http|mqtt|uplink|backup|query|live-query|blob-store|blob|storage|stall|instructions] [--storage sd-card|sync=MS,stall=MS,every=S]")
+        try a.expectPositionals(0...1, command: "bench", usage: "bench [all|store|tls|replication|latency|http|mqtt|uplink|backup|query|live-query|blob-store|blob|storage|stall|instructions] [--storage sd-card|sync=MS,stall=MS,every=S]")
         var profile: SlowStorage.Profile?
         if let text = a.values["--storage"] {
             guard let p = SlowStorage.Profile.parse(text) else {
@@ -45,7 +45,8 @@ extension CLI {
         if a.positionals[0] == "blob-store" { return try benchBlobStore(a) }
         if a.positionals[0] == "blob" { return try benchBlob(a) }
         if a.positionals[0] == "instructions" { return try benchInstructions(a) }
-        guard a.positionals[0] == "store" else { throw UsageError(command: "bench", message: "unknown benchmark \"\(a.positionals[0])\" (all, store, tls, replication, http, mqtt, uplink, backup, query, live-query, blob-store, blob, storage, stall, instructions)") }
+        if a.positionals[0] == "latency" { return try benchLatency(a) }
+        guard a.positionals[0] == "store" else { throw UsageError(command: "bench", message: "unknown benchmark \"\(a.positionals[0])\" (all, store, tls, replication, latency, http, mqtt, uplink, backup, query, live-query, blob-store, blob, storage, stall, instructions)") }
         let docs = try a.int("--docs", command: "bench", default: 20_000, range: 1...10_000_000)
         let batch = try a.int("--batch", command: "bench", default: 100, range: 1...100_000)
         let rounds = try a.int("--rounds", command: "bench", default: 3, range: 1...50)
@@ -165,6 +166,28 @@ extension CLI {
 }
 
 extension CLI {
+    /// `shoal bench latency`: an import on one gateway until its peer holds all of it.
+    static func benchLatency(_ a: Arguments) throws -> Int32 {
+        let rounds = try a.int("--rounds", command: "bench", default: 5, range: 1...50)
+        let port = UInt16(try a.int("--port", command: "bench", default: 47_913, range: 1024...65_535))
+        let dir = try benchDirectory(a)
+        defer { _ = system("rm -rf '\(dir)'") }
+        out("latency benchmark: ~1 KB documents imported into a gateway (shoal run, its control socket, 500 per request) until its peer (this process, durability full, over TLS on 127.0.0.1:\(port)) holds them all; \(rounds) rounds each")
+        let r = try LatencyBenchmark.run(sizes: [1_000, 10_000], rounds: rounds, directory: dir, port: port) { out($0) }
+        for line in latencyLines(r) { out(line) }
+        return ExitCode.ok
+    }
+
+    /// The figures of `shoal bench latency` (medians over the rounds) against their goals.
+    static func latencyLines(_ r: LatencyBenchmark.Result) -> [String] {
+        r.bySize.map { size, samples in
+            let imp = LatencyBenchmark.median(samples.map(\.importMillis)), arr = LatencyBenchmark.median(samples.map(\.arrivalMillis))
+            let rounds = samples.map { "\(fmt($0.importMillis))/\(fmt($0.arrivalMillis))" }.joined(separator: ", ")
+            let goal = size <= 1_000 ? "on the peer - import \(fmt2(arr - imp)) ms (goal <= 50)" : "on the peer / import \(fmt2(arr / imp)) (goal <= 1.30)"
+            return "  \(size) documents: import \(fmt(imp)) ms, on the peer \(fmt(arr)) ms after the start; \(goal)   rounds import/peer ms: \(rounds)"
+        }
+    }
+
     /// `shoal bench blob-store`: blobs in SQLite chunk rows against plain files, and SHA-256.
     static func benchBlobStore(_ a: Arguments) throws -> Int32 {
         let rounds = try a.int("--rounds", command: "bench", default: 3, range: 1...50)
