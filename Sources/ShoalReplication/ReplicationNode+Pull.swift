@@ -124,6 +124,7 @@ extension ReplicationNode {
         var skewAhead: UInt64?
         var settled = 0
         let wall = clock.wallMillis
+        let source = peerID.description
         try store.transaction { (tx) throws(StoreError) in
             let horizon = UInt64(max(0, try purgeHorizon(tx)))
             for checked in docs {
@@ -132,7 +133,7 @@ extension ReplicationNode {
                 if inbound.waiting.removeValue(forKey: d.id) != nil { settled += 1 }
                 inFlight.removeValue(forKey: DocKey(collection: name, id: d.id))
                 guard !d.version.isEmpty else { continue }  // gone at the sender
-                let outcome = try apply(tx, policy, from: peerID, checked, purgeHorizon: horizon, conflicts: &conflicts)
+                let outcome = try apply(tx, policy, from: peerID, source: source, checked, purgeHorizon: horizon, conflicts: &conflicts)
                 if let ts = outcome.remoteCurrent, !clock.observe(ts), ts.physicalMillis > wall {
                     skewAhead = max(skewAhead ?? 0, ts.physicalMillis - wall)
                 }
@@ -171,10 +172,11 @@ extension ReplicationNode {
     typealias ApplyOutcome = RemoteApply.Outcome
 
     /// Resolves one incoming document against the local one and writes the result, in `tx`.
-    func apply(_ tx: StoreTransaction, _ policy: CollectionPolicy, from peerID: PeerID, _ checked: CheckedDocument,
+    /// `source`: the peer id as text (the conflict log's), made once per batch, not per document.
+    func apply(_ tx: StoreTransaction, _ policy: CollectionPolicy, from peerID: PeerID, source: String, _ checked: CheckedDocument,
                purgeHorizon horizon: UInt64, conflicts: inout [ConflictRecord]) throws(StoreError) -> ApplyOutcome {
         try RemoteApply(store: store, wallMillis: clock.wallMillis)
-            .apply(tx, policy, from: peerID.description, peerID: peerID, checked, purgeHorizon: horizon, conflicts: &conflicts)
+            .apply(tx, policy, from: source, peerID: peerID, checked, purgeHorizon: horizon, conflicts: &conflicts)
     }
 
     func purgeHorizon(_ tx: StoreTransaction) throws(StoreError) -> Int64 {

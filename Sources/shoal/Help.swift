@@ -424,6 +424,7 @@ enum Help {
                    shoal bench store [--docs N] [--batch N] [--rounds N] [--durability full|normal] [--dir DIR]
                    shoal bench tls [--handshakes N] [--megabytes N] [--rounds N]
                    shoal bench replication [--docs N] [--rounds N] [--durability full|normal] [--port P]
+                   shoal bench latency [--rounds N] [--port P] [--dir DIR]
                    shoal bench http [--seconds N] [--connections N] [--dir DIR]
                    shoal bench mqtt [--docs N] [--changes N] [--burst N] [--publisher PATH] [--dir DIR]
                    shoal bench uplink [--count N] [--body-bytes N] [--dir DIR]
@@ -447,14 +448,21 @@ enum Help {
             shoal-bench-gateway beside this binary; SHOAL_BENCH_KEEP=1 keeps the files, --from DIR
             reads them again).
 
+            latency: 1,000 and 10,000 documents imported into a `shoal run` child (its control
+            socket, 500 per request) until its peer in this process holds them all; the import's
+            time and the arrival's, medians of --rounds (default 5).
+
             all (the default): every figure below plus the simulator's and memory's, each beside a
             baseline measured in the same run, then one table with the date and machine: store
             writes vs bare SQLite; TLS bulk vs bare mbedTLS; a 2-process pull of 10,000 × 1 KB
-            documents vs bare SQLite writes; bytes per replicated document vs one body per node
-            (10-node simulated mesh); a write across a 20-node simulated line vs the sum of hop
-            latencies; a gateway's RSS holding 100,000 documents vs idle; the HTTP API's and the
-            MQTT bridge's figures (below); this binary's size vs --baseline-binary (`make bench`
-            builds a trivial FoundationEssentials program). ~3 min.
+            documents vs bare SQLite writes; latency (above) vs the import; the SD-card profile's
+            store writes, group commit, pull and status during 20 stalls; instructions per
+            document on each side (when valgrind is installed) vs the counts of 79f1b51; bytes
+            per replicated document vs one body per node (10-node simulated mesh); a write across
+            a 20-node simulated line vs the sum of hop latencies; a gateway's RSS holding 100,000
+            documents vs idle; the HTTP API's, the MQTT bridge's and the uplink's figures; this
+            binary's size vs --baseline-binary (`make bench` builds a trivial FoundationEssentials
+            program). ~3 min.
 
             Writes N (default 20000) ~1 KB JSON documents in transactions of --batch (default 100)
             through the store, and the same statement through a bare SQLite C-API loop, alternately
