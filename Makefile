@@ -169,6 +169,8 @@ crash: deps boards
 ## a write across a 20-node line vs the hop bound, RSS idle vs 100,000 documents, the binary vs a
 ## trivial program — each a ratio against a baseline measured in the same run (~3 min).
 bench: release
+	@$(MAKE) --no-print-directory install-missing PACKAGES=valgrind APT_FLAGS=--no-install-recommends
+	@cp .build/release/shoal-bench-gateway dist/  # not stripped: callgrind names functions by their symbols
 	./scripts/bench.sh dist/shoal
 
 ## Instructions per replicated 1 KB document on each side, by where they go (valgrind's callgrind:

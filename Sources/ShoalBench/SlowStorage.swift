@@ -98,6 +98,9 @@ public enum SlowStorage {
     /// (a test beside others in one process) only stores opened with `StoreOptions.vfs = vfsName`.
     /// Connections opened before keep the VFS they had.
     public static func install(_ profile: Profile, asDefault: Bool = true) throws(SlowStorageError) {
+        // Finding the default VFS initializes SQLite: the process-wide settings the store makes
+        // before its first connection (memory statistics off) must come first.
+        _ = shoal_sqlite_disable_memstatus()
         try state.withLock { s throws(SlowStorageError) in
             if s.vfs == nil {
                 guard let inner = sqlite3_vfs_find(nil) else { throw SlowStorageError("SQLite has no default VFS") }

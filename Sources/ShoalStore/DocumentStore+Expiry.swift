@@ -258,13 +258,13 @@ extension StoreTransaction {
         return v
     }
 
+    /// Whether this store may hold records of purged versions (false: `expiryRefusal` does not
+    /// use `holdsLocal`, so the caller may skip looking it up).
+    public var purgeRecordsMayExist: Bool { store.purgeRecordsMayExist }
+
     /// Whether a document arriving with `version` must be refused here: expired by the
     /// collection's TTL (`ttlMillis` after its last write's HLC time, at `nowMillis`), or a version
     /// this gateway purged itself (or an older one). Nil: take it; else why not.
-    /// Whether this store may hold records of purged versions (false: `expiryRefusal` needs no
-    /// `holdsLocal` unless the collection has a TTL — the caller may skip looking it up).
-    public var purgeRecordsMayExist: Bool { store.purgeRecordsMayExist }
-
     public func expiryRefusal(_ collection: CollectionName, id: String, version: [UInt8], ttlMillis: Int64?,
                               nowMillis: Int64, holdsLocal: Bool) throws(StoreError) -> String? {
         if let ttlMillis, DocumentStore.writtenAtMillis(version, otherwise: Int64.max) <= nowMillis - ttlMillis {

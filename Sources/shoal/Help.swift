@@ -462,7 +462,7 @@ enum Help {
             a 20-node simulated line vs the sum of hop latencies; a gateway's RSS holding 100,000
             documents vs idle; the HTTP API's, the MQTT bridge's and the uplink's figures; this
             binary's size vs --baseline-binary (`make bench` builds a trivial FoundationEssentials
-            program). ~3 min.
+            program). ~4 min.
 
             Writes N (default 20000) ~1 KB JSON documents in transactions of --batch (default 100)
             through the store, and the same statement through a bare SQLite C-API loop, alternately

@@ -243,7 +243,7 @@ struct ReplicationTests {
         }
     }
 
-    @Test("a peer that did not offer the capability gets every version in full; an 'as announced' entry for an id the batch did not announce is refused")
+    @Test("a peer that did not offer the capability gets every version in full; an 'as announced' body that is not the announced version's is refused")
     func asAnnouncedNegotiated() throws {
         var settings = ReplicationSettings()
         settings.eagerBodyBytes = 0
@@ -269,14 +269,21 @@ struct ReplicationTests {
         let docs = answer.flatMap { m -> [ReplicationMessage.DocumentBody] in if case .documents(_, _, _, let d) = m { return d }; return [] }
         #expect(docs.count == 1 && !docs[0].asAnnounced && !docs[0].version.isEmpty)
 
-        // A hostile peer (as puller) sends "as announced" for an id the batch never announced.
+        // A hostile peer (as pusher) announces x with a version, is asked for it, and sends it
+        // "as announced" with a body that is not the one the version names: refused, not stored.
         var hostile = nodes[0].node.linkOpened(2) + nodes[0].node.frameReceived(2, hello(2), now: 1)
-        let announce = ReplicationMessage.announce(collection: "sensors.readings", batch: 1, upTo: 1,
-                                                   changes: [.init(sequence: 1, id: "x", deleted: false, version: try DocumentVersion(vector: VersionVector(entries: [.init(peer: peer, timestamp: HLCTimestamp(rawValue: 5 << 16))]), bodyDigest: 1).encoded)])
-        hostile += nodes[0].node.frameReceived(2, announce.encoded(), now: 2)
+        let version = DocumentVersion(vector: try VersionVector(entries: [.init(peer: peer, timestamp: HLCTimestamp(rawValue: 5 << 16))]),
+                                      bodyDigest: DocumentVersion.digest(of: "{\"x\":1}"))
+        hostile += nodes[0].node.frameReceived(2, ReplicationMessage.announce(collection: "sensors.readings", batch: 1, upTo: 1,
+            changes: [.init(sequence: 1, id: "x", deleted: false, version: version.encoded)]).encoded(), now: 2)
+        #expect(sent(hostile.map { if case .send(2, let b) = $0 { return .send(1, b) }; return $0 }).contains { if case .request(_, 1, ["x"]) = $0 { return true }; return false })
         hostile += nodes[0].node.frameReceived(2, ReplicationMessage.documents(collection: "sensors.readings", batch: 1, final: true,
-            documents: [.init(id: "y", deleted: false, version: [], body: Array("{}".utf8), asAnnounced: true)]).encoded(), now: 3)
-        #expect(hostile.contains { if case .close(2) = $0 { return true }; return false })
+            documents: [.init(id: "x", deleted: false, version: [], body: Array("{\"x\":2}".utf8), asAnnounced: true)]).encoded(), now: 3)
+        let refused = hostile.flatMap { a -> [ReplicationEvent.Item] in
+            if case .event(.documents(_, _, .pull, let items)) = a { return items }
+            return []
+        }
+        #expect(refused.count == 1 && refused[0].error?.contains("digest") == true, "\(refused)")
         #expect(try nodes[0].snapshot().keys.sorted() == ["d0"])
     }
 
