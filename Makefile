@@ -165,9 +165,10 @@ crash: deps boards
 	  $(SWIFT) test --filter "CrashTests|ReplicationCrashTests"
 
 ## Figures, not pass/fail: `shoal bench`'s table — store writes vs bare SQLite, TLS bulk vs bare
-## mbedTLS, a 2-process pull of 10,000 × 1 KB, bytes per replicated document vs ideal (10-node sim),
-## a write across a 20-node line vs the hop bound, RSS idle vs 100,000 documents, the binary vs a
-## trivial program — each a ratio against a baseline measured in the same run (~3 min).
+## mbedTLS, a 2-process pull of 10,000 × 1 KB, write-to-peer latency vs the import, the SD-card
+## profile, instructions per document (valgrind), bytes per replicated document vs ideal (10-node
+## sim), a write across a 20-node line vs the hop bound, RSS idle vs 100,000 documents, HTTP, MQTT,
+## the uplink, the binary vs a trivial program — each against a baseline (~4 min).
 bench: release
 	@$(MAKE) --no-print-directory install-missing PACKAGES=valgrind APT_FLAGS=--no-install-recommends
 	@cp .build/release/shoal-bench-gateway dist/  # not stripped: callgrind names functions by their symbols
