@@ -35,7 +35,7 @@ struct Crash: Error, CustomStringConvertible {
 /// `ready`: the child says it is ready once it has written its start, so siblings start after it.
 func child(_ name: String, journal: Journal, runs: Runs, restart: RestartPolicy = .permanent,
            crashOn: @escaping @Sendable (Int) -> Bool = { _ in false }, after: String? = nil, ready: Bool = false) -> ChildSpec {
-    ChildSpec(name: name, restart: restart, shutdownTimeout: .milliseconds(500), readyTimeout: ready ? .seconds(20) : nil) {
+    ChildSpec(name: name, restart: restart, shutdownTimeout: .milliseconds(500), readyTimeout: ready ? .seconds(120) : nil) {
         ClosureService { ctx in
             let run = runs.next(name)
             journal.add("start \(name)")
@@ -236,7 +236,7 @@ struct SupervisorTests {
         let sup = Supervisor(name: "root", strategy: .oneForOne, intensity: fastIntensity, children: [polite, deaf], report: report)
         let (ctx, task) = start(sup)
         // Both started (the supervisor is ready once it started every child), then the shutdown.
-        #expect(await ctx.waitUntilReady(timeout: .seconds(20)))
+        #expect(await ctx.waitUntilReady(timeout: .seconds(120)))
         ctx.requestShutdown()
         try await task.value
         #expect(j.all == ["deaf cancelled", "polite finished its work"])
@@ -262,7 +262,7 @@ struct SupervisorTests {
     @Test("a child that signals readiness is ready before its next sibling starts")
     func readinessOrder() async throws {
         let j = Journal(), runs = Runs()
-        let slow = ChildSpec(name: "slow", readyTimeout: .seconds(5)) {
+        let slow = ChildSpec(name: "slow", readyTimeout: .seconds(120)) {
             ClosureService { ctx in
                 try await Task.sleep(for: .milliseconds(30))
                 j.add("slow ready")
@@ -273,7 +273,9 @@ struct SupervisorTests {
         let sup = Supervisor(name: "root", strategy: .oneForOne, intensity: fastIntensity,
                              children: [slow, child("next", journal: j, runs: runs)], report: SupervisionReport())
         let (ctx, task) = start(sup)
-        #expect(await ctx.waitUntilReady(timeout: .seconds(10)))
+        // Generous bounds: these tests are about order, and in a parallel suite the cooperative
+        // pool can be busy with other tests for tens of seconds (a CI run waited 34 s once).
+        #expect(await ctx.waitUntilReady(timeout: .seconds(120)))
         ctx.requestShutdown()
         try await task.value
         #expect(Array(j.all.prefix(2)) == ["slow ready", "start next"])
@@ -282,7 +284,7 @@ struct SupervisorTests {
     func provisions() async throws {
         let j = Journal(), runs = Runs()
         let value = Provision<Int>("the number")
-        let provider = ChildSpec(name: "provider", shutdownTimeout: .milliseconds(500), readyTimeout: .seconds(5)) {
+        let provider = ChildSpec(name: "provider", shutdownTimeout: .milliseconds(500), readyTimeout: .seconds(120)) {
             ClosureService { ctx in
                 let run = runs.next("provider")
                 value.provide(run * 10)
