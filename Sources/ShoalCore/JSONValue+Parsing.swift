@@ -206,7 +206,7 @@ struct JSONParser {
             let b = bytes[index]
             if b == UInt8(ascii: "\"") {
                 let raw = UnsafeBufferPointer(rebasing: bytes[start..<index])
-                guard let s = String(validating: raw, as: UTF8.self) else { throw JSONError(offset: start, reason: "string is not valid UTF-8") }
+                guard let s = UTF8Text.string(raw) else { throw JSONError(offset: start, reason: "string is not valid UTF-8") }
                 index += 1
                 return s
             }
@@ -219,7 +219,7 @@ struct JSONParser {
             let b = bytes[index]
             if b == UInt8(ascii: "\"") {
                 index += 1
-                guard let s = String(validating: out, as: UTF8.self) else { throw JSONError(offset: start, reason: "string is not valid UTF-8") }
+                guard let s = UTF8Text.string(out) else { throw JSONError(offset: start, reason: "string is not valid UTF-8") }
                 return s
             }
             if b < 0x20 { throw error("control character in string") }

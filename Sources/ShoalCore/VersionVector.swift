@@ -142,6 +142,19 @@ public struct DocumentVersion: Sendable, Hashable, CustomStringConvertible {
 
     public var description: String { "[\(vector)]#\(String(bodyDigest, radix: 16).prefix(6))" }
 
+    /// The newest entry's timestamp of an encoded version, read in place: what
+    /// `DocumentVersion(decoding:).vector.current?.timestamp` gives for a well-formed version,
+    /// without building the vector (no allocation; a store write and an announce check need only
+    /// this). nil for an empty or malformed encoding (it does not look for duplicate peers).
+    public static func newestTimestamp(encoded bytes: [UInt8]) -> HLCTimestamp? {
+        guard bytes.count >= 10, bytes[0] == DocumentVersion.formatByte else { return nil }
+        let count = Int(bytes[9])
+        guard count > 0, bytes.count == 10 + count * 40 else { return nil }
+        var newest: UInt64 = 0
+        for k in 0..<count { newest = max(newest, bytes.readBigEndianUInt64(at: 10 + k * 40 + 32)) }
+        return HLCTimestamp(rawValue: newest)
+    }
+
     /// A 64-bit digest of the body's UTF-8 bytes, eight at a time (FNV-style multiply and a final
     /// avalanche): a tie-breaker, not a security digest. Never 0 for a body (0 means tombstone).
     public static func digest(of body: String?) -> UInt64 {

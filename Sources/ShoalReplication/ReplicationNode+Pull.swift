@@ -49,8 +49,8 @@ extension ReplicationNode {
             guard (try? DocumentID(c.id)) != nil else { throw ReplicationError.protocolViolation("announced id is not a valid document id") }
             if let only = policy.documentIDs, !only.contains(c.id) { continue }
             guard !localCovers(local, c.version) else { continue }
-            if local == nil, horizon > 0, let newest = (try? DocumentVersion(decoding: c.version))?.vector.current,
-               newest.timestamp.physicalMillis <= horizon {
+            if local == nil, horizon > 0, let newest = DocumentVersion.newestTimestamp(encoded: c.version),
+               newest.physicalMillis <= horizon {
                 // We hold nothing of it and its newest write predates our purge horizon: it may be
                 // a document we deleted and purged since. Refuse it, visibly, rather than revive it.
                 refused.append(ConflictRecord(collection: policy.name, id: c.id, localVersion: [], remoteVersion: c.version,
@@ -139,7 +139,7 @@ extension ReplicationNode {
                 }
                 items.append(.init(collection: name, id: d.id, deleted: d.deleted, error: outcome.error))
                 // No echo: if this link pulls from us, do not announce back what it just gave us.
-                if let seq = outcome.tookSenderVersionAt, l.push[name] != nil { l.echoes.insert(seq) }
+                if let seq = outcome.tookSenderVersionAt, let stream = l.push[name] { stream.echoes.insert(seq) }
             }
             try clock.persist(in: tx)
             try tx.logConflicts(conflicts)
@@ -164,7 +164,7 @@ extension ReplicationNode {
         actions += try completeIfDone(l, peerID, name)
         actions += blobsReferenced(by: docs, collection: name, link: l.id, now: now)
         // What arrived may be what other links' batches were waiting for.
-        actions += try settleDeferred(collection: name, except: l.id, arrived: Set(docs.map(\.raw.id)))
+        actions += try settleDeferred(collection: name, except: l.id)
         if !items.isEmpty { actions += localChangesCommitted() }
         return actions
     }
@@ -218,7 +218,7 @@ extension ReplicationNode {
     }
 
     /// Drops deferred documents that are now held (received over another link).
-    func settleDeferred(collection name: String, except: LinkID, arrived: Set<String>) throws -> [ReplicationAction] {
+    func settleDeferred(collection name: String, except: LinkID) throws -> [ReplicationAction] {
         var actions: [ReplicationAction] = []
         guard let policy = policies[name] else { return [] }
         for l in links.values.sorted(by: { $0.id < $1.id }) where l.id != except {

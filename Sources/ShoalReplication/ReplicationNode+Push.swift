@@ -18,13 +18,14 @@ extension ReplicationNode {
 
     func announceNext(_ l: Link, _ name: String, _ stream: PushStream) throws(StoreError) -> [ReplicationAction] {
         guard l.onTree, let policy = policies[name], let peerID = l.peer else { return [] }
+        if onlyEchoesSince(stream) { return [] }
         let maxCount = l.maxCount ?? settings.batchMaxCount
         let changes = try store.changes(in: policy.name, since: Int64(stream.announcedUpTo), limit: maxCount)
         guard let last = changes.last else { return [] }
         var announced: [ReplicationMessage.AnnouncedChange] = []
         var ids: [String: (deleted: Bool, version: [UInt8])] = [:]
         for c in changes {
-            if l.echoes.remove(c.sequence) != nil { continue }
+            if stream.echoes.remove(c.sequence) != nil { continue }
             if let only = policy.documentIDs, !only.contains(c.id) { continue }
             if let filter = policy.pushFilter {
                 guard let docID = try? DocumentID(c.id) else { continue }
@@ -36,7 +37,7 @@ extension ReplicationNode {
             ids[c.id] = (c.deleted, c.version)
         }
         // Echo records this batch passed are done with (a document changed again since has a new sequence).
-        if !l.echoes.isEmpty { l.echoes = l.echoes.filter { $0 > last.sequence } }
+        if !stream.echoes.isEmpty { stream.echoes = stream.echoes.filter { $0 > last.sequence } }
         if announced.isEmpty && !changes.isEmpty && changes.count < maxCount {
             // Only echoes (or filtered changes) and nothing more to read: nothing to tell the peer.
             // The next batch's upTo covers these sequences; no announce, no acknowledgement.
@@ -53,6 +54,20 @@ extension ReplicationNode {
             return [.send(l.id, ReplicationMessage.push(collection: name, batch: batch, upTo: UInt64(last.sequence), changes: announced, documents: bodies).encoded())]
         }
         return [.send(l.id, ReplicationMessage.announce(collection: name, batch: batch, upTo: UInt64(last.sequence), changes: announced).encoded())]
+    }
+
+    /// True (and the stream moved past them) when every change committed since the stream's last
+    /// announce is an echo of this collection: a document this link's peer gave us, applied as it
+    /// sent it. A pull then costs no read of the change feed per batch received. (Any other
+    /// change in between, of any collection, and the feed is read as before.)
+    func onlyEchoesSince(_ stream: PushStream) -> Bool {
+        guard !stream.echoes.isEmpty else { return false }
+        let from = Int64(stream.announcedUpTo), last = store.lastSequence
+        guard last > from, last - from <= Int64(stream.echoes.count) else { return false }
+        for s in (from + 1)...last where !stream.echoes.contains(s) { return false }
+        for s in (from + 1)...last { stream.echoes.remove(s) }
+        stream.announcedUpTo = UInt64(last)
+        return true
     }
 
     /// The bodies of small announced documents (and tombstones), as they stand, up to one frame's

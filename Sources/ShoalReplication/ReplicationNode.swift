@@ -50,9 +50,6 @@ public final class ReplicationNode {
         /// Live batches completed (checkpoint written) whose acknowledgement waits for the next
         /// tick, per collection: the newest one, acknowledging all.
         var heldAcks: [String: (batch: UInt64, upTo: UInt64, count: Int)] = [:]
-        /// Local sequences whose change is exactly what this link sent us (not announced back to
-        /// it); pruned as its push stream passes them.
-        var echoes: Set<Int64> = []
         /// The peer's purge horizon (from its HELLO): it may no longer hold tombstones older than this.
         var remotePurgeHorizon: UInt64 = 0
         /// Where our pull checkpoints from this peer are kept: its id and its store's epoch (from its
@@ -96,6 +93,9 @@ public final class ReplicationNode {
         /// tombstone and the version announced (a request answered with that same version says
         /// so instead of sending it again, to a peer that takes it).
         var inFlight: [(batch: UInt64, upTo: UInt64, announced: [String: (deleted: Bool, version: [UInt8])])] = []
+        /// Local sequences of this collection whose change is exactly what this link's peer sent
+        /// us (not announced back to it); pruned as the stream passes them.
+        var echoes: Set<Int64> = []
 
         init(since: UInt64) {
             self.since = since

@@ -27,8 +27,8 @@ extension DocumentStore {
     /// The physical HLC time of a version's newest write (ms), or `otherwise` for a document
     /// without one (written before versions existed, or by a test's bare store).
     static func writtenAtMillis(_ version: [UInt8], otherwise: Int64) -> Int64 {
-        guard !version.isEmpty, let v = try? DocumentVersion(decoding: version), let current = v.vector.current else { return otherwise }
-        return Int64(clamping: current.timestamp.physicalMillis)
+        guard let newest = DocumentVersion.newestTimestamp(encoded: version) else { return otherwise }
+        return Int64(clamping: newest.physicalMillis)
     }
 
     /// Migration 8 set `written_at` to the local write time; the version's own time is the rule.

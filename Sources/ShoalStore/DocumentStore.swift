@@ -734,9 +734,13 @@ extension DocumentStore {
     public func stats() throws(StoreError) -> StoreStats {
         let (count, sequence) = summary.withLock { ($0.collectionCount, $0.lastSequence) }
         return try reading { db throws(StoreError) in
-            let s = try db.statement("SELECT COALESCE(SUM(deleted = 0), 0), COALESCE(SUM(deleted), 0) FROM documents")
+            // Counted from indexes, never the table (whose rows hold the bodies): all rows from the
+            // sequence index, tombstones from their partial index. A sum over the table read every
+            // body on each status request: 59 ms against 5.8 ms at 100,000 × 1 KB here.
+            let s = try db.statement("SELECT (SELECT count(*) FROM documents), (SELECT count(*) FROM documents WHERE deleted = 1)")
             _ = try s.step()
-            let stats = StoreStats(documents: s.int64(0), tombstones: s.int64(1), collections: Int64(count), lastSequence: sequence)
+            let rows = s.int64(0), tombstones = s.int64(1)
+            let stats = StoreStats(documents: rows - tombstones, tombstones: tombstones, collections: Int64(count), lastSequence: sequence)
             try s.run()
             return stats
         }

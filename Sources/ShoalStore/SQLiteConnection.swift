@@ -202,7 +202,7 @@ enum HotStatement: Int, CaseIterable {
         case .upsert: DocumentStore.upsertSQL
         case .insertIfAbsent: """
             INSERT INTO documents(collection_id, doc_id, body, deleted, revision, version, sequence, updated_at, written_at, body_bytes)
-            VALUES (?1, ?2, ?3, ?4, 1, ?5, ?6, ?7, ?8, ?9) ON CONFLICT(collection_id, doc_id) DO NOTHING RETURNING revision
+            VALUES (?1, ?2, ?3, ?4, 1, ?5, ?6, ?7, ?8, ?9) ON CONFLICT(collection_id, doc_id) DO NOTHING
             """
         case .version: "SELECT version, deleted FROM documents WHERE collection_id = ? AND doc_id = ?"
         case .get: "SELECT body, revision, version, sequence, updated_at, deleted FROM documents WHERE collection_id = ? AND doc_id = ?"

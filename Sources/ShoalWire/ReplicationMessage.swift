@@ -406,7 +406,7 @@ struct WireReader {
     mutating func string() throws(WireError) -> String {
         let n = Int(try u16())
         let raw = try raw(n)
-        guard let s = String(validating: raw, as: UTF8.self) else { throw .badValue("a string is not valid UTF-8") }
+        guard let s = UTF8Text.string(raw) else { throw .badValue("a string is not valid UTF-8") }
         return s
     }
     mutating func blob() throws(WireError) -> [UInt8] {

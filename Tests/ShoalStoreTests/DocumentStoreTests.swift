@@ -72,6 +72,27 @@ struct DocumentStoreTests {
         }
     }
 
+    @Test("insertIfAbsent: a new id goes in at the next sequence with revision 1; a held id writes nothing and uses no sequence")
+    func insertIfAbsent() throws {
+        try withStore(durability: .normal) { (store, _) throws in
+            try store.createCollection(readings)
+            let first = try store.transaction { (tx) throws(StoreError) in
+                try tx.insertIfAbsent(DocumentWrite(collection: readings, id: try! DocumentID("r1"), body: #"{"t":1}"#, version: [9]))
+            }
+            #expect(first?.sequence == 1 && first?.revision == 1 && first?.deleted == false)
+            let again = try store.transaction { (tx) throws(StoreError) in
+                try tx.insertIfAbsent(DocumentWrite(collection: readings, id: try! DocumentID("r1"), body: #"{"t":2}"#, version: [8]))
+            }
+            #expect(again == nil)
+            #expect(try store.get(readings, id: id("r1"))?.body == #"{"t":1}"#)
+            #expect(try store.get(readings, id: id("r1"))?.version == [9])
+            let next = try store.put(readings, id: id("r2"), body: #"{"t":3}"#)
+            #expect(next.sequence == 2)
+            let stats = try store.stats()
+            #expect(stats.documents == 2 && stats.tombstones == 0 && stats.lastSequence == 2)
+        }
+    }
+
     @Test("count: live documents or tombstones of one collection, by one COUNT; an unknown collection is an error")
     func count() throws {
         try withStore(durability: .normal) { (store, _) throws in
