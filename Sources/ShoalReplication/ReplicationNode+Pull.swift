@@ -45,6 +45,7 @@ extension ReplicationNode {
         store.noteRefusedExpired(expired)
         let horizon = UInt64(max(0, store.purgeHorizonMillis))
         var refused: [ConflictRecord] = []
+        var ask: [String] = []  // requested here, in the announce's (sequence) order: no sort needed
         for (c, local) in zip(changes, locals) {
             guard (try? DocumentID(c.id)) != nil else { throw ReplicationError.protocolViolation("announced id is not a valid document id") }
             if let only = policy.documentIDs, !only.contains(c.id) { continue }
@@ -66,7 +67,7 @@ extension ReplicationNode {
             } else if let f = inFlight[key], f.link != l.id, now < f.at + settings.requestTimeoutMillis {
                 inbound.deferred.insert(c.id)
             } else {
-                inbound.requested.insert(c.id)
+                if inbound.requested.insert(c.id).inserted { ask.append(c.id) }
                 inFlight[key] = (l.id, now)
             }
         }
@@ -80,9 +81,8 @@ extension ReplicationNode {
             try store.transaction { (tx) throws(StoreError) in try tx.logConflicts(records) }
             for r in refused { actions.append(.event(.conflict(link: l.id, peer: peerID, record: r))) }
         }
-        let ask = included.isEmpty ? inbound.requested : inbound.requested.subtracting(included)
         if !ask.isEmpty {
-            actions.append(.send(l.id, ReplicationMessage.request(collection: name, batch: batch, ids: ask.sorted()).encoded()))
+            actions.append(.send(l.id, ReplicationMessage.request(collection: name, batch: batch, ids: ask).encoded()))
         }
         actions += try completeIfDone(l, peerID, name)
         return actions

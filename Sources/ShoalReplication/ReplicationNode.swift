@@ -37,6 +37,9 @@ public final class ReplicationNode {
     struct DocKey: Hashable {
         let collection: String
         let id: String
+        /// The id alone: a node replicates a handful of collections, so hashing their names too
+        /// only costs time (equality still compares both).
+        func hash(into hasher: inout Hasher) { hasher.combine(id) }
     }
 
     final class Link {
