@@ -123,6 +123,7 @@ extension ReplicationNode {
         var conflicts: [ConflictRecord] = []
         var skewAhead: UInt64?
         var settled = 0
+        var echoes: [Int64] = []
         let wall = clock.wallMillis
         let source = peerID.description
         try store.transaction { (tx) throws(StoreError) in
@@ -138,8 +139,7 @@ extension ReplicationNode {
                     skewAhead = max(skewAhead ?? 0, ts.physicalMillis - wall)
                 }
                 items.append(.init(collection: name, id: d.id, deleted: d.deleted, error: outcome.error))
-                // No echo: if this link pulls from us, do not announce back what it just gave us.
-                if let seq = outcome.tookSenderVersionAt, let stream = l.push[name] { stream.echoes.insert(seq) }
+                if let seq = outcome.tookSenderVersionAt { echoes.append(seq) }
             }
             try clock.persist(in: tx)
             try tx.logConflicts(conflicts)
@@ -153,6 +153,10 @@ extension ReplicationNode {
                          "a checkpoint would pass a missing document")
             if let upTo { try tx.setCheckpoint(peer: l.checkpointKey, collection: policy.name, direction: .pull, sequence: Int64(upTo)) }
         }
+        // No echo: if this link pulls from us, do not announce back what it just gave us. Noted
+        // only once committed: a failed commit hands those sequences out again, and the push
+        // stream skips echoes without reading them (see onlyEchoesSince).
+        if let stream = l.push[name] { stream.echoes.formUnion(echoes) }
         if !inbound.live { l.progress.receive(settled, now: now) }
         var actions: [ReplicationAction] = []
         if !items.isEmpty { actions.append(.event(.documents(link: l.id, peer: peerID, direction: .pull, items: items))) }

@@ -23,7 +23,7 @@ struct UTF8TextTests {
         for bytes in cases {
             let expected = bytes.withUnsafeBufferPointer { String(validating: $0, as: UTF8.self) }
             #expect(UTF8Text.string(bytes) == expected, "\(bytes)")
-            #expect(UTF8Text.isASCII(bytes.withUnsafeBufferPointer { $0 }) == bytes.allSatisfy { $0 < 0x80 }, "\(bytes)")
+            #expect(bytes.withUnsafeBufferPointer { UTF8Text.isASCII($0) } == bytes.allSatisfy { $0 < 0x80 }, "\(bytes)")
         }
     }
 
