@@ -152,18 +152,21 @@ public final class NATSClient: @unchecked Sendable {  // owns libnats handles; l
         try check("natsOptions_SetFailRequestsOnDisconnect", natsOptions_SetFailRequestsOnDisconnect(opts, true))
         // The server's asynchronous errors (a permissions violation: the publish itself is just
         // never acknowledged) are kept to be told with the failure they cause.
-        // libnats may call back on its own thread after the connection is destroyed: the boxes
-        // are retained for libnats and released by its closed callback, its last.
+        // libnats may call back on its own threads after the connection is closed (a
+        // subscription's missed-heartbeat timer posts an error even then): its callbacks get a
+        // token, not the boxes' address, and the closed callback takes the boxes out of the table,
+        // so a later callback finds nothing and returns.
         let serverErrors = AsyncErrors()
         let acks = AckCollector()
-        let callbacks = Unmanaged.passRetained(CallbackBoxes(errors: serverErrors, acks: acks))
+        let boxes = CallbackBoxes(errors: serverErrors, acks: acks)
+        let token = CallbackBoxes.table.add(boxes)
         // Until a connection exists, no closed callback will come (a failed connect calls none).
         var handedOver = false
-        defer { if !handedOver { callbacks.release() } }
-        try check("natsOptions_SetErrorHandler", natsOptions_SetErrorHandler(opts, natsAsyncError, callbacks.toOpaque()))
-        try check("natsOptions_SetClosedCB", natsOptions_SetClosedCB(opts, natsConnectionClosed, callbacks.toOpaque()))
-        try check("natsOptions_SetDisconnectedCB", natsOptions_SetDisconnectedCB(opts, natsConnectionLost, callbacks.toOpaque()))
-        try check("natsOptions_SetReconnectedCB", natsOptions_SetReconnectedCB(opts, natsConnectionBack, callbacks.toOpaque()))
+        defer { if !handedOver { CallbackBoxes.table.remove(token) } }
+        try check("natsOptions_SetErrorHandler", natsOptions_SetErrorHandler(opts, natsAsyncError, token))
+        try check("natsOptions_SetClosedCB", natsOptions_SetClosedCB(opts, natsConnectionClosed, token))
+        try check("natsOptions_SetDisconnectedCB", natsOptions_SetDisconnectedCB(opts, natsConnectionLost, token))
+        try check("natsOptions_SetReconnectedCB", natsOptions_SetReconnectedCB(opts, natsConnectionBack, token))
         if let u = o.username { try check("natsOptions_SetUserInfo", natsOptions_SetUserInfo(opts, u, o.password ?? "")) }
         if let c = o.credentialsFile {
             try check("natsOptions_SetUserCredentialsFromFiles(\(c))", natsOptions_SetUserCredentialsFromFiles(opts, c, nil))
@@ -189,7 +192,7 @@ public final class NATSClient: @unchecked Sendable {  // owns libnats handles; l
         jsOpts.Wait = o.requestTimeoutMillis
         jsOpts.PublishAsync.MaxPending = 4096
         jsOpts.PublishAsync.AckHandler = natsPublishAcknowledged
-        jsOpts.PublishAsync.AckHandlerClosure = callbacks.toOpaque()
+        jsOpts.PublishAsync.AckHandlerClosure = token
         var ctx: OpaquePointer?
         // libnats copies the domain while making the context.
         s = o.domain.map { d in d.withCString { jsOpts.Domain = $0; return natsConnection_JetStream(&ctx, conn, &jsOpts) } }
@@ -198,14 +201,12 @@ public final class NATSClient: @unchecked Sendable {  // owns libnats handles; l
             natsConnection_Destroy(conn)
             throw NATSError("natsConnection_JetStream", s)
         }
-        return NATSClient(nc: conn, js: ctx, acks: acks, serverErrors: serverErrors, lost: callbacks.takeUnretainedValue().lost,
+        return NATSClient(nc: conn, js: ctx, acks: acks, serverErrors: serverErrors, lost: boxes.lost,
                           timeout: o.requestTimeoutMillis)
     }
 
     private let serverErrors: AsyncErrors
     private let lost: ConnectionWatch
-    /// Delivery boxes of subscribes that failed on this connection (see `orderedConsumer`).
-    private let abandoned = Locked<[Unmanaged<DeliveryBox>]>([])
 
     /// Called on libnats's thread the moment it finds the connection lost (false: a read error, or
     /// pings unanswered) and when it has connected again (true), even while the caller's thread
@@ -229,7 +230,6 @@ public final class NATSClient: @unchecked Sendable {  // owns libnats handles; l
         jsCtx_Destroy(js)
         natsConnection_Close(nc)
         natsConnection_Destroy(nc)
-        AbandonedDeliveries.bury(abandoned.withLock { $0 })
     }
 
     public var isConnected: Bool { natsConnection_Status(nc) == NATS_CONN_STATUS_CONNECTED }
@@ -404,31 +404,23 @@ public final class NATSClient: @unchecked Sendable {  // owns libnats handles; l
         let box = DeliveryBox(deliver)
         var sub: OpaquePointer?
         var jerr = jsErrCode(rawValue: 0)
-        // libnats may run the handler once more after an unsubscribe from another thread: the
-        // box is released by the completion callback, after the last delivery returned.
-        let context = Unmanaged.passRetained(box).toOpaque()
+        // libnats may run the handler after an unsubscribe, from its own thread, and after a
+        // failed js_Subscribe too (a timeout creating the consumer, which the server may make all
+        // the same: the subscription existed for a while). The handler gets a token: once the
+        // box is out of the table, a delivery finds nothing and drops the message.
+        let token = DeliveryBox.table.add(box)
         let s = stream.withCString { cs in
             so.Stream = cs
-            return js_Subscribe(&sub, js, filter, natsConsumerDelivered, context, nil, &so, &jerr)
+            return js_Subscribe(&sub, js, filter, natsConsumerDelivered, token, nil, &so, &jerr)
         }
         guard s == NATS_OK, let sub else {
-            // Not released: a failed js_Subscribe (a timeout creating the consumer, which the
-            // server may make all the same) had already subscribed with this context, and
-            // libnats's delivery thread can still be inside the handler, or about to enter it,
-            // when the call returns. Releasing the box here was a use after free that crashed a
-            // gateway in the uplink lab (an R3 cluster losing a node: a consumer create timed out
-            // and the process died on a libnats thread right after). The box is abandoned, so a
-            // later delivery is dropped (without waiting for one under way, which may be blocked
-            // on the caller's full inbox), and kept until a minute after the connection closed
-            // (`AbandonedDeliveries`).
+            // A delivery under way holds the box: it is abandoned, so that delivery drops its
+            // message (without being waited for: it may be blocked on the caller's full inbox).
             box.abandon()
-            abandoned.withLock { $0.append(Unmanaged<DeliveryBox>.fromOpaque(context)) }
+            DeliveryBox.table.remove(token)
             throw NATSError("ordered consumer on \(stream)", s, jerr)
         }
-        if natsSubscription_SetOnCompleteCB(sub, natsConsumerCompleted, context) != NATS_OK {
-            box.leaked = true  // cannot know when the last delivery ends: keep the box (a few bytes)
-        }
-        return NATSSubscription(sub, box: box)
+        return NATSSubscription(sub, box: box, token: token)
     }
 
     static func read(_ msg: OpaquePointer, sequence: UInt64, pending: UInt64) -> HubMessage {
@@ -454,17 +446,20 @@ public final class NATSClient: @unchecked Sendable {  // owns libnats handles; l
 public final class NATSSubscription: @unchecked Sendable {  // one libnats subscription; closed once
     private let sub: OpaquePointer
     private let box: DeliveryBox
+    private let token: UnsafeMutableRawPointer
     private let closed = Locked(false)
 
-    init(_ sub: OpaquePointer, box: DeliveryBox) {
+    init(_ sub: OpaquePointer, box: DeliveryBox, token: UnsafeMutableRawPointer) {
         self.sub = sub
         self.box = box
+        self.token = token
     }
 
     /// Unsubscribes; afterwards `deliver` is not called again.
     public func close() {
         guard closed.withLock({ c in defer { c = true }; return !c }) else { return }
         natsSubscription_Unsubscribe(sub)
+        DeliveryBox.table.remove(token)
         box.shut()
     }
 
@@ -474,30 +469,13 @@ public final class NATSSubscription: @unchecked Sendable {  // one libnats subsc
     }
 }
 
-/// The delivery boxes of failed subscribes: libnats may call their handler (shut, so it drops the
-/// message) until their connection is closed, so each is released only a minute after that.
-enum AbandonedDeliveries {
-    private static let graves = Locked<[(box: Unmanaged<DeliveryBox>, until: ContinuousClock.Instant)]>([])
-
-    /// Keeps `boxes` (their connection just closed) and releases those kept long enough.
-    static func bury(_ boxes: [Unmanaged<DeliveryBox>]) {
-        let now = ContinuousClock.now
-        let expired = graves.withLock { g -> [Unmanaged<DeliveryBox>] in
-            let old = g.filter { $0.until <= now }.map(\.box)
-            g.removeAll { $0.until <= now }
-            g += boxes.map { (box: $0, until: now + .seconds(60)) }
-            return old
-        }
-        for box in expired { box.release() }
-    }
-}
-
 /// The consumer's Swift callback, for libnats's C one.
-final class DeliveryBox: @unchecked Sendable {  // `leaked` is set once, before it is shared
+final class DeliveryBox: Sendable {
+    /// The boxes libnats's handler can reach, by token.
+    static let table = CallbackTable<DeliveryBox>()
     private let deliver: @Sendable (HubMessage) -> Void
     private let open = Locked(true)
     private let dropping = Locked(false)
-    var leaked = false
     init(_ deliver: @escaping @Sendable (HubMessage) -> Void) { self.deliver = deliver }
     /// Holding the lock while delivering: `shut` returns only once no delivery runs.
     func handle(_ m: HubMessage) {
@@ -507,11 +485,6 @@ final class DeliveryBox: @unchecked Sendable {  // `leaked` is set once, before 
     func shut() { open.withLock { $0 = false } }
     /// Deliveries from now on are dropped; one under way is not waited for.
     func abandon() { dropping.withLock { $0 = true } }
-}
-
-private let natsConsumerCompleted: natsOnCompleteCB = { closure in
-    guard let closure else { return }
-    Unmanaged<DeliveryBox>.fromOpaque(closure).release()
 }
 
 private let natsConsumerDelivered: natsMsgHandler = { _, _, msg, closure in
@@ -527,11 +500,13 @@ private let natsConsumerDelivered: natsMsgHandler = { _, _, msg, closure in
         jsMsgMetaData_Destroy(meta)
     }
     guard seq > 0 else { return }  // not a stream message (a status or heartbeat libnats let through)
-    Unmanaged<DeliveryBox>.fromOpaque(closure).takeUnretainedValue().handle(NATSClient.read(msg, sequence: seq, pending: pending))
+    DeliveryBox.table.find(closure)?.handle(NATSClient.read(msg, sequence: seq, pending: pending))
 }
 
-/// What libnats's callbacks reach: retained for libnats while the connection may call back.
+/// What a connection's callbacks reach, through `table`: in it from the connect until libnats's
+/// closed callback.
 final class CallbackBoxes: Sendable {
+    static let table = CallbackTable<CallbackBoxes>()
     /// How many exist (tests check that none outlives its connection).
     static let live = Locked(0)
     let errors: AsyncErrors
@@ -546,18 +521,42 @@ final class CallbackBoxes: Sendable {
 }
 
 private let natsConnectionClosed: natsConnectionHandler = { _, closure in
-    guard let closure else { return }
-    Unmanaged<CallbackBoxes>.fromOpaque(closure).release()
+    CallbackBoxes.table.remove(closure)
 }
 
 private let natsConnectionLost: natsConnectionHandler = { _, closure in
-    guard let closure else { return }
-    Unmanaged<CallbackBoxes>.fromOpaque(closure).takeUnretainedValue().lost.fire(false)
+    CallbackBoxes.table.find(closure)?.lost.fire(false)
 }
 
 private let natsConnectionBack: natsConnectionHandler = { _, closure in
-    guard let closure else { return }
-    Unmanaged<CallbackBoxes>.fromOpaque(closure).takeUnretainedValue().lost.fire(true)
+    CallbackBoxes.table.find(closure)?.lost.fire(true)
+}
+
+/// Objects that libnats's C callbacks reach by a token (a number in the closure pointer) rather
+/// than by address: a callback that comes after its object was taken out finds nothing, where a
+/// freed address would be a crash.
+final class CallbackTable<Item: AnyObject & Sendable>: Sendable {
+    private let state = Locked<(next: UInt, items: [UInt: Item])>((1, [:]))
+
+    /// The token for `item`, to hand to libnats as the callback's closure.
+    func add(_ item: Item) -> UnsafeMutableRawPointer {
+        let n = state.withLock { s in defer { s.next += 1 }; s.items[s.next] = item; return s.next }
+        return UnsafeMutableRawPointer(bitPattern: n)!  // n starts at 1: never nil
+    }
+
+    func find(_ token: UnsafeMutableRawPointer?) -> Item? {
+        guard let token else { return nil }
+        let n = UInt(bitPattern: token)
+        return state.withLock { $0.items[n] }
+    }
+
+    func remove(_ token: UnsafeMutableRawPointer?) {
+        guard let token else { return }
+        let n = UInt(bitPattern: token)
+        // The item is released outside the lock (its deinit may take other locks).
+        let item = state.withLock { $0.items.removeValue(forKey: n) }
+        _ = item
+    }
 }
 
 /// Whom to tell when libnats finds the connection lost or made again.
@@ -575,14 +574,14 @@ final class AsyncErrors: Sendable {
 }
 
 private let natsAsyncError: natsErrHandler = { nc, _, err, closure in
-    guard let closure else { return }
+    guard let boxes = CallbackBoxes.table.find(closure) else { return }
     var text: UnsafePointer<CChar>?
     var what = String(cString: natsStatus_GetText(err))
     if let nc, natsConnection_GetLastError(nc, &text) != NATS_OK, let text {
         let detail = String(cString: text)
         if !detail.isEmpty { what = detail }
     }
-    Unmanaged<CallbackBoxes>.fromOpaque(closure).takeUnretainedValue().errors.record(what)
+    boxes.errors.record(what)
 }
 
 /// Publishes in flight: `NATSClient.send`'s receipt for `wait`.
@@ -653,8 +652,7 @@ final class AckCollector: @unchecked Sendable {  // every field only under lock
 /// libnats's acknowledgement callback (a C function: it captures nothing).
 private let natsPublishAcknowledged: jsPubAckHandler = { _, msg, pa, pae, closure in
     defer { natsMsg_Destroy(msg) }
-    guard let closure, let msg else { return }
-    let acks = Unmanaged<CallbackBoxes>.fromOpaque(closure).takeUnretainedValue().acks
+    guard let msg, let acks = CallbackBoxes.table.find(closure)?.acks else { return }
     if let pa {
         acks.record(msg, .stored(sequence: pa.pointee.Sequence))
     } else if let pae {

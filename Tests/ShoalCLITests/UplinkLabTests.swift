@@ -69,8 +69,11 @@ extension ProcessSuites {
         /// failure's message.
         static func diagnose(_ g: LabGateway, lines: Int = 30) -> String {
             let text = (try? String(contentsOfFile: g.dataDir + "/shoal.log", encoding: .utf8)) ?? ""
-            let log = text.split(separator: "\n").filter { $0.contains("uplink") }.suffix(lines).joined(separator: "\n")
-            return "g\(g.node.index) uplink \(uplink(g))\ng\(g.node.index)'s log about the uplink:\n\(log)"
+            let all = text.split(separator: "\n", omittingEmptySubsequences: false)
+            let log = all.filter { $0.contains("uplink") }.suffix(lines).joined(separator: "\n")
+            // A crash's backtrace (Swift's runtime writes it to stderr, which is the log) in full.
+            let crash = all.firstIndex { $0.contains(" crashed:") || $0.contains("Crash") }.map { all[$0...].prefix(150).joined(separator: "\n") }
+            return "g\(g.node.index) uplink \(uplink(g))\ng\(g.node.index)'s log about the uplink:\n\(log)" + (crash.map { "\nthe crash:\n\($0)" } ?? "")
         }
 
         /// The uplink's warnings in the gateway's log: how many, and the last few.

@@ -78,6 +78,42 @@ import Testing
         try Self.eventually("every connection's callback boxes released, failed connects' too") { NATSClient.liveCallbackBoxes == 0 }
     }
 
+    /// libnats calls back on its own threads around a connection's close: an ordered consumer that
+    /// misses the server's heartbeats is recreated on a libnats thread, whose failure reaches the
+    /// error handler; acknowledgements run on a delivery thread while the closed callback runs on
+    /// another. The callbacks hold a token, not the address of what they reach, so one that comes
+    /// late finds nothing (with addresses, a late one was a use after free that killed a gateway in
+    /// the uplink lab). Here: heartbeats missed on a frozen server, the connection closed with the
+    /// consumer open and its recreation under way; the process survives and nothing is left behind.
+    @Test func callbacksAfterTheConnectionClosedReachNothingFreed() throws {
+        guard let hub = try JetStreamServer.start() else { return }
+        defer { hub.signal(SIGCONT); hub.stop() }
+        var options = NATSClient.Options(servers: ["nats://127.0.0.1:\(hub.port)"], name: "late")
+        options.requestTimeoutMillis = 2000
+        var client: NATSClient? = try NATSClient.connect(options)
+        let stream = "LATE"
+        _ = try client!.ensureStream(name: stream, subjects: ["late.*"], replicas: 1, maxMessageBytes: 1 << 20)
+        let delivered = Locked(0)
+        var sub: NATSSubscription? = try client!.orderedConsumer(stream: stream, filter: "late.*", startSequence: 1) { _ in
+            delivered.withLock { $0 += 1 }
+        }
+        #expect(client!.publish([PublishRequest(subject: "late.a", headers: [], payload: Array("1".utf8), expectedLastSubjectSequence: nil)]).count == 1)
+        try Self.eventually("the consumer delivers") { delivered.withLock { $0 } == 1 }
+        // Frozen, the server sends no heartbeat: within about two heartbeat intervals (5 s) libnats
+        // finds them missed and starts recreating the consumer, which waits for the frozen server.
+        hub.signal(SIGSTOP)
+        try Self.eventually("libnats finds the heartbeats missed", within: 40) { client!.takeServerError()?.contains("Heartbeat") == true }
+        client = nil
+        sub?.close()
+        sub = nil
+        // The recreation's failure is told while the server stays frozen (on this machine it came
+        // just before the closed callback: the order is libnats's, not promised).
+        Thread.sleep(forTimeInterval: 4)
+        hub.signal(SIGCONT)
+        try Self.eventually("every connection's callback boxes released") { NATSClient.liveCallbackBoxes == 0 }
+        #expect(delivered.withLock { $0 } == 1)
+    }
+
     @Test func twoGatewaysConvergeThroughTheHub() throws {
         guard let hub = try JetStreamServer.start() else { return }
         defer { hub.stop() }
@@ -242,4 +278,7 @@ final class JetStreamServer: @unchecked Sendable {  // one test's server
     func client() throws -> NATSClient { try NATSClient.connect(NATSClient.Options(servers: ["nats://127.0.0.1:\(port)"], name: "test")) }
 
     func stop() { _ = process?.stop() }
+
+    /// Sends `signal` to the server (SIGSTOP freezes it: connections stay open, nothing answers).
+    func signal(_ signal: Int32) { if let pid = process?.pid { kill(pid, signal) } }
 }
