@@ -95,7 +95,7 @@ example: build-deps boards
 ## (PID 1 in systemd-nspawn: a release confirmed, crashing ones rolled back), and 10 s of fuzzing
 ## per target.
 ## The example firmware (built by `make release` with every product) runs on the simulated medium.
-## Last, the in-process suites and four process tests under ThreadSanitizer and AddressSanitizer.
+## The sanitizer runs (about 19 minutes) are `make sanitizers`, which CI (.ci/run) runs after this.
 test: deps boards
 	$(SWIFT) test
 	$(MAKE) release
@@ -106,7 +106,6 @@ test: deps boards
 	SHOAL_BINARY=dist/shoal ./scripts/systemd-update-check.sh
 	./Tests/HardwareLab/run.sh dist/shoal
 	./scripts/fuzz.sh 10
-	./scripts/sanitizers.sh thread address
 
 ## README's promise, checked: on a minimal Debian 12 (debootstrap --variant=minbase, cached in
 ## /var/cache/shoal-fresh) with this toolchain bind-mounted read-only, README's prerequisites, a
@@ -149,8 +148,8 @@ UPLINK_OUTAGE_SECONDS ?= 300
 uplink-soak: deps boards
 	SHOAL_UPLINK_OUTAGE_SECONDS=$(UPLINK_OUTAGE_SECONDS) $(SWIFT) test --filter UplinkLabTests/hubOutageWhileBothSitesWrite
 
-## The tests under ThreadSanitizer and AddressSanitizer (make test runs the default part; see
-## scripts/sanitizers.sh): SHOAL_SANITIZE_FILTER=all for the whole suite.
+## The tests under ThreadSanitizer and AddressSanitizer (CI runs the default part after make test;
+## see scripts/sanitizers.sh): SHOAL_SANITIZE_FILTER=all for the whole suite.
 sanitizers: deps boards
 	./scripts/sanitizers.sh thread address
 
