@@ -68,11 +68,15 @@ struct JSONParser {
     let maxDepth: Int
     let build: Bool
     var index = 0
+    /// Checking only: the plain keys (ASCII, no escape) of the objects being read, as byte ranges
+    /// of the text, the innermost object's last. An object compares their bytes, making no String.
+    var plainKeys: [Range<Int>] = []
 
     init(bytes: UnsafeBufferPointer<UInt8>, maxDepth: Int, build: Bool = true) {
         self.bytes = bytes
         self.maxDepth = maxDepth
         self.build = build
+        if !build { plainKeys.reserveCapacity(16) }  // one allocation per text, not one per growth
     }
 
     func error(_ reason: String) -> JSONError { JSONError(offset: index, reason: reason) }
@@ -116,17 +120,21 @@ struct JSONParser {
         guard depth <= maxDepth else { throw error("nesting deeper than \(maxDepth)") }
         index += 1
         var members: [String: JSONValue] = [:]
-        // Checking only (no tree): the keys seen so far, compared in turn while the object has
-        // few (a set costs more than it saves below ~16), then in a set.
-        var few: [String] = []
-        var keys: Set<String> = []
+        // Checking only (no tree): while the object's keys are plain and few (a set costs more
+        // than it saves below ~16), each is compared by its bytes with the ones before it; past
+        // that, or at a key that is not plain (an escape can spell a plain key; non-ASCII text
+        // compares by canonical equivalence), the keys go into a set of Strings.
+        let base = plainKeys.count
+        defer { if !build { plainKeys.removeSubrange(base...) } }
+        var keys: Set<String>?
         skipWhitespace()
         if index < bytes.count, bytes[index] == UInt8(ascii: "}") { index += 1; return .object(members) }
         while true {
             skipWhitespace()
             guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw error("expected a string key") }
             let keyOffset = index
-            let key = try parseString()
+            let plain = build ? nil : scanPlainKey()
+            let key = plain == nil ? try parseString() : ""
             skipWhitespace()
             guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw error("expected ':'") }
             index += 1
@@ -135,14 +143,15 @@ struct JSONParser {
             let duplicate: Bool
             if build {
                 duplicate = members.updateValue(value, forKey: key) != nil
-            } else if keys.isEmpty, few.count < 16 {
-                duplicate = few.contains(key)
-                if !duplicate { few.append(key) }
+            } else if keys == nil, let plain, plainKeys.count - base < 16 {
+                duplicate = plainKeys[base...].contains { sameBytes($0, plain) }
+                if !duplicate { plainKeys.append(plain) }
             } else {
-                if keys.isEmpty { keys = Set(few) }
-                duplicate = !keys.insert(key).inserted
+                if keys == nil { keys = Set(plainKeys[base...].map(text)) }
+                duplicate = !keys!.insert(plain.map(text) ?? key).inserted
             }
             if duplicate {
+                let key = plain.map(text) ?? key
                 throw JSONError(offset: keyOffset, reason: "duplicate key \"\(key)\"")
             }
             skipWhitespace()
@@ -197,6 +206,29 @@ struct JSONParser {
     }
 
     func isDigit(_ b: UInt8) -> Bool { b >= 0x30 && b <= 0x39 }
+
+    /// A key of printable ASCII without escapes, as the range of its bytes (past the quotes);
+    /// nil, the index unmoved, for any other key.
+    mutating func scanPlainKey() -> Range<Int>? {
+        var i = index + 1
+        while i < bytes.count {
+            let b = bytes[i]
+            if b == UInt8(ascii: "\"") {
+                defer { index = i + 1 }
+                return (index + 1)..<i
+            }
+            guard b >= 0x20, b < 0x7F, b != UInt8(ascii: "\\") else { return nil }
+            i += 1
+        }
+        return nil
+    }
+
+    func sameBytes(_ a: Range<Int>, _ b: Range<Int>) -> Bool {
+        a.count == b.count && bytes[a].elementsEqual(bytes[b])
+    }
+
+    /// The text of a plain key (ASCII, so no validation).
+    func text(_ r: Range<Int>) -> String { String(decoding: UnsafeBufferPointer(rebasing: bytes[r]), as: UTF8.self) }
 
     mutating func parseString() throws(JSONError) -> String {
         index += 1  // opening quote

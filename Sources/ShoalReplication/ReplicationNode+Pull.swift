@@ -27,6 +27,10 @@ extension ReplicationNode {
         guard changes.count <= max(settings.batchMaxCount, 100_000) else { throw ReplicationError.protocolViolation("announce of \(changes.count) changes") }
         let inbound = InboundBatch(batch: batch, upTo: upTo)
         inbound.live = live
+        // Room for the whole batch at once: growing a table rehashes every id already in it.
+        // (Not the node's inFlight: it lives on, and would keep the largest batch's room.)
+        inbound.waiting.reserveCapacity(changes.count)
+        inbound.requested.reserveCapacity(changes.count)
         let wallNow = Int64(clamping: clock.wallMillis)
         var expired = 0
         let locals = try store.transaction { (tx) throws(StoreError) -> [[UInt8]?] in

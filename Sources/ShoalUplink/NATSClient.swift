@@ -414,8 +414,9 @@ public final class NATSClient: @unchecked Sendable {  // owns libnats handles; l
             return js_Subscribe(&sub, js, filter, natsConsumerDelivered, token, nil, &so, &jerr)
         }
         guard s == NATS_OK, let sub else {
-            // A delivery under way holds the box: it is abandoned, so that delivery drops its
-            // message (without being waited for: it may be blocked on the caller's full inbox).
+            // A delivery that already found the box holds it: abandoned, the box drops what such a
+            // delivery brings unless it is already inside `deliver` (that one is not waited for: it
+            // may be blocked on the caller's full inbox).
             box.abandon()
             DeliveryBox.table.remove(token)
             throw NATSError("ordered consumer on \(stream)", s, jerr)

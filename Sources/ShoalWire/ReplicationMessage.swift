@@ -405,9 +405,13 @@ struct WireReader {
     }
     mutating func string() throws(WireError) -> String {
         let n = Int(try u16())
-        let raw = try raw(n)
-        guard let s = UTF8Text.string(raw) else { throw .badValue("a string is not valid UTF-8") }
-        return s
+        try need(n)
+        let start = index
+        // Straight from the frame's bytes: no array copied first.
+        let text = bytes.withUnsafeBufferPointer { UTF8Text.string(UnsafeBufferPointer(rebasing: $0[start..<(start + n)])) }
+        guard let text else { throw .badValue("a string is not valid UTF-8") }
+        index += n
+        return text
     }
     mutating func blob() throws(WireError) -> [UInt8] {
         let n = Int(try u32())

@@ -45,6 +45,30 @@ struct JSONValueTests {
         #expect(throws: JSONError.self) { try JSONValue.validate(#"{"ab":1,"a\u0062":2}"#) }
     }
 
+    @Test("validation finds a duplicate key exactly when the parser does: plain keys (compared by their bytes), escaped spellings, canonically equal non-ASCII keys, nested objects, past 16 keys")
+    func validateFindsDuplicatesAsTheParserDoes() {
+        let pool = ["a", "b", "ab", #"a\u0062"#, #"\u0061"#, "é", #"e\u0301"#, "e\u{301}", "x y"] + (0..<20).map { "k\($0)" }
+        var rng = SeededRandom(seed: 27)
+        func object(_ depth: Int) -> String {
+            let n = Int(rng.next() % 22)
+            let members = (0..<n).map { _ -> String in
+                let key = pool[Int(rng.next() % UInt64(pool.count))]
+                let value = depth < 3 && rng.next() % 4 == 0 ? object(depth + 1) : String(rng.next() % 100)
+                return "\"\(key)\":\(value)"
+            }
+            return "{" + members.joined(separator: ",") + "}"
+        }
+        var duplicates = 0
+        for _ in 0..<2_000 {
+            let text = object(0)
+            let parsed = (try? JSONValue.parse(text)) != nil
+            let validated = (try? JSONValue.validate(text)) != nil
+            #expect(parsed == validated, "\(text)")
+            if !parsed { duplicates += 1 }
+        }
+        #expect(duplicates > 200 && duplicates < 1_800)  // both outcomes were tried
+    }
+
     @Test("validation without building the tree agrees with the parser", arguments: [
         #"{"a": [1, {"b": "c\u00e9"}], "d": -0.5e-3, "é": "ü"}"#, "[]", "\"x\"", "12", "{}",
     ])
