@@ -141,9 +141,12 @@ struct SupervisorTests {
                 let run = runs.next("worker")
                 j.add("start worker \(run)")
                 if run == 1 {
-                    // Hangs: no heartbeat, and deaf to shutdown and cancellation for a while.
-                    let until = ContinuousClock.now + .seconds(65)
-                    while ContinuousClock.now < until { try? await Task.sleep(for: .milliseconds(10)) }
+                    // Hangs: no heartbeat, and deaf to shutdown and cancellation until the
+                    // supervisor has given up on it and started run 2 (or 10 minutes). A fixed hang
+                    // a little past the timeout raced the watchdog on a starved pool: the run
+                    // returned first, normally, and was restarted as a return, not as hung (CI).
+                    let until = ContinuousClock.now + .seconds(600)
+                    while ContinuousClock.now < until, !j.all.contains("start worker 2") { try? await Task.sleep(for: .milliseconds(10)) }
                     return
                 }
                 while await ctx.pause(for: .milliseconds(10)) { ctx.heartbeat() }
