@@ -152,10 +152,10 @@ public final class NATSClient: @unchecked Sendable {  // owns libnats handles; l
         try check("natsOptions_SetFailRequestsOnDisconnect", natsOptions_SetFailRequestsOnDisconnect(opts, true))
         // The server's asynchronous errors (a permissions violation: the publish itself is just
         // never acknowledged) are kept to be told with the failure they cause.
-        // libnats may call back on its own threads after the connection is closed (a
-        // subscription's missed-heartbeat timer posts an error even then): its callbacks get a
-        // token, not the boxes' address, and the closed callback takes the boxes out of the table,
-        // so a later callback finds nothing and returns.
+        // libnats does not promise its closed callback is the last: acknowledgements run on a
+        // delivery thread, errors (an ordered consumer's failed recreation) on others. Its
+        // callbacks get a token, not the boxes' address, and the closed callback takes the boxes
+        // out of the table, so a later callback finds nothing and returns.
         let serverErrors = AsyncErrors()
         let acks = AckCollector()
         let boxes = CallbackBoxes(errors: serverErrors, acks: acks)
