@@ -6,18 +6,26 @@ public struct PeerID: Sendable, Hashable, Comparable, CustomStringConvertible {
     /// The first 8 bytes, big-endian: orders and hashes ids without walking the array (the mesh
     /// compares ids constantly). A digest's bytes are uniform, so it hashes as well as all 32.
     let prefix: UInt64
+    /// The other 24 bytes as three big-endian words: equality and order without the array.
+    let word1: UInt64, word2: UInt64, word3: UInt64
 
     /// The 32 digest bytes. (ShoalTLS makes them from a certificate.)
     public init(bytes: [UInt8]) {
         precondition(bytes.count == 32, "a peer id is 32 bytes")
         self.bytes = bytes
-        prefix = bytes.prefix(8).reduce(0) { $0 << 8 | UInt64($1) }
+        func word(_ at: Int) -> UInt64 { bytes[at..<at + 8].reduce(0) { $0 << 8 | UInt64($1) } }
+        prefix = word(0)
+        word1 = word(8)
+        word2 = word(16)
+        word3 = word(24)
     }
 
     /// The first 8 bytes as a number (for deterministic weights and quick comparisons).
     public var prefix64: UInt64 { prefix }
 
-    public static func == (a: PeerID, b: PeerID) -> Bool { a.prefix == b.prefix && a.bytes == b.bytes }
+    public static func == (a: PeerID, b: PeerID) -> Bool {
+        a.prefix == b.prefix && a.word1 == b.word1 && a.word2 == b.word2 && a.word3 == b.word3
+    }
     public func hash(into h: inout Hasher) { h.combine(prefix) }
 
     /// Parses the 64-hex-digit form (either case).
@@ -55,6 +63,6 @@ public struct PeerID: Sendable, Hashable, Comparable, CustomStringConvertible {
     }
     public var short: String { String(description.prefix(8)) }
     public static func < (a: PeerID, b: PeerID) -> Bool {
-        a.prefix != b.prefix ? a.prefix < b.prefix : a.bytes.lexicographicallyPrecedes(b.bytes)
+        (a.prefix, a.word1, a.word2, a.word3) < (b.prefix, b.word1, b.word2, b.word3)
     }
 }

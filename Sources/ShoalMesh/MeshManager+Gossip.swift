@@ -12,24 +12,71 @@ extension MeshManager {
         }
     }
 
-    func absorb(origin: PeerID, sequence seq: UInt64, neighbours: [PeerID], from: ConnectionID, _ out: inout [MeshAction]) {
+    func absorb(origin: PeerID, sequence seq: UInt64, neighbours: [PeerID], from: ConnectionID, now: UInt64, _ out: inout [MeshAction]) {
         if origin == me {
             // Our own news from before a restart: make ours newer.
             if seq >= sequence { sequence = seq; announceOwnLinks(&out) }
             return
         }
-        if let known = graph[origin], known.sequence >= seq { return }
-        graph[origin] = (seq, Array(neighbours.prefix(64)))
-        componentCache = nil
-        for c in connections.values.sorted(by: { $0.id < $1.id }) where c.id != from {
-            out.append(.sendTopology(c.id, origin: origin, sequence: seq, neighbours: neighbours))
+        if let known = graph[origin], known.sequence >= seq {
+            // The link that brought it has it: it is owed nothing older or equal.
+            gossipOwed[from]?.remove(origin)
+            return
         }
-        // Forget gossip about nodes nobody links to any more (bounded memory).
-        if graph.count > 4 * max(peers.count, 16) {
+        let kept = Array(neighbours.prefix(64))
+        let old = graph[origin]?.neighbours ?? []
+        graph[origin] = (seq, kept)
+        // A newer sequence with the same links (a restart's renumbering) changes nothing.
+        if old != kept { linksChanged(of: origin, from: old, to: kept) }
+        // Forwarded at the next flush, as the entry is then (a newer one replaces this one).
+        for id in connections.keys where id != from { gossipOwed[id, default: []].insert(origin) }
+        gossipOwed[from]?.remove(origin)
+        if gossipFlushAt == nil, connections.count > 1 { gossipFlushAt = now + settings.gossipIntervalMillis }
+        // Forget gossip about nodes nobody links to any more (bounded memory). Only when the
+        // graph has doubled since the last sweep: a sweep walks the whole component, and a large
+        // mesh whose members are all reachable would otherwise sweep on every update.
+        if graph.count > max(4 * max(peers.count, 16), graphSweepMark) {
             let members = component()
             graph = graph.filter { members.contains($0.key) }
+            graphSweepMark = 2 * graph.count
             componentCache = nil
         }
+    }
+
+    /// Sends each link the newest entry of every origin it is owed (links in id order, origins
+    /// in id order: every run alike), unless the link brought that very entry.
+    func flushGossip(now: UInt64, _ out: inout [MeshAction]) {
+        gossipFlushAt = nil
+        let owed = gossipOwed
+        gossipOwed = [:]
+        for id in owed.keys.sorted() {
+            guard let c = connections[id] else { continue }
+            let cap = c.transport == .bluetooth ? settings.gossipPerIntervalBluetooth : settings.gossipPerIntervalWifi
+            let origins = owed[id]!.sorted()
+            for origin in origins.prefix(max(1, cap)) {
+                guard let entry = graph[origin] else { continue }
+                out.append(.sendTopology(id, origin: origin, sequence: entry.sequence, neighbours: entry.neighbours))
+            }
+            if origins.count > max(1, cap) {
+                gossipOwed[id] = Set(origins.dropFirst(max(1, cap)))
+                gossipFlushAt = now + settings.gossipIntervalMillis
+            }
+        }
+    }
+
+    /// Keeps `componentCache` where the change cannot move anyone in or out of our component
+    /// (in a settled mesh, most news is of links among members, or among nodes elsewhere); the
+    /// spanning tree is computed again in any case. A new link both ends report joins two parts
+    /// when one end is a member and the other is not; a link that goes away can split ours only
+    /// when both ends are members.
+    func linksChanged(of origin: PeerID, from old: [PeerID], to new: [PeerID]) {
+        treeCache = nil
+        guard let members = componentCache else { return }
+        let inside = members.contains(origin)
+        for n in new where n != origin && !old.contains(n) && members.contains(n) != inside {
+            if graph[n]?.neighbours.contains(origin) ?? false { componentCache = nil; return }
+        }
+        if inside, old.contains(where: { $0 != origin && !new.contains($0) && members.contains($0) }) { componentCache = nil }
     }
 
     /// Peers reachable from us through links, using our own links and gossip for the rest.
@@ -37,21 +84,17 @@ extension MeshManager {
     func component(without cut: PeerID? = nil) -> Set<PeerID> {
         if cut == nil, let c = componentCache { return c }
         // Links both ends report (our own list for ours): a crashed node's last list cannot glue
-        // parts together that are no longer linked.
-        var adjacency: [PeerID: [PeerID]] = [:]
-        let mine = Set(neighbours)
-        for (origin, entry) in graph where origin != me {
-            for n in entry.neighbours where n != origin {
-                let mutual = n == me ? mine.contains(origin) : (graph[n]?.neighbours.contains(origin) ?? false)
-                if mutual { adjacency[origin, default: []].append(n) }
-            }
-        }
+        // parts together that are no longer linked. A breadth-first walk over the gossip as it
+        // is (no adjacency built first: in a large mesh this runs after every topology change).
+        let mine = neighbours
         var seen: Set<PeerID> = [me]
-        var queue = neighbours.filter { $0 != cut }
+        seen.reserveCapacity(graph.count + 1)
+        var queue = mine.filter { $0 != cut }
         seen.formUnion(queue)
         while let p = queue.popLast() {
-            for n in adjacency[p] ?? [] where !seen.contains(n) {
-                if cut != nil && ((p == cut && n == me) || (p == me && n == cut)) { continue }
+            guard let entry = graph[p] else { continue }
+            for n in entry.neighbours where n != p && !seen.contains(n) {
+                guard graph[n]?.neighbours.contains(p) ?? false else { continue }
                 seen.insert(n)
                 queue.append(n)
             }

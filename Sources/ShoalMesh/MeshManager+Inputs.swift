@@ -181,9 +181,9 @@ extension MeshManager {
         return .finish
     }
 
-    func gossip(from: ConnectionID, origin: PeerID, sequence seq: UInt64, neighbours: [PeerID], _ out: inout [MeshAction]) -> Next {
+    func gossip(from: ConnectionID, origin: PeerID, sequence seq: UInt64, neighbours: [PeerID], now: UInt64, _ out: inout [MeshAction]) -> Next {
         guard connections[from] != nil else { return .skip }
-        absorb(origin: origin, sequence: seq, neighbours: neighbours, from: from, &out)
+        absorb(origin: origin, sequence: seq, neighbours: neighbours, from: from, now: now, &out)
         return .finish
     }
 

@@ -35,8 +35,12 @@ extension MeshManager {
         connections[c.id] = c
         componentCache = nil
         out.append(.event(.peerReplicator(c.peer, c.transport, outgoing: c.outgoing, activity: activity, error: nil)))
-        for (origin, entry) in graph.sorted(by: { $0.key < $1.key }) where origin != me {
-            out.append(.sendTopology(c.id, origin: origin, sequence: entry.sequence, neighbours: entry.neighbours))
+        // Everything we know, paced like forwarded gossip (the first entries at once).
+        var known = Set(graph.keys)
+        known.remove(me)
+        if !known.isEmpty {
+            gossipOwed[c.id, default: []].formUnion(known)
+            gossipFlushAt = 0
         }
         announceOwnLinks(&out)
     }
@@ -86,6 +90,7 @@ extension MeshManager {
 
     func dropConnection(_ id: ConnectionID, now: UInt64, _ out: inout [MeshAction]) {
         guard let c = connections.removeValue(forKey: id) else { return }
+        gossipOwed[id] = nil
         componentCache = nil
         // A link we dialled that ended (refused, evicted, dropped): wait backoffMillis before
         // dialling that peer again, so a full peer is not dialled every connectDelay.
@@ -241,11 +246,16 @@ extension MeshManager {
 
     /// The lowest peer id among our component's members with a free slot (per gossip).
     func isDialler(of members: Set<PeerID>) -> Bool {
-        var dialler: PeerID?
-        for p in members {
-            let degree = p == me ? slotsTaken : (graph[p]?.neighbours.count ?? 0)
-            if degree < settings.maxConnectionCount, dialler.map({ p < $0 }) ?? true { dialler = p }
+        guard slotsTaken < settings.maxConnectionCount else { return false }
+        let other: PeerID?
+        if let cached = diallerCache { other = cached } else {
+            var lowest: PeerID?
+            for p in members where p != me {
+                if graph[p]?.neighbours.count ?? 0 < settings.maxConnectionCount, lowest.map({ p < $0 }) ?? true { lowest = p }
+            }
+            diallerCache = .some(lowest)
+            other = lowest
         }
-        return dialler == me
+        return other.map { me < $0 } ?? true
     }
 }

@@ -89,9 +89,17 @@ public final class MeshManager {
     /// Gossip: origin → (sequence, its links). Our own entry is kept here too.
     var graph: [PeerID: (sequence: UInt64, neighbours: [PeerID])] = [:]
     var sequence: UInt64
+    /// Per link, the origins whose newest gossip it is owed, sent at `gossipFlushAt`.
+    var gossipOwed: [ConnectionID: Set<PeerID>] = [:]
+    var gossipFlushAt: UInt64?
+    /// `absorb` sweeps unreachable origins out of `graph` once it grows past this (and a floor).
+    var graphSweepMark = 0
     /// `component()` without a cut, until links or gossip change.
     var componentCache: Set<PeerID>? { didSet { if componentCache == nil { treeCache = nil } } }
-    var treeCache: Set<PeerID>?
+    var treeCache: Set<PeerID>? { didSet { if treeCache == nil { diallerCache = nil } } }
+    /// For `isDialler`: the lowest member but us with a free slot per gossip (.some(nil): none),
+    /// until links or gossip change.
+    var diallerCache: PeerID??
 
     /// `sequenceBase` makes our gossip newer than anything sent before a restart: pass the wall
     /// clock in milliseconds (the simulator passes its virtual time). `fallbackSeed` is used when
@@ -229,7 +237,7 @@ public final class MeshManager {
             next = outgoingFailed(peer, t, reason: reason, now: now, &out)
         case .closed(let id): next = closed(id, now: now, &out)
         case .replicating(let id): next = replicating(id, now: now, &out)
-        case .topology(let from, let origin, let seq, let neighbours): next = gossip(from: from, origin: origin, sequence: seq, neighbours: neighbours, &out)
+        case .topology(let from, let origin, let seq, let neighbours): next = gossip(from: from, origin: origin, sequence: seq, neighbours: neighbours, now: now, &out)
         case .activity(let id, let busy): next = activity(id, busy: busy, &out)
         }
         return next == .finish ? finish(out, now: now) : out
@@ -256,6 +264,8 @@ public final class MeshManager {
             out.append(.event(.peerReplicator(c.peer, c.transport, outgoing: c.outgoing, activity: .stopped, error: nil)))
         }
         connections = [:]
+        gossipOwed = [:]
+        gossipFlushAt = nil
         componentCache = nil
         pending = [:]
         nextWake = nil
@@ -285,6 +295,7 @@ public final class MeshManager {
             pending[peer] = nil
             counters.failedConnectionAttempts += 1
         }
+        if let at = gossipFlushAt, at <= now { flushGossip(now: now, &out) }
         plan(now: now, &out)
         counters.connectedPeers = linkedPeerCount
         counters.discoveredPeers = peers.values.filter { !$0.heardOn.isEmpty }.count
@@ -296,6 +307,7 @@ public final class MeshManager {
         if !scanning, let n = nextPhase { wake.append(n) }
         for p in pending.values { wake.append(p.at + 30_000) }
         if let w = nextDialWake(now: now) { wake.append(w) }
+        if let g = gossipFlushAt { wake.append(g) }
         nextWake = wake.filter { $0 > now }.min() ?? wake.min().map { max($0, now + 1) }
         return out
     }

@@ -277,22 +277,52 @@ struct MeshManagerTests {
         #expect(!x.keeps(7))
     }
 
-    @Test("gossip is flooded to other links, never back, and old news is dropped")
+    @Test("gossip is forwarded to the other links at the next flush, the newest entry per origin once, never back; old news is dropped")
     func gossip() {
         let m = manager(peer(1))
         _ = m.handle(.start, now: 0)
         _ = m.handle(.incoming(1, peer(2), .wifi), now: 1)
         _ = m.handle(.incoming(2, peer(3), .wifi), now: 1)
-        let a = m.handle(.topology(from: 1, origin: peer(7), sequence: 10, neighbours: [peer(2)]), now: 5)
-        #expect(a == [.sendTopology(2, origin: peer(7), sequence: 10, neighbours: [peer(2)])])
-        #expect(m.handle(.topology(from: 2, origin: peer(7), sequence: 9, neighbours: []), now: 6).isEmpty)
+        let topology: ([MeshAction]) -> [MeshAction] = { $0.filter { if case .sendTopology = $0 { true } else { false } } }
+        // Held for gossipIntervalMillis (100): a newer entry in the meantime replaces it.
+        #expect(m.handle(.topology(from: 1, origin: peer(7), sequence: 10, neighbours: [peer(2)]), now: 5).isEmpty)
+        #expect(m.nextWake.map { $0 <= 105 } == true, "\(String(describing: m.nextWake))")
+        #expect(topology(m.handle(.topology(from: 1, origin: peer(7), sequence: 11, neighbours: [peer(2), peer(3)]), now: 50)).isEmpty)
+        #expect(topology(m.handle(.tick, now: 104)).isEmpty)
+        #expect(topology(m.handle(.tick, now: 105)) == [.sendTopology(2, origin: peer(7), sequence: 11, neighbours: [peer(2), peer(3)])])
+        #expect(topology(m.handle(.tick, now: 300)).isEmpty, "sent once")
+        #expect(m.handle(.topology(from: 2, origin: peer(7), sequence: 9, neighbours: []), now: 301).isEmpty)
+        #expect(topology(m.handle(.tick, now: 500)).isEmpty, "old news is not forwarded")
+        // Link 2 brings the newest entry itself while link 1 is owed it: only link 1 gets it.
+        _ = m.handle(.topology(from: 1, origin: peer(8), sequence: 1, neighbours: []), now: 501)
+        _ = m.handle(.topology(from: 2, origin: peer(8), sequence: 2, neighbours: []), now: 502)
+        #expect(topology(m.handle(.tick, now: 700)) == [.sendTopology(1, origin: peer(8), sequence: 2, neighbours: [])])
+        _ = m.handle(.topology(from: 1, origin: peer(7), sequence: 12, neighbours: [peer(2)]), now: 701)
         #expect(!m.reachable.contains(peer(7)), "a link counts once both ends report it")
-        _ = m.handle(.topology(from: 1, origin: peer(2), sequence: 2, neighbours: [peer(1), peer(7)]), now: 6)
+        _ = m.handle(.topology(from: 1, origin: peer(2), sequence: 2, neighbours: [peer(1), peer(7)]), now: 702)
         #expect(m.reachable.contains(peer(7)))
         // peer 7 unlinks from 2: no longer reachable.
-        _ = m.handle(.topology(from: 1, origin: peer(7), sequence: 11, neighbours: []), now: 7)
-        _ = m.handle(.topology(from: 1, origin: peer(2), sequence: 3, neighbours: [peer(1)]), now: 7)
+        _ = m.handle(.topology(from: 1, origin: peer(7), sequence: 13, neighbours: []), now: 703)
+        _ = m.handle(.topology(from: 1, origin: peer(2), sequence: 3, neighbours: [peer(1)]), now: 703)
         #expect(!m.reachable.contains(peer(7)))
+    }
+
+    @Test("a new link is told the graph at most gossipPerInterval entries per interval; what it sends us itself is not sent back")
+    func pacedDump() {
+        let m = manager(peer(1)) { $0.gossipPerIntervalWifi = 2 }
+        _ = m.handle(.start, now: 0)
+        _ = m.handle(.incoming(1, peer(2), .wifi), now: 1)
+        for k: UInt8 in 10..<15 { _ = m.handle(.topology(from: 1, origin: peer(k), sequence: 1, neighbours: []), now: 2) }
+        // What link 2 is sent about others (our own announcement goes at once, to every link).
+        let toLink2: ([MeshAction]) -> [PeerID] = { actions in
+            actions.compactMap { if case .sendTopology(2, let origin, _, _) = $0, origin != peer(1) { origin } else { nil } }
+        }
+        #expect(toLink2(m.handle(.incoming(2, peer(3), .wifi), now: 3)) == [peer(10), peer(11)])
+        // Link 2 sends us origin 12 as we know it: it has it, so it is not owed it any more.
+        _ = m.handle(.topology(from: 2, origin: peer(12), sequence: 1, neighbours: []), now: 50)
+        #expect(toLink2(m.handle(.tick, now: 102)).isEmpty)
+        #expect(toLink2(m.handle(.tick, now: 103)) == [peer(13), peer(14)])
+        #expect(toLink2(m.handle(.tick, now: 300)).isEmpty)
     }
 
     @Test("states: Created, Discovering, FullyConnected, Stopped, Dead")
