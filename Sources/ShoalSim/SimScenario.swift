@@ -1,6 +1,7 @@
 import Glibc
 import ShoalCore
 import ShoalMesh
+import ShoalWire
 
 /// A standard run: let the mesh form, (optionally) time one write across it, write a workload
 /// while faults come and go, stop the faults, and check every invariant once things settle.
@@ -39,6 +40,12 @@ public struct SimReport: Sendable {
     /// From the end of faults and writes until every node held the same documents.
     public var convergedAfterMillis: UInt64?
     public var bytesDuringWrites: UInt64 = 0
+    /// Over the whole run: every byte sent, and those of frames that carry no document or blob
+    /// data (gossip, and other control frames), gossip alone too.
+    public var allBytes: UInt64 = 0
+    public var controlBytes: UInt64 = 0
+    public var gossipBytes: UInt64 = 0
+    public var controlShare: Double { allBytes == 0 ? 0 : Double(controlBytes) / Double(allBytes) }
     public var idealBytes: UInt64 = 0
     public var linksPerNode: [Int] = []
     public var crashes = 0
@@ -136,6 +143,14 @@ extension SimScenario {
             report.convergedAfterMillis = at - quietFrom
         }
         report.bytesDuringWrites = sim.bytesSent - bytesBefore - sim.blobBytesSent
+        report.allBytes = sim.bytesSent
+        for (tag, bytes) in sim.bytesByType {
+            switch ReplicationMessage.frameClass(ofFirstByte: tag) {
+            case .gossip: report.gossipBytes += bytes; report.controlBytes += bytes
+            case .control: report.controlBytes += bytes
+            case .documents, .blobData: break
+            }
+        }
         if config.blobs {
             report.blobCount = sim.blobsWritten.count
             report.blobBytes = sim.blobBytesSent

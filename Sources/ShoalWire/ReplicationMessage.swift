@@ -112,6 +112,20 @@ public enum ReplicationMessage: Sendable, Equatable {
         case blobManifestRequest = 16, blobManifest, blobFetch, blobPiece, blobNotHere, blobHaveNow
     }
 
+    /// What a frame carries, from its first byte, for accounting: documents (documents and push
+    /// frames), blob data (pieces), gossip (topology), or other control (hello, subscriptions,
+    /// announcements, requests, acknowledgements, errors, blob manifests and fetches).
+    public enum FrameClass: Sendable { case documents, blobData, gossip, control }
+
+    public static func frameClass(ofFirstByte b: UInt8) -> FrameClass {
+        switch Tag(rawValue: b) {
+        case .documents, .push: .documents
+        case .blobPiece: .blobData
+        case .topology: .gossip
+        default: .control
+        }
+    }
+
     public var kind: String {
         switch self {
         case .hello: "hello"

@@ -14,7 +14,7 @@ extension CLI {
         if helpIfAsked(a, "sim") { return ExitCode.ok }
         try a.expectPositionals(0...0, command: "sim", usage: "sim [--nodes N] [--topology T] ...")
         var s = SimScenario()
-        s.config.nodes = try a.int("--nodes", command: "sim", default: 10, range: 2...500)
+        s.config.nodes = try a.int("--nodes", command: "sim", default: 10, range: 2...2_000)
         guard let topology = SimTopology(rawValue: a.values["--topology"] ?? "full") else {
             throw UsageError(command: "sim", message: "--topology is one of \(SimTopology.allCases.map(\.rawValue).joined(separator: ", ")), not \"\(a.values["--topology"] ?? "")\"")
         }
@@ -114,6 +114,8 @@ extension CLI {
         }
         out("  converged                 \(ms(r.convergedAfterMillis)) after the last write\(s.config.faultsUntilMillis > 0 ? " and the end of faults" : "")")
         out("  bytes sent                \(r.bytesDuringWrites) during the writes; ideal (one body per node) \(r.idealBytes): ratio \(fmt2(r.bytesRatio))\(s.config.faultsUntilMillis > 0 ? " (includes re-syncs after faults)" : " (goal <= 1.2)")")
+        let share = { (b: UInt64) in r.allBytes == 0 ? "0" : fmt2(100 * Double(b) / Double(r.allBytes)) }
+        out("  control bytes             \(r.controlBytes) of \(r.allBytes) over the run: \(share(r.controlBytes)) % (gossip \(share(r.gossipBytes)) %) (goal <= 10 %)")
         out("  links per node            min \(links.min() ?? 0), max \(links.max() ?? 0), mean \(fmt2(Double(links.reduce(0, +)) / Double(max(1, links.count)))); total \(links.reduce(0, +) / 2)")
         if r.crashes + r.partitions + r.faultyFrames > 0 { out("  faults                    \(r.crashes.counted("crash", plural: "crashes")), \(r.partitions.counted("partition")), \(r.faultyFrames.counted("frame")) duplicated or reordered") }
         if let t = r.trust {
