@@ -19,8 +19,14 @@ extension MeshManager {
             return
         }
         if let known = graph[origin], known.sequence >= seq {
-            // The link that brought it has it: it is owed nothing older or equal.
-            gossipOwed[from]?.remove(origin)
+            if known.sequence == seq {
+                // The link that brought it has it.
+                gossipOwed[from]?.remove(origin)
+            } else {
+                // It sent older news: that side is behind, and may have no other way to learn.
+                gossipOwed[from, default: []].insert(origin)
+                if gossipFlushAt == nil { gossipFlushAt = now + settings.gossipIntervalMillis }
+            }
             return
         }
         let kept = Array(neighbours.prefix(64))
@@ -49,16 +55,23 @@ extension MeshManager {
         gossipFlushAt = nil
         let owed = gossipOwed
         gossipOwed = [:]
+        if gossipCursor.count > connections.count { gossipCursor = gossipCursor.filter { connections[$0.key] != nil } }
         for id in owed.keys.sorted() {
             guard let c = connections[id] else { continue }
-            let cap = c.transport == .bluetooth ? settings.gossipPerIntervalBluetooth : settings.gossipPerIntervalWifi
-            let origins = owed[id]!.sorted()
-            for origin in origins.prefix(max(1, cap)) {
+            let cap = max(1, c.transport == .bluetooth ? settings.gossipPerIntervalBluetooth : settings.gossipPerIntervalWifi)
+            // In id order, from just past the last origin this link was sent (round robin: on a
+            // slow link, origins that change often cannot keep the others waiting for good).
+            var origins = owed[id]!.sorted()
+            if let last = gossipCursor[id], let split = origins.firstIndex(where: { $0 > last }) {
+                origins = Array(origins[split...] + origins[..<split])
+            }
+            for origin in origins.prefix(cap) {
+                gossipCursor[id] = origin
                 guard let entry = graph[origin] else { continue }
                 out.append(.sendTopology(id, origin: origin, sequence: entry.sequence, neighbours: entry.neighbours))
             }
-            if origins.count > max(1, cap) {
-                gossipOwed[id] = Set(origins.dropFirst(max(1, cap)))
+            if origins.count > cap {
+                gossipOwed[id] = Set(origins.dropFirst(cap))
                 gossipFlushAt = now + settings.gossipIntervalMillis
             }
         }

@@ -91,6 +91,7 @@ extension MeshManager {
     func dropConnection(_ id: ConnectionID, now: UInt64, _ out: inout [MeshAction]) {
         guard let c = connections.removeValue(forKey: id) else { return }
         gossipOwed[id] = nil
+        gossipCursor[id] = nil
         componentCache = nil
         // A link we dialled that ended (refused, evicted, dropped): wait backoffMillis before
         // dialling that peer again, so a full peer is not dialled every connectDelay.

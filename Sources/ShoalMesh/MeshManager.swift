@@ -92,6 +92,8 @@ public final class MeshManager {
     /// Per link, the origins whose newest gossip it is owed, sent at `gossipFlushAt`.
     var gossipOwed: [ConnectionID: Set<PeerID>] = [:]
     var gossipFlushAt: UInt64?
+    /// Per link, the last origin a capped flush sent it (the next flush goes on from there).
+    var gossipCursor: [ConnectionID: PeerID] = [:]
     /// `absorb` sweeps unreachable origins out of `graph` once it grows past this (and a floor).
     var graphSweepMark = 0
     /// `component()` without a cut, until links or gossip change.
@@ -266,6 +268,7 @@ public final class MeshManager {
         connections = [:]
         gossipOwed = [:]
         gossipFlushAt = nil
+        gossipCursor = [:]
         componentCache = nil
         pending = [:]
         nextWake = nil

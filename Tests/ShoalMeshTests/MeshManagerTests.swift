@@ -277,7 +277,7 @@ struct MeshManagerTests {
         #expect(!x.keeps(7))
     }
 
-    @Test("gossip is forwarded to the other links at the next flush, the newest entry per origin once, never back; old news is dropped")
+    @Test("gossip is forwarded to the other links at the next flush, the newest entry per origin once, never back; old news is dropped and answered")
     func gossip() {
         let m = manager(peer(1))
         _ = m.handle(.start, now: 0)
@@ -292,7 +292,8 @@ struct MeshManagerTests {
         #expect(topology(m.handle(.tick, now: 105)) == [.sendTopology(2, origin: peer(7), sequence: 11, neighbours: [peer(2), peer(3)])])
         #expect(topology(m.handle(.tick, now: 300)).isEmpty, "sent once")
         #expect(m.handle(.topology(from: 2, origin: peer(7), sequence: 9, neighbours: []), now: 301).isEmpty)
-        #expect(topology(m.handle(.tick, now: 500)).isEmpty, "old news is not forwarded")
+        #expect(topology(m.handle(.tick, now: 500)) == [.sendTopology(2, origin: peer(7), sequence: 11, neighbours: [peer(2), peer(3)])],
+                "old news is not forwarded; its sender is sent ours")
         // Link 2 brings the newest entry itself while link 1 is owed it: only link 1 gets it.
         _ = m.handle(.topology(from: 1, origin: peer(8), sequence: 1, neighbours: []), now: 501)
         _ = m.handle(.topology(from: 2, origin: peer(8), sequence: 2, neighbours: []), now: 502)
@@ -307,7 +308,7 @@ struct MeshManagerTests {
         #expect(!m.reachable.contains(peer(7)))
     }
 
-    @Test("a new link is told the graph at most gossipPerInterval entries per interval; what it sends us itself is not sent back")
+    @Test("a new link is told the graph at most gossipPerInterval entries per interval; what it sends us itself is not sent back; older news from it gets it ours")
     func pacedDump() {
         let m = manager(peer(1)) { $0.gossipPerIntervalWifi = 2 }
         _ = m.handle(.start, now: 0)
@@ -323,6 +324,26 @@ struct MeshManagerTests {
         #expect(toLink2(m.handle(.tick, now: 102)).isEmpty)
         #expect(toLink2(m.handle(.tick, now: 103)) == [peer(13), peer(14)])
         #expect(toLink2(m.handle(.tick, now: 300)).isEmpty)
+        // Link 2 sends older news of origin 10: that side is behind, so it is sent ours.
+        _ = m.handle(.topology(from: 2, origin: peer(10), sequence: 0, neighbours: []), now: 301)
+        #expect(toLink2(m.handle(.tick, now: 400)).isEmpty)
+        #expect(toLink2(m.handle(.tick, now: 401)) == [peer(10)])
+    }
+
+    @Test("a capped link is sent what it is owed round robin: origins that change every interval do not keep the others waiting")
+    func gossipRoundRobin() {
+        let m = manager(peer(1)) { $0.gossipPerIntervalWifi = 2 }
+        _ = m.handle(.start, now: 0)
+        _ = m.handle(.incoming(1, peer(2), .wifi), now: 1)
+        _ = m.handle(.incoming(2, peer(3), .wifi), now: 1)
+        let toLink2: ([MeshAction]) -> [PeerID] = { actions in
+            actions.compactMap { if case .sendTopology(2, let origin, _, _) = $0, origin != peer(1) { origin } else { nil } }
+        }
+        for k: UInt8 in 10..<14 { _ = m.handle(.topology(from: 1, origin: peer(k), sequence: 1, neighbours: []), now: 2) }
+        #expect(toLink2(m.handle(.tick, now: 102)) == [peer(10), peer(11)])
+        for k: UInt8 in 10..<12 { _ = m.handle(.topology(from: 1, origin: peer(k), sequence: 2, neighbours: []), now: 150) }
+        #expect(toLink2(m.handle(.tick, now: 202)) == [peer(12), peer(13)])
+        #expect(toLink2(m.handle(.tick, now: 302)) == [peer(10), peer(11)])
     }
 
     @Test("states: Created, Discovering, FullyConnected, Stopped, Dead")
