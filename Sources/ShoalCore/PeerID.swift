@@ -2,22 +2,36 @@
 /// form everywhere (logs, CLI, status, advertisements) is 64 lower-case hex digits; `short` (the
 /// first 8) is for the LED console line and other tight places, never for deciding trust.
 public struct PeerID: Sendable, Hashable, Comparable, CustomStringConvertible {
-    public let bytes: [UInt8]
-    /// The first 8 bytes, big-endian: orders and hashes ids without walking the array (the mesh
-    /// compares ids constantly). A digest's bytes are uniform, so it hashes as well as all 32.
+    /// The 32 digest bytes as four big-endian words: a plain value (copying an id retains
+    /// nothing; the mesh copies, compares and hashes ids constantly). `prefix` orders and hashes
+    /// ids: a digest's bytes are uniform, so its first 8 bytes hash as well as all 32.
     let prefix: UInt64
-    /// The other 24 bytes as three big-endian words: equality and order without the array.
     let word1: UInt64, word2: UInt64, word3: UInt64
 
     /// The 32 digest bytes. (ShoalTLS makes them from a certificate.)
     public init(bytes: [UInt8]) {
         precondition(bytes.count == 32, "a peer id is 32 bytes")
-        self.bytes = bytes
         func word(_ at: Int) -> UInt64 { bytes[at..<at + 8].reduce(0) { $0 << 8 | UInt64($1) } }
         prefix = word(0)
         word1 = word(8)
         word2 = word(16)
         word3 = word(24)
+    }
+
+    /// The 32 digest bytes (a new array: writers that only append use `append(to:)`).
+    public var bytes: [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(32)
+        append(to: &out)
+        return out
+    }
+
+    /// Appends the 32 digest bytes.
+    public func append(to out: inout [UInt8]) {
+        out.appendBigEndian(prefix)
+        out.appendBigEndian(word1)
+        out.appendBigEndian(word2)
+        out.appendBigEndian(word3)
     }
 
     /// The first 8 bytes as a number (for deterministic weights and quick comparisons).

@@ -114,7 +114,7 @@ public struct DocumentVersion: Sendable, Hashable, CustomStringConvertible {
         out.appendBigEndian(bodyDigest)
         out.append(UInt8(vector.entries.count))
         for e in vector.entries {
-            out.append(contentsOf: e.peer.bytes)
+            e.peer.append(to: &out)
             out.appendBigEndian(e.timestamp.rawValue)
         }
         return out

@@ -77,19 +77,43 @@ extension MeshManager {
         }
     }
 
-    /// Keeps `componentCache` where the change cannot move anyone in or out of our component
-    /// (in a settled mesh, most news is of links among members, or among nodes elsewhere); the
-    /// spanning tree is computed again in any case. A new link both ends report joins two parts
-    /// when one end is a member and the other is not; a link that goes away can split ours only
-    /// when both ends are members.
+    /// Keeps `componentCache` up to date without a walk of the whole mesh where it can (in a
+    /// settled mesh, most news is of links among members, or among nodes elsewhere; in a mesh
+    /// that forms, most news joins a part to ours); the spanning tree is computed again in any
+    /// case. A link that goes away can split ours only when both ends are members: then the next
+    /// `component()` walks it all again. A new link both ends report joins another part to ours
+    /// when one end is a member and the other is not: that part is walked and added.
     func linksChanged(of origin: PeerID, from old: [PeerID], to new: [PeerID]) {
         treeCache = nil
-        guard let members = componentCache else { return }
+        let room = settings.maxConnectionCount
+        if (old.count < room) != (new.count < room) { diallerCache = nil }
+        guard var members = componentCache else { return }
         let inside = members.contains(origin)
-        for n in new where n != origin && !old.contains(n) && members.contains(n) != inside {
-            if graph[n]?.neighbours.contains(origin) ?? false { componentCache = nil; return }
+        if inside, old.contains(where: { $0 != origin && !new.contains($0) && members.contains($0) }) {
+            componentCache = nil
+            return
         }
-        if inside, old.contains(where: { $0 != origin && !new.contains($0) && members.contains($0) }) { componentCache = nil }
+        var grew = false
+        for n in new where n != origin && !old.contains(n) && members.contains(n) != members.contains(origin) {
+            guard graph[n]?.neighbours.contains(origin) ?? false else { continue }
+            walk(from: members.contains(origin) ? n : origin, into: &members)
+            grew = true
+        }
+        if grew { componentCache = members }
+    }
+
+    /// Adds `start` and everyone reachable from it through links both ends report to `members`.
+    func walk(from start: PeerID, into members: inout Set<PeerID>) {
+        guard members.insert(start).inserted else { return }
+        var queue = [start]
+        while let p = queue.popLast() {
+            guard let entry = graph[p] else { continue }
+            for n in entry.neighbours where n != p && !members.contains(n) {
+                guard graph[n]?.neighbours.contains(p) ?? false else { continue }
+                members.insert(n)
+                queue.append(n)
+            }
+        }
     }
 
     /// Peers reachable from us through links, using our own links and gossip for the rest.
@@ -97,21 +121,11 @@ extension MeshManager {
     func component(without cut: PeerID? = nil) -> Set<PeerID> {
         if cut == nil, let c = componentCache { return c }
         // Links both ends report (our own list for ours): a crashed node's last list cannot glue
-        // parts together that are no longer linked. A breadth-first walk over the gossip as it
+        // parts together that are no longer linked. A walk over the gossip as it
         // is (no adjacency built first: in a large mesh this runs after every topology change).
-        let mine = neighbours
         var seen: Set<PeerID> = [me]
         seen.reserveCapacity(graph.count + 1)
-        var queue = mine.filter { $0 != cut }
-        seen.formUnion(queue)
-        while let p = queue.popLast() {
-            guard let entry = graph[p] else { continue }
-            for n in entry.neighbours where n != p && !seen.contains(n) {
-                guard graph[n]?.neighbours.contains(p) ?? false else { continue }
-                seen.insert(n)
-                queue.append(n)
-            }
-        }
+        for n in neighbours where n != cut { walk(from: n, into: &seen) }
         if cut == nil { componentCache = seen }
         return seen
     }

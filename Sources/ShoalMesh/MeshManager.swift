@@ -97,10 +97,10 @@ public final class MeshManager {
     /// `absorb` sweeps unreachable origins out of `graph` once it grows past this (and a floor).
     var graphSweepMark = 0
     /// `component()` without a cut, until links or gossip change.
-    var componentCache: Set<PeerID>? { didSet { if componentCache == nil { treeCache = nil } } }
-    var treeCache: Set<PeerID>? { didSet { if treeCache == nil { diallerCache = nil } } }
+    var componentCache: Set<PeerID>? { didSet { if componentCache == nil { treeCache = nil }; diallerCache = nil } }
+    var treeCache: Set<PeerID>?
     /// For `isDialler`: the lowest member but us with a free slot per gossip (.some(nil): none),
-    /// until links or gossip change.
+    /// until the component changes or a node's link count crosses maxConnectionCount.
     var diallerCache: PeerID??
 
     /// `sequenceBase` makes our gossip newer than anything sent before a restart: pass the wall

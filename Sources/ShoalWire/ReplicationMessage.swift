@@ -171,8 +171,8 @@ extension ReplicationMessage {
         var w = WireWriter()
         switch self {
         case .hello(let version, let peer, let group, let caps, let horizon, let neighbours, let collections, let epoch):
-            w.u8(Tag.hello.rawValue); w.u16(version); w.raw(peer.bytes); w.string(group); w.u32(caps); w.u64(horizon)
-            w.u16(UInt16(neighbours.count)); for n in neighbours { w.raw(n.bytes) }
+            w.u8(Tag.hello.rawValue); w.u16(version); w.peer(peer); w.string(group); w.u32(caps); w.u64(horizon)
+            w.u16(UInt16(neighbours.count)); for n in neighbours { w.peer(n) }
             w.u16(UInt16(collections.count))
             for c in collections { w.string(c.name); w.u8((c.push ? 1 : 0) | (c.pull ? 2 : 0)) }
             if epoch != 0 { w.u64(epoch) }
@@ -195,8 +195,8 @@ extension ReplicationMessage {
         case .error(let code, let message):
             w.u8(Tag.error.rawValue); w.u16(code); w.string(String(message.utf8.prefix(1000)) ?? "")
         case .topology(let origin, let sequence, let neighbours):
-            w.u8(Tag.topology.rawValue); w.raw(origin.bytes); w.u64(sequence)
-            w.u16(UInt16(neighbours.count)); for n in neighbours { w.raw(n.bytes) }
+            w.u8(Tag.topology.rawValue); w.peer(origin); w.u64(sequence)
+            w.u16(UInt16(neighbours.count)); for n in neighbours { w.peer(n) }
         case .push(let c, let batch, let upTo, let changes, let docs):
             // A body names its change by position: id, flag and version are the change's.
             w.u8(Tag.push.rawValue); w.string(c); w.varint(batch); w.varint(upTo); w.changes(changes)
@@ -368,6 +368,7 @@ struct WireWriter {
     mutating func u32(_ v: UInt32) { bytes.appendBigEndian(v) }
     mutating func u64(_ v: UInt64) { bytes.appendBigEndian(v) }
     mutating func raw(_ b: [UInt8]) { bytes.append(contentsOf: b) }
+    mutating func peer(_ p: PeerID) { p.append(to: &bytes) }
     mutating func string(_ s: String) {
         let b = Array(s.utf8.prefix(Int(UInt16.max)))
         u16(UInt16(b.count)); bytes.append(contentsOf: b)
