@@ -250,7 +250,7 @@ public final class GatewayCore {
             } else if run.now - (l.keptAliveAt ?? 0) >= settings.keepaliveMillis {
                 links[id]?.keptAliveAt = run.now
                 let own = mesh.ownAnnouncement
-                run.out.append(.send(id, ReplicationMessage.topology(origin: node.peer, sequence: own.sequence, neighbours: own.neighbours).encoded()))
+                if let frame = node.topologyFrame(id, origin: node.peer, sequence: own.sequence, neighbours: own.neighbours) { run.out.append(.send(id, frame)) }
             }
         }
     }
@@ -297,7 +297,7 @@ public final class GatewayCore {
                         replication(core.node.linkClosed(id, now: now), core)
                     }
                 case .sendTopology(let id, let origin, let sequence, let neighbours):
-                    out.append(.send(id, ReplicationMessage.topology(origin: origin, sequence: sequence, neighbours: neighbours).encoded()))
+                    if let frame = core.node.topologyFrame(id, origin: origin, sequence: sequence, neighbours: neighbours) { out.append(.send(id, frame)) }
                 case .event(let e): out.append(.mesh(e))
                 }
             }

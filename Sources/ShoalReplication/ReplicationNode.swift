@@ -74,6 +74,13 @@ public final class ReplicationNode {
         /// The peer set `Capability.announcedVersions`: requested documents unchanged since their
         /// announce go without their version.
         var takesAnnouncedVersions = false
+        /// The peer set `Capability.compactTopology`: gossip goes as `topologyRefs`, ids by
+        /// reference (`sentRefs`); `heardRefs` resolves what the peer sends us so.
+        var compactTopology = false
+        var sentRefs = PeerRefTable()
+        var heardRefs = PeerRefTable()
+        /// Gossip the mesh sent before the peer's HELLO told us its form: the newest per origin.
+        var heldGossip: [PeerID: (sequence: UInt64, neighbours: [PeerID])] = [:]
         /// Blob chunks the peer asked for, not yet sent, oldest first.
         var serving: [(digest: BlobDigest, index: Int, pieceBytes: Int)] = []
         /// Blobs this peer waits for ("not here" sent, "have now" owed).
@@ -180,10 +187,28 @@ public final class ReplicationNode {
             ReplicationMessage.CollectionOffer(name: $0.name.description, push: $0.push, pull: $0.pull)
         }
         let hello = ReplicationMessage.hello(version: ReplicationMessage.protocolVersion, peer: peer, group: group,
-                                             capabilities: (blobs == nil ? 0 : ReplicationMessage.Capability.blobs) | ReplicationMessage.Capability.announcedVersions,
+                                             capabilities: (blobs == nil ? 0 : ReplicationMessage.Capability.blobs) | ReplicationMessage.Capability.announcedVersions
+                                                 | ReplicationMessage.Capability.compactTopology,
                                              purgeHorizonMillis: UInt64(max(0, store.purgeHorizonMillis)), neighbours: neighbours, collections: offers,
                                              storeEpoch: store.epoch)
         return [.send(link, hello.encoded())]
+    }
+
+    /// A frame of mesh gossip for `link`, in the form its peer takes: ids by reference if its
+    /// HELLO said it takes them, `topology` if not. Before its HELLO: nil, and the entry is held
+    /// (the newest per origin) and sent once the HELLO is in.
+    public func topologyFrame(_ link: LinkID, origin: PeerID, sequence: UInt64, neighbours: [PeerID]) -> [UInt8]? {
+        guard let l = links[link] else {
+            return ReplicationMessage.topology(origin: origin, sequence: sequence, neighbours: neighbours).encoded()
+        }
+        guard l.peer != nil else {
+            if (l.heldGossip[origin]?.sequence ?? 0) <= sequence { l.heldGossip[origin] = (sequence, neighbours) }
+            return nil
+        }
+        guard l.compactTopology else {
+            return ReplicationMessage.topology(origin: origin, sequence: sequence, neighbours: neighbours).encoded()
+        }
+        return l.sentRefs.message(origin: origin, sequence: sequence, neighbours: neighbours).encoded()
     }
 
     public func linkClosed(_ link: LinkID, now: UInt64) -> [ReplicationAction] {
@@ -324,8 +349,15 @@ public final class ReplicationNode {
             l.remotePurgeHorizon = remoteHorizon
             l.blobCapable = blobs != nil && capabilities & ReplicationMessage.Capability.blobs != 0
             l.takesAnnouncedVersions = capabilities & ReplicationMessage.Capability.announcedVersions != 0
+            l.compactTopology = capabilities & ReplicationMessage.Capability.compactTopology != 0
             l.checkpointKey = remoteEpoch == 0 ? remote.description : "\(remote)@\(String(remoteEpoch, radix: 16))"
             var actions: [ReplicationAction] = [.event(.peerConnected(link: l.id, peer: remote))]
+            // Gossip held for this HELLO, in the peer's form (origins in id order: every run alike).
+            let held = l.heldGossip
+            l.heldGossip = [:]
+            for (origin, entry) in held.sorted(by: { $0.key < $1.key }) {
+                if let frame = topologyFrame(l.id, origin: origin, sequence: entry.sequence, neighbours: entry.neighbours) { actions.append(.send(l.id, frame)) }
+            }
             for offer in offers.sorted(by: { CollectionName.replicatesBefore($0.name, $1.name) }) {
                 guard let policy = policies[offer.name], policy.pull, offer.push else { continue }
                 let since = try store.checkpoint(peer: l.checkpointKey, collection: policy.name, direction: .pull)
@@ -373,6 +405,11 @@ public final class ReplicationNode {
                                    ReplicationNode.pushedBodies(changes, docs).map { CheckedDocument(checking: $0, maxBodyBytes: limit) }, now: now)
         case .topology(let origin, let sequence, let neighbours):
             return [.event(.topology(link: l.id, peer: peerID, origin: origin, sequence: sequence, neighbours: neighbours))]
+        case .topologyRefs(let sequence, let refs):
+            guard let ids = l.heardRefs.resolve(refs) else {
+                throw ReplicationError.protocolViolation("a topology frame names a peer by a prefix never sent in full on this link")
+            }
+            return [.event(.topology(link: l.id, peer: peerID, origin: ids[0], sequence: sequence, neighbours: Array(ids.dropFirst())))]
         case .error:
             return []
         case .blobManifestRequest, .blobManifest, .blobFetch, .blobPiece, .blobNotHere, .blobHaveNow:

@@ -80,6 +80,10 @@ public enum ReplicationMessage: Sendable, Equatable {
     /// Saves two messages per hop. A body's version is its announced change's version, so it is
     /// sent empty.
     case push(collection: String, batch: UInt64, upTo: UInt64, changes: [AnnouncedChange], documents: [DocumentBody])
+    /// Mesh gossip as `topology`, to a peer that set `Capability.compactTopology`: `refs[0]` is the
+    /// origin, the rest its neighbours. An id goes in full the first time it is named on the link;
+    /// after that by its first 8 bytes (see `PeerRef`). About a third of `topology`'s bytes.
+    case topologyRefs(sequence: UInt64, refs: [PeerRef])
     /// Blobs (only to a peer whose HELLO set `Capability.blobs`). "Send me this blob's manifest."
     case blobManifestRequest(digest: BlobDigest)
     /// The manifest of a blob held complete here.
@@ -101,6 +105,15 @@ public enum ReplicationMessage: Sendable, Equatable {
         /// field): a requested document unchanged since its announce costs its body, not its
         /// version twice.
         public static let announcedVersions: UInt32 = 2
+        /// Takes `topologyRefs` frames (mesh gossip with ids by reference).
+        public static let compactTopology: UInt32 = 4
+    }
+
+    /// A peer id in a `topologyRefs` frame: in full, or by its first 8 bytes (`PeerID.prefix64`)
+    /// once sent in full on this link (`PeerRefTable` keeps both ends alike).
+    public enum PeerRef: Sendable, Equatable {
+        case full(PeerID)
+        case short(UInt64)
     }
     /// The largest blob whose manifest fits one frame (32 bytes a chunk): just under 4 GiB.
     public static let maxManifestBlobBytes = Int64((frameLimit - 64) / 32) * Int64(BlobManifest.chunkSize)
@@ -108,7 +121,7 @@ public enum ReplicationMessage: Sendable, Equatable {
     public static let maxFetchChunks: UInt32 = 1024
 
     enum Tag: UInt8 {
-        case hello = 1, subscribe, announce, request, documents, acknowledge, error, topology, push
+        case hello = 1, subscribe, announce, request, documents, acknowledge, error, topology, push, topologyRefs
         case blobManifestRequest = 16, blobManifest, blobFetch, blobPiece, blobNotHere, blobHaveNow
     }
 
@@ -121,7 +134,7 @@ public enum ReplicationMessage: Sendable, Equatable {
         switch Tag(rawValue: b) {
         case .documents, .push: .documents
         case .blobPiece: .blobData
-        case .topology: .gossip
+        case .topology, .topologyRefs: .gossip
         default: .control
         }
     }
@@ -136,6 +149,7 @@ public enum ReplicationMessage: Sendable, Equatable {
         case .acknowledge: "acknowledge"
         case .error: "error"
         case .topology: "topology"
+        case .topologyRefs: "topology (by reference)"
         case .push: "push"
         case .blobManifestRequest: "blob manifest request"
         case .blobManifest: "blob manifest"
@@ -197,6 +211,15 @@ extension ReplicationMessage {
         case .topology(let origin, let sequence, let neighbours):
             w.u8(Tag.topology.rawValue); w.peer(origin); w.u64(sequence)
             w.u16(UInt16(neighbours.count)); for n in neighbours { w.peer(n) }
+        case .topologyRefs(let sequence, let refs):
+            // [u64 sequence][u8 count][count × (0, 32 bytes | 1, 8 bytes)]
+            w.u8(Tag.topologyRefs.rawValue); w.u64(sequence); w.u8(UInt8(refs.count))
+            for ref in refs {
+                switch ref {
+                case .full(let p): w.u8(0); w.peer(p)
+                case .short(let prefix): w.u8(1); w.u64(prefix)
+                }
+            }
         case .push(let c, let batch, let upTo, let changes, let docs):
             // A body names its change by position: id, flag and version are the change's.
             w.u8(Tag.push.rawValue); w.string(c); w.varint(batch); w.varint(upTo); w.changes(changes)
@@ -297,6 +320,21 @@ extension ReplicationMessage {
             var neighbours: [PeerID] = []
             for _ in 0..<n { neighbours.append(PeerID(bytes: try r.raw(32))) }
             self = .topology(origin: origin, sequence: sequence, neighbours: neighbours)
+        case .topologyRefs:
+            let sequence = try r.u64()
+            let n = Int(try r.u8())
+            guard (1...65).contains(n) else { throw .badValue("\(n) ids in a topology frame (an origin and at most 64 neighbours)") }
+            try r.need(n * 9)
+            var refs: [PeerRef] = []
+            refs.reserveCapacity(n)
+            for _ in 0..<n {
+                switch try r.u8() {
+                case 0: refs.append(.full(PeerID(bytes: try r.raw(32))))
+                case 1: refs.append(.short(try r.u64()))
+                case let k: throw .badValue("peer reference kind \(k) (0: in full, 1: by prefix)")
+                }
+            }
+            self = .topologyRefs(sequence: sequence, refs: refs)
         case .blobManifestRequest:
             self = .blobManifestRequest(digest: try r.digest())
         case .blobManifest:

@@ -62,6 +62,55 @@ struct ReplicationMessageTests {
         let first = try? ReplicationMessage(decoding: [9] + name + [1, 2] + [2] + change + repeated + [1, 0, 0])
         #expect(first != nil && (try? ReplicationMessage(decoding: first!.encoded())) == first)
     }
+
+    @Test("gossip by reference: ids go in full once per link, then by 8 bytes; both tables stay alike, colliding prefixes included; hostile frames are refused")
+    func topologyByReference() throws {
+        func id(_ prefix: UInt8, _ tail: UInt8) -> PeerID { PeerID(bytes: [prefix] + Array(repeating: 0, count: 30) + [tail]) }
+        let (a, b, c) = (id(1, 0), id(2, 0), id(3, 0))
+        var sender = PeerRefTable(), receiver = PeerRefTable()
+        func carry(_ origin: PeerID, _ neighbours: [PeerID]) throws -> (ReplicationMessage, [PeerID]?) {
+            let m = sender.message(origin: origin, sequence: 7, neighbours: neighbours)
+            let decoded = try ReplicationMessage(decoding: m.encoded())
+            #expect(decoded == m)
+            guard case .topologyRefs(7, let refs) = decoded else { Issue.record("not topologyRefs: \(decoded)"); return (decoded, nil) }
+            return (m, receiver.resolve(refs))
+        }
+        let first = try carry(a, [b, c, b])
+        #expect(first.0 == .topologyRefs(sequence: 7, refs: [.full(a), .full(b), .full(c), .short(b.prefix64)]))
+        #expect(first.1 == [a, b, c, b])
+        let second = try carry(b, [a, c])
+        #expect(second.0 == .topologyRefs(sequence: 7, refs: [.short(b.prefix64), .short(a.prefix64), .short(c.prefix64)]))
+        #expect(second.1 == [b, a, c])
+        // 46 bytes against topology's 139 for an origin with three neighbours.
+        #expect(sender.message(origin: a, sequence: 1, neighbours: [b, c, b]).encoded().count == 46)
+        #expect(ReplicationMessage.topology(origin: a, sequence: 1, neighbours: [b, c, b]).encoded().count == 139)
+        // Another id with a's prefix goes in full and takes a's place; a then goes in full again.
+        let twin = id(1, 9)
+        #expect(try carry(twin, [a]).0 == .topologyRefs(sequence: 7, refs: [.full(twin), .full(a)]))
+        #expect(try carry(c, [a, twin]).1 == [c, a, twin])
+        #expect(receiver.count == sender.count)
+        // A prefix never sent in full resolves to nothing (the node closes the link).
+        var fresh = PeerRefTable()
+        #expect(fresh.resolve([.short(99)]) == nil)
+        // Bounded: past its capacity a table learns no new id; both ends alike.
+        var big = PeerRefTable(), far = PeerRefTable()
+        for k in 0..<(PeerRefTable.capacity + 10) {
+            let p = PeerID(bytes: withUnsafeBytes(of: UInt64(k + 1).bigEndian, Array.init) + Array(repeating: 0, count: 24))
+            guard case .topologyRefs(_, let refs) = big.message(origin: p, sequence: 1, neighbours: []) else { continue }
+            _ = far.resolve(refs)
+        }
+        #expect(big.count == PeerRefTable.capacity && far.count == PeerRefTable.capacity)
+        // Hostile frames: no ids, 66 ids, an unknown kind, fewer bytes than the count needs.
+        func refuses(_ bytes: [UInt8], sourceLocation: SourceLocation = #_sourceLocation) {
+            #expect(throws: WireError.self, sourceLocation: sourceLocation) { try ReplicationMessage(decoding: bytes) }
+        }
+        let tag: UInt8 = 10, seq = [UInt8](repeating: 0, count: 8)
+        refuses([tag] + seq + [0])
+        refuses([tag] + seq + [66] + Array(repeating: 1, count: 66 * 9))
+        refuses([tag] + seq + [1, 2] + Array(repeating: 0, count: 32))
+        refuses([tag] + seq + [2, 1] + Array(repeating: 0, count: 8))
+        #expect(ReplicationMessage.frameClass(ofFirstByte: tag) == .gossip)
+    }
 }
 
 @Suite("Blob messages")

@@ -12,6 +12,43 @@ func makeNodes(_ names: [String], seed: UInt64 = 1, policies: [CollectionPolicy]
 
 @Suite("Replication over in-memory links")
 struct ReplicationTests {
+    @Test("mesh gossip goes by reference to a peer whose HELLO takes it, held until that HELLO; in full to one that does not; a prefix never sent closes the link")
+    func gossipByReference() throws {
+        let nodes = try makeNodes(["a", "b"])
+        defer { nodes.forEach { $0.close() } }
+        let (a, b) = (nodes[0].node, nodes[1].node)
+        let x = PeerID(bytes: Array(repeating: 5, count: 32))
+        func frames(_ actions: [ReplicationAction]) -> [[UInt8]] { actions.compactMap { if case .send(_, let f) = $0 { f } else { nil } } }
+        func gossip(_ actions: [ReplicationAction]) -> [(PeerID, [PeerID])] {
+            actions.compactMap { if case .event(.topology(_, _, let o, _, let n)) = $0 { (o, n) } else { nil } }
+        }
+        let helloA = frames(a.linkOpened(1)), helloB = frames(b.linkOpened(1))
+        // Before b's HELLO, a does not know which form b takes: the entry waits, the newest kept.
+        #expect(a.topologyFrame(1, origin: x, sequence: 1, neighbours: [a.peer]) == nil)
+        #expect(a.topologyFrame(1, origin: x, sequence: 2, neighbours: [a.peer, b.peer]) == nil)
+        let afterHello = frames(a.framesReceived(1, helloB, now: 1))
+        let held = try afterHello.map { try ReplicationMessage(decoding: $0) }.filter { if case .topologyRefs = $0 { true } else { false } }
+        #expect(held == [.topologyRefs(sequence: 2, refs: [.full(x), .full(a.peer), .full(b.peer)])])
+        let again = try #require(a.topologyFrame(1, origin: x, sequence: 3, neighbours: [b.peer]))
+        #expect(try ReplicationMessage(decoding: again) == .topologyRefs(sequence: 3, refs: [.short(x.prefix64), .short(b.peer.prefix64)]))
+        // b resolves both frames to the ids a meant.
+        let received = b.framesReceived(1, helloA + afterHello + [again], now: 2)
+        #expect(gossip(received).map(\.0) == [x, x])
+        #expect(gossip(received).map(\.1) == [[a.peer, b.peer], [b.peer]])
+        // A peer whose HELLO lacks the bit (a gateway from before it) gets `topology`.
+        let old = ReplicationMessage.hello(version: ReplicationMessage.protocolVersion, peer: PeerID(bytes: Array(repeating: 6, count: 32)), group: "test.group",
+                                           capabilities: ReplicationMessage.Capability.announcedVersions, purgeHorizonMillis: 0, neighbours: [], collections: [])
+        _ = a.linkOpened(2)
+        _ = a.frameReceived(2, old.encoded(), now: 3)
+        let plain = try #require(a.topologyFrame(2, origin: x, sequence: 3, neighbours: [b.peer]))
+        #expect(try ReplicationMessage(decoding: plain) == .topology(origin: x, sequence: 3, neighbours: [b.peer]))
+        // A short reference to an id never sent in full on the link: a protocol violation.
+        let bad = ReplicationMessage.topologyRefs(sequence: 4, refs: [.short(12345)]).encoded()
+        let refused = b.frameReceived(1, bad, now: 4)
+        #expect(refused.contains { if case .close(1) = $0 { true } else { false } })
+        #expect(gossip(refused).isEmpty)
+    }
+
     @Test("two nodes converge both ways")
     func twoNodes() throws {
         let nodes = try makeNodes(["a", "b"])
