@@ -250,7 +250,7 @@ public final class GatewayCore {
             } else if run.now - (l.keptAliveAt ?? 0) >= settings.keepaliveMillis {
                 links[id]?.keptAliveAt = run.now
                 let own = mesh.ownAnnouncement
-                if let frame = node.topologyFrame(id, origin: node.peer, sequence: own.sequence, neighbours: own.neighbours) { run.out.append(.send(id, frame)) }
+                for frame in node.topologyFrames(id, [(node.peer, own.sequence, own.neighbours)]) { run.out.append(.send(id, frame)) }
             }
         }
     }
@@ -282,7 +282,21 @@ public final class GatewayCore {
         var treeMayMove = false
 
         mutating func mesh(_ actions: [MeshAction], _ core: GatewayCore) {
+            // Gossip in a row for one link goes in as few frames as its peer takes.
+            var gossip: [LinkID: [ReplicationNode.GossipEntry]] = [:]
+            var gossipLinks: [LinkID] = []
+            func sendGossip(_ out: inout [Action]) {
+                for id in gossipLinks { for frame in core.node.topologyFrames(id, gossip[id]!) { out.append(.send(id, frame)) } }
+                gossip = [:]
+                gossipLinks = []
+            }
             for a in actions {
+                if case .sendTopology(let id, let origin, let sequence, let neighbours) = a {
+                    if gossip[id] == nil { gossipLinks.append(id) }
+                    gossip[id, default: []].append((origin, sequence, neighbours))
+                    continue
+                }
+                sendGossip(&out)
                 switch a {
                 case .startAdvertising(let t): out.append(.startAdvertising(t))
                 case .stopAdvertising(let t): out.append(.stopAdvertising(t))
@@ -296,11 +310,11 @@ public final class GatewayCore {
                         treeMayMove = true
                         replication(core.node.linkClosed(id, now: now), core)
                     }
-                case .sendTopology(let id, let origin, let sequence, let neighbours):
-                    if let frame = core.node.topologyFrame(id, origin: origin, sequence: sequence, neighbours: neighbours) { out.append(.send(id, frame)) }
+                case .sendTopology: break
                 case .event(let e): out.append(.mesh(e))
                 }
             }
+            sendGossip(&out)
         }
 
         mutating func replication(_ actions: [ReplicationAction], _ core: GatewayCore) {

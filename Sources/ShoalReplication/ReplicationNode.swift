@@ -194,21 +194,28 @@ public final class ReplicationNode {
         return [.send(link, hello.encoded())]
     }
 
-    /// A frame of mesh gossip for `link`, in the form its peer takes: ids by reference if its
-    /// HELLO said it takes them, `topology` if not. Before its HELLO: nil, and the entry is held
-    /// (the newest per origin) and sent once the HELLO is in.
-    public func topologyFrame(_ link: LinkID, origin: PeerID, sequence: UInt64, neighbours: [PeerID]) -> [UInt8]? {
-        guard let l = links[link] else {
-            return ReplicationMessage.topology(origin: origin, sequence: sequence, neighbours: neighbours).encoded()
+    public typealias GossipEntry = (origin: PeerID, sequence: UInt64, neighbours: [PeerID])
+
+    /// Frames of mesh gossip for `link`, in the form its peer takes: `topologyRefs` (ids by
+    /// reference, many entries a frame) if its HELLO said it takes them, one `topology` an entry
+    /// if not. Before its HELLO: none, and the entries are held (the newest per origin) and sent
+    /// once the HELLO is in.
+    public func topologyFrames(_ link: LinkID, _ entries: [GossipEntry]) -> [[UInt8]] {
+        guard let l = links[link], l.compactTopology || l.peer == nil else {
+            return entries.map { ReplicationMessage.topology(origin: $0.origin, sequence: $0.sequence, neighbours: $0.neighbours).encoded() }
         }
         guard l.peer != nil else {
-            if (l.heldGossip[origin]?.sequence ?? 0) <= sequence { l.heldGossip[origin] = (sequence, neighbours) }
-            return nil
+            for e in entries where (l.heldGossip[e.origin]?.sequence ?? 0) <= e.sequence { l.heldGossip[e.origin] = (e.sequence, e.neighbours) }
+            return []
         }
-        guard l.compactTopology else {
-            return ReplicationMessage.topology(origin: origin, sequence: sequence, neighbours: neighbours).encoded()
+        var frames: [[UInt8]] = []
+        var rest = entries[...]
+        while !rest.isEmpty {
+            let chunk = rest.prefix(256)
+            rest = rest.dropFirst(chunk.count)
+            frames.append(l.sentRefs.message(Array(chunk)).encoded())
         }
-        return l.sentRefs.message(origin: origin, sequence: sequence, neighbours: neighbours).encoded()
+        return frames
     }
 
     public func linkClosed(_ link: LinkID, now: UInt64) -> [ReplicationAction] {
@@ -353,11 +360,9 @@ public final class ReplicationNode {
             l.checkpointKey = remoteEpoch == 0 ? remote.description : "\(remote)@\(String(remoteEpoch, radix: 16))"
             var actions: [ReplicationAction] = [.event(.peerConnected(link: l.id, peer: remote))]
             // Gossip held for this HELLO, in the peer's form (origins in id order: every run alike).
-            let held = l.heldGossip
+            let held = l.heldGossip.sorted { $0.key < $1.key }.map { (origin: $0.key, sequence: $0.value.sequence, neighbours: $0.value.neighbours) }
             l.heldGossip = [:]
-            for (origin, entry) in held.sorted(by: { $0.key < $1.key }) {
-                if let frame = topologyFrame(l.id, origin: origin, sequence: entry.sequence, neighbours: entry.neighbours) { actions.append(.send(l.id, frame)) }
-            }
+            for frame in topologyFrames(l.id, held) { actions.append(.send(l.id, frame)) }
             for offer in offers.sorted(by: { CollectionName.replicatesBefore($0.name, $1.name) }) {
                 guard let policy = policies[offer.name], policy.pull, offer.push else { continue }
                 let since = try store.checkpoint(peer: l.checkpointKey, collection: policy.name, direction: .pull)
@@ -405,11 +410,15 @@ public final class ReplicationNode {
                                    ReplicationNode.pushedBodies(changes, docs).map { CheckedDocument(checking: $0, maxBodyBytes: limit) }, now: now)
         case .topology(let origin, let sequence, let neighbours):
             return [.event(.topology(link: l.id, peer: peerID, origin: origin, sequence: sequence, neighbours: neighbours))]
-        case .topologyRefs(let sequence, let refs):
-            guard let ids = l.heardRefs.resolve(refs) else {
-                throw ReplicationError.protocolViolation("a topology frame names a peer by a prefix never sent in full on this link")
+        case .topologyRefs(let entries):
+            var actions: [ReplicationAction] = []
+            for e in entries {
+                guard let ids = l.heardRefs.resolve(e.refs) else {
+                    throw ReplicationError.protocolViolation("a topology frame names a peer by a prefix never sent in full on this link")
+                }
+                actions.append(.event(.topology(link: l.id, peer: peerID, origin: ids[0], sequence: e.sequence, neighbours: Array(ids.dropFirst()))))
             }
-            return [.event(.topology(link: l.id, peer: peerID, origin: ids[0], sequence: sequence, neighbours: Array(ids.dropFirst())))]
+            return actions
         case .error:
             return []
         case .blobManifestRequest, .blobManifest, .blobFetch, .blobPiece, .blobNotHere, .blobHaveNow:

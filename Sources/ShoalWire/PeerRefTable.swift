@@ -14,13 +14,16 @@ public struct PeerRefTable: Sendable {
 
     public var count: Int { ids.count }
 
-    /// The sender's side: a gossip entry as a `topologyRefs` message (at most 64 neighbours, as
-    /// `topology` carries).
-    public mutating func message(origin: PeerID, sequence: UInt64, neighbours: [PeerID]) -> ReplicationMessage {
-        var refs: [ReplicationMessage.PeerRef] = [reference(origin)]
-        refs.reserveCapacity(1 + min(64, neighbours.count))
-        for n in neighbours.prefix(64) { refs.append(reference(n)) }
-        return .topologyRefs(sequence: sequence, refs: refs)
+    /// The sender's side: gossip entries as a `topologyRefs` message (at most
+    /// `maxTopologyEntries`, each with at most 64 neighbours, as `topology` carries).
+    public mutating func message(_ entries: [(origin: PeerID, sequence: UInt64, neighbours: [PeerID])]) -> ReplicationMessage {
+        precondition((1...ReplicationMessage.maxTopologyEntries).contains(entries.count), "1 to maxTopologyEntries entries a frame")
+        return .topologyRefs(entries.map { e in
+            var refs: [ReplicationMessage.PeerRef] = [reference(e.origin)]
+            refs.reserveCapacity(1 + min(64, e.neighbours.count))
+            for n in e.neighbours.prefix(64) { refs.append(reference(n)) }
+            return ReplicationMessage.TopologyEntry(sequence: e.sequence, refs: refs)
+        })
     }
 
     mutating func reference(_ p: PeerID) -> ReplicationMessage.PeerRef {

@@ -80,10 +80,10 @@ public enum ReplicationMessage: Sendable, Equatable {
     /// Saves two messages per hop. A body's version is its announced change's version, so it is
     /// sent empty.
     case push(collection: String, batch: UInt64, upTo: UInt64, changes: [AnnouncedChange], documents: [DocumentBody])
-    /// Mesh gossip as `topology`, to a peer that set `Capability.compactTopology`: `refs[0]` is the
-    /// origin, the rest its neighbours. An id goes in full the first time it is named on the link;
+    /// Mesh gossip as `topology`, several entries a frame, to a peer that set
+    /// `Capability.compactTopology`. An id goes in full the first time it is named on the link;
     /// after that by its first 8 bytes (see `PeerRef`). About a third of `topology`'s bytes.
-    case topologyRefs(sequence: UInt64, refs: [PeerRef])
+    case topologyRefs([TopologyEntry])
     /// Blobs (only to a peer whose HELLO set `Capability.blobs`). "Send me this blob's manifest."
     case blobManifestRequest(digest: BlobDigest)
     /// The manifest of a blob held complete here.
@@ -115,6 +115,18 @@ public enum ReplicationMessage: Sendable, Equatable {
         case full(PeerID)
         case short(UInt64)
     }
+
+    /// One entry of a `topologyRefs` frame: `refs[0]` is the origin, the rest its neighbours.
+    public struct TopologyEntry: Sendable, Equatable {
+        public var sequence: UInt64
+        public var refs: [PeerRef]
+        public init(sequence: UInt64, refs: [PeerRef]) {
+            self.sequence = sequence
+            self.refs = refs
+        }
+    }
+    /// Most entries one `topologyRefs` frame carries.
+    public static let maxTopologyEntries = 1024
     /// The largest blob whose manifest fits one frame (32 bytes a chunk): just under 4 GiB.
     public static let maxManifestBlobBytes = Int64((frameLimit - 64) / 32) * Int64(BlobManifest.chunkSize)
     /// Most chunks one `blobFetch` may ask for.
@@ -211,13 +223,16 @@ extension ReplicationMessage {
         case .topology(let origin, let sequence, let neighbours):
             w.u8(Tag.topology.rawValue); w.peer(origin); w.u64(sequence)
             w.u16(UInt16(neighbours.count)); for n in neighbours { w.peer(n) }
-        case .topologyRefs(let sequence, let refs):
-            // [u64 sequence][u8 count][count × (0, 32 bytes | 1, 8 bytes)]
-            w.u8(Tag.topologyRefs.rawValue); w.u64(sequence); w.u8(UInt8(refs.count))
-            for ref in refs {
-                switch ref {
-                case .full(let p): w.u8(0); w.peer(p)
-                case .short(let prefix): w.u8(1); w.u64(prefix)
+        case .topologyRefs(let entries):
+            // [u16 entries][entries × ([u64 sequence][u8 ids][ids × (0, 32 bytes | 1, 8 bytes)])]
+            w.u8(Tag.topologyRefs.rawValue); w.u16(UInt16(entries.count))
+            for e in entries {
+                w.u64(e.sequence); w.u8(UInt8(e.refs.count))
+                for ref in e.refs {
+                    switch ref {
+                    case .full(let p): w.u8(0); w.peer(p)
+                    case .short(let prefix): w.u8(1); w.u64(prefix)
+                    }
                 }
             }
         case .push(let c, let batch, let upTo, let changes, let docs):
@@ -321,20 +336,30 @@ extension ReplicationMessage {
             for _ in 0..<n { neighbours.append(PeerID(bytes: try r.raw(32))) }
             self = .topology(origin: origin, sequence: sequence, neighbours: neighbours)
         case .topologyRefs:
-            let sequence = try r.u64()
-            let n = Int(try r.u8())
-            guard (1...65).contains(n) else { throw .badValue("\(n) ids in a topology frame (an origin and at most 64 neighbours)") }
-            try r.need(n * 9)
-            var refs: [PeerRef] = []
-            refs.reserveCapacity(n)
-            for _ in 0..<n {
-                switch try r.u8() {
-                case 0: refs.append(.full(PeerID(bytes: try r.raw(32))))
-                case 1: refs.append(.short(try r.u64()))
-                case let k: throw .badValue("peer reference kind \(k) (0: in full, 1: by prefix)")
-                }
+            let count = Int(try r.u16())
+            guard (1...ReplicationMessage.maxTopologyEntries).contains(count) else {
+                throw .badValue("\(count) entries in a topology frame (1 to \(ReplicationMessage.maxTopologyEntries))")
             }
-            self = .topologyRefs(sequence: sequence, refs: refs)
+            try r.need(count * 18)
+            var entries: [TopologyEntry] = []
+            entries.reserveCapacity(count)
+            for _ in 0..<count {
+                let sequence = try r.u64()
+                let n = Int(try r.u8())
+                guard (1...65).contains(n) else { throw .badValue("\(n) ids in a topology entry (an origin and at most 64 neighbours)") }
+                try r.need(n * 9)
+                var refs: [PeerRef] = []
+                refs.reserveCapacity(n)
+                for _ in 0..<n {
+                    switch try r.u8() {
+                    case 0: refs.append(.full(PeerID(bytes: try r.raw(32))))
+                    case 1: refs.append(.short(try r.u64()))
+                    case let k: throw .badValue("peer reference kind \(k) (0: in full, 1: by prefix)")
+                    }
+                }
+                entries.append(TopologyEntry(sequence: sequence, refs: refs))
+            }
+            self = .topologyRefs(entries)
         case .blobManifestRequest:
             self = .blobManifestRequest(digest: try r.digest())
         case .blobManifest:

@@ -68,26 +68,30 @@ struct ReplicationMessageTests {
         func id(_ prefix: UInt8, _ tail: UInt8) -> PeerID { PeerID(bytes: [prefix] + Array(repeating: 0, count: 30) + [tail]) }
         let (a, b, c) = (id(1, 0), id(2, 0), id(3, 0))
         var sender = PeerRefTable(), receiver = PeerRefTable()
-        func carry(_ origin: PeerID, _ neighbours: [PeerID]) throws -> (ReplicationMessage, [PeerID]?) {
-            let m = sender.message(origin: origin, sequence: 7, neighbours: neighbours)
+        func entry(_ refs: [ReplicationMessage.PeerRef]) -> ReplicationMessage.TopologyEntry { .init(sequence: 7, refs: refs) }
+        /// Sends entries (origin, neighbours) with sequence 7 in one frame; what the receiver resolves.
+        func carry(_ entries: [(PeerID, [PeerID])]) throws -> (ReplicationMessage, [[PeerID]?]) {
+            let m = sender.message(entries.map { ($0.0, 7, $0.1) })
             let decoded = try ReplicationMessage(decoding: m.encoded())
             #expect(decoded == m)
-            guard case .topologyRefs(7, let refs) = decoded else { Issue.record("not topologyRefs: \(decoded)"); return (decoded, nil) }
-            return (m, receiver.resolve(refs))
+            guard case .topologyRefs(let got) = decoded else { Issue.record("not topologyRefs: \(decoded)"); return (decoded, []) }
+            return (m, got.map { receiver.resolve($0.refs) })
         }
-        let first = try carry(a, [b, c, b])
-        #expect(first.0 == .topologyRefs(sequence: 7, refs: [.full(a), .full(b), .full(c), .short(b.prefix64)]))
-        #expect(first.1 == [a, b, c, b])
-        let second = try carry(b, [a, c])
-        #expect(second.0 == .topologyRefs(sequence: 7, refs: [.short(b.prefix64), .short(a.prefix64), .short(c.prefix64)]))
-        #expect(second.1 == [b, a, c])
-        // 46 bytes against topology's 139 for an origin with three neighbours.
-        #expect(sender.message(origin: a, sequence: 1, neighbours: [b, c, b]).encoded().count == 46)
+        let first = try carry([(a, [b, c, b]), (b, [a])])
+        #expect(first.0 == .topologyRefs([entry([.full(a), .full(b), .full(c), .short(b.prefix64)]), entry([.short(b.prefix64), .short(a.prefix64)])]))
+        #expect(first.1 == [[a, b, c, b], [b, a]])
+        let second = try carry([(b, [a, c])])
+        #expect(second.0 == .topologyRefs([entry([.short(b.prefix64), .short(a.prefix64), .short(c.prefix64)])]))
+        #expect(second.1 == [[b, a, c]])
+        // 48 bytes for an origin with three neighbours against topology's 139, and 45 more for
+        // each further entry in the frame (not another frame's length and TLS record).
+        #expect(sender.message([(a, 1, [b, c, b])]).encoded().count == 48)
+        #expect(sender.message([(a, 1, [b, c, b]), (b, 1, [a, c, a])]).encoded().count == 93)
         #expect(ReplicationMessage.topology(origin: a, sequence: 1, neighbours: [b, c, b]).encoded().count == 139)
         // Another id with a's prefix goes in full and takes a's place; a then goes in full again.
         let twin = id(1, 9)
-        #expect(try carry(twin, [a]).0 == .topologyRefs(sequence: 7, refs: [.full(twin), .full(a)]))
-        #expect(try carry(c, [a, twin]).1 == [c, a, twin])
+        #expect(try carry([(twin, [a])]).0 == .topologyRefs([entry([.full(twin), .full(a)])]))
+        #expect(try carry([(c, [a, twin])]).1 == [[c, a, twin]])
         #expect(receiver.count == sender.count)
         // A prefix never sent in full resolves to nothing (the node closes the link).
         var fresh = PeerRefTable()
@@ -96,19 +100,24 @@ struct ReplicationMessageTests {
         var big = PeerRefTable(), far = PeerRefTable()
         for k in 0..<(PeerRefTable.capacity + 10) {
             let p = PeerID(bytes: withUnsafeBytes(of: UInt64(k + 1).bigEndian, Array.init) + Array(repeating: 0, count: 24))
-            guard case .topologyRefs(_, let refs) = big.message(origin: p, sequence: 1, neighbours: []) else { continue }
-            _ = far.resolve(refs)
+            guard case .topologyRefs(let entries) = big.message([(p, 1, [])]) else { continue }
+            _ = far.resolve(entries[0].refs)
         }
         #expect(big.count == PeerRefTable.capacity && far.count == PeerRefTable.capacity)
-        // Hostile frames: no ids, 66 ids, an unknown kind, fewer bytes than the count needs.
+        // Hostile frames: no entries, too many entries, an entry with no ids or 66 ids, an unknown
+        // kind, fewer bytes than a count needs.
         func refuses(_ bytes: [UInt8], sourceLocation: SourceLocation = #_sourceLocation) {
             #expect(throws: WireError.self, sourceLocation: sourceLocation) { try ReplicationMessage(decoding: bytes) }
         }
-        let tag: UInt8 = 10, seq = [UInt8](repeating: 0, count: 8)
-        refuses([tag] + seq + [0])
-        refuses([tag] + seq + [66] + Array(repeating: 1, count: 66 * 9))
-        refuses([tag] + seq + [1, 2] + Array(repeating: 0, count: 32))
-        refuses([tag] + seq + [2, 1] + Array(repeating: 0, count: 8))
+        let tag: UInt8 = 10, one: [UInt8] = [0, 1], seq = [UInt8](repeating: 0, count: 8)
+        #expect((try? ReplicationMessage(decoding: [tag] + one + seq + [1, 1] + seq)) != nil)
+        refuses([tag, 0, 0])
+        refuses([tag, 0x04, 0x01] + Array(repeating: 0, count: 1025 * 18))
+        refuses([tag, 0xFF, 0xFF] + seq + [1, 1] + seq)
+        refuses([tag] + one + seq + [0] + Array(repeating: 0, count: 9))
+        refuses([tag] + one + seq + [66] + Array(repeating: 1, count: 66 * 9))
+        refuses([tag] + one + seq + [1, 2] + Array(repeating: 0, count: 32))
+        refuses([tag] + one + seq + [2, 1] + seq)
         #expect(ReplicationMessage.frameClass(ofFirstByte: tag) == .gossip)
     }
 }

@@ -23,27 +23,34 @@ struct ReplicationTests {
             actions.compactMap { if case .event(.topology(_, _, let o, _, let n)) = $0 { (o, n) } else { nil } }
         }
         let helloA = frames(a.linkOpened(1)), helloB = frames(b.linkOpened(1))
-        // Before b's HELLO, a does not know which form b takes: the entry waits, the newest kept.
-        #expect(a.topologyFrame(1, origin: x, sequence: 1, neighbours: [a.peer]) == nil)
-        #expect(a.topologyFrame(1, origin: x, sequence: 2, neighbours: [a.peer, b.peer]) == nil)
+        // Before b's HELLO, a does not know which form b takes: entries wait, the newest per origin.
+        #expect(a.topologyFrames(1, [(x, 1, [a.peer])]).isEmpty)
+        #expect(a.topologyFrames(1, [(x, 2, [a.peer, b.peer]), (b.peer, 1, [x])]).isEmpty)
         let afterHello = frames(a.framesReceived(1, helloB, now: 1))
         let held = try afterHello.map { try ReplicationMessage(decoding: $0) }.filter { if case .topologyRefs = $0 { true } else { false } }
-        #expect(held == [.topologyRefs(sequence: 2, refs: [.full(x), .full(a.peer), .full(b.peer)])])
-        let again = try #require(a.topologyFrame(1, origin: x, sequence: 3, neighbours: [b.peer]))
-        #expect(try ReplicationMessage(decoding: again) == .topologyRefs(sequence: 3, refs: [.short(x.prefix64), .short(b.peer.prefix64)]))
+        // One frame, origins in id order, x's newest entry; ids in full where first named.
+        var table = PeerRefTable()
+        let expected = table.message([(x, 2, [a.peer, b.peer]), (b.peer, 1, [x])].sorted { $0.0 < $1.0 })
+        #expect(held == [expected])
+        let again = try #require(a.topologyFrames(1, [(x, 3, [b.peer]), (a.peer, 4, [x])]).first)
+        #expect(try ReplicationMessage(decoding: again) == .topologyRefs([.init(sequence: 3, refs: [.short(x.prefix64), .short(b.peer.prefix64)]),
+                                                                         .init(sequence: 4, refs: [.short(a.peer.prefix64), .short(x.prefix64)])]))
         // b resolves both frames to the ids a meant.
         let received = b.framesReceived(1, helloA + afterHello + [again], now: 2)
-        #expect(gossip(received).map(\.0) == [x, x])
-        #expect(gossip(received).map(\.1) == [[a.peer, b.peer], [b.peer]])
+        let told = gossip(received)
+        #expect(told.count == 4)
+        #expect(told.contains { $0.0 == x && $0.1 == [a.peer, b.peer] } && told.contains { $0.0 == b.peer && $0.1 == [x] })
+        #expect(told.suffix(2).map(\.0) == [x, a.peer] && told.suffix(2).map(\.1) == [[b.peer], [x]])
         // A peer whose HELLO lacks the bit (a gateway from before it) gets `topology`.
         let old = ReplicationMessage.hello(version: ReplicationMessage.protocolVersion, peer: PeerID(bytes: Array(repeating: 6, count: 32)), group: "test.group",
                                            capabilities: ReplicationMessage.Capability.announcedVersions, purgeHorizonMillis: 0, neighbours: [], collections: [])
         _ = a.linkOpened(2)
         _ = a.frameReceived(2, old.encoded(), now: 3)
-        let plain = try #require(a.topologyFrame(2, origin: x, sequence: 3, neighbours: [b.peer]))
-        #expect(try ReplicationMessage(decoding: plain) == .topology(origin: x, sequence: 3, neighbours: [b.peer]))
+        let plain = a.topologyFrames(2, [(x, 3, [b.peer]), (b.peer, 3, [x])])
+        #expect(try plain.map { try ReplicationMessage(decoding: $0) } == [.topology(origin: x, sequence: 3, neighbours: [b.peer]),
+                                                                           .topology(origin: b.peer, sequence: 3, neighbours: [x])])
         // A short reference to an id never sent in full on the link: a protocol violation.
-        let bad = ReplicationMessage.topologyRefs(sequence: 4, refs: [.short(12345)]).encoded()
+        let bad = ReplicationMessage.topologyRefs([.init(sequence: 4, refs: [.short(12345)])]).encoded()
         let refused = b.frameReceived(1, bad, now: 4)
         #expect(refused.contains { if case .close(1) = $0 { true } else { false } })
         #expect(gossip(refused).isEmpty)
