@@ -318,7 +318,25 @@ public final class GatewayCore {
         }
 
         mutating func replication(_ actions: [ReplicationAction], _ core: GatewayCore) {
+            // Gossip entries in a row from one link (a frame's) reach the mesh as one input.
+            var gossip: (link: LinkID, entries: [(origin: PeerID, sequence: UInt64, neighbours: [PeerID])])?
+            func deliverGossip(_ run: inout Run) {
+                guard let g = gossip else { return }
+                gossip = nil
+                run.mesh(g.entries.count == 1 ? core.mesh.handle(.topology(from: g.link, origin: g.entries[0].origin, sequence: g.entries[0].sequence, neighbours: g.entries[0].neighbours), now: run.now)
+                                              : core.mesh.handle(.topologies(from: g.link, g.entries), now: run.now), core)
+            }
             for a in actions {
+                if case .event(.topology(let link, _, let origin, let sequence, let neighbours)) = a {
+                    if let g = gossip, g.link != link { deliverGossip(&self) }
+                    if gossip == nil { gossip = (link, []) }
+                    gossip!.entries.append((origin, sequence, neighbours))
+                    // A linked peer's own announcement is what puts our link to it on the tree (an
+                    // edge counts once both ends list it); the rest of a flood waits for the tick.
+                    if core.mesh.isLinked(to: origin) { treeMayMove = true }
+                    continue
+                }
+                deliverGossip(&self)
                 switch a {
                 case .send(let id, let payload): out.append(.send(id, payload))
                 case .close(let id):
@@ -328,11 +346,7 @@ public final class GatewayCore {
                         treeMayMove = true
                         mesh(core.mesh.handle(.closed(id), now: now), core)
                     }
-                case .event(.topology(let link, _, let origin, let sequence, let neighbours)):
-                    mesh(core.mesh.handle(.topology(from: link, origin: origin, sequence: sequence, neighbours: neighbours), now: now), core)
-                    // A linked peer's own announcement is what puts our link to it on the tree (an
-                    // edge counts once both ends list it); the rest of a flood waits for the tick.
-                    if core.mesh.isLinked(to: origin) { treeMayMove = true }
+                case .event(.topology): break
                 case .event(let e):
                     if case .peerConnected(let link, _) = e { mesh(core.mesh.handle(.replicating(link), now: now), core) }
                     var moved: LinkID?
@@ -346,6 +360,7 @@ public final class GatewayCore {
                     out.append(.replication(e))
                 }
             }
+            deliverGossip(&self)
         }
     }
 }

@@ -187,6 +187,12 @@ extension MeshManager {
         return .finish
     }
 
+    func gossip(from: ConnectionID, _ entries: [(origin: PeerID, sequence: UInt64, neighbours: [PeerID])], now: UInt64, _ out: inout [MeshAction]) -> Next {
+        guard connections[from] != nil, !entries.isEmpty else { return .skip }
+        for e in entries { absorb(origin: e.origin, sequence: e.sequence, neighbours: e.neighbours, from: from, now: now, &out) }
+        return .finish
+    }
+
     func activity(_ id: ConnectionID, busy: Bool, _ out: inout [MeshAction]) -> Next {
         guard var c = connections[id], c.busy != busy else { return .skip }
         c.busy = busy

@@ -240,6 +240,7 @@ public final class MeshManager {
         case .closed(let id): next = closed(id, now: now, &out)
         case .replicating(let id): next = replicating(id, now: now, &out)
         case .topology(let from, let origin, let seq, let neighbours): next = gossip(from: from, origin: origin, sequence: seq, neighbours: neighbours, now: now, &out)
+        case .topologies(let from, let entries): next = gossip(from: from, entries, now: now, &out)
         case .activity(let id, let busy): next = activity(id, busy: busy, &out)
         }
         return next == .finish ? finish(out, now: now) : out

@@ -109,6 +109,8 @@ public enum MeshInput: Sendable {
     case closed(ConnectionID)
     /// Gossip from a connection (see `ReplicationMessage.topology`).
     case topology(from: ConnectionID, origin: PeerID, sequence: UInt64, neighbours: [PeerID])
+    /// Several entries of gossip from one connection, in order (one frame's): one re-plan for all.
+    case topologies(from: ConnectionID, [(origin: PeerID, sequence: UInt64, neighbours: [PeerID])])
     /// Replication on a connection started or stopped moving documents.
     case activity(ConnectionID, busy: Bool)
     /// Replication runs on this connection (both HELLOs done): a Bluetooth LE link to the same

@@ -308,6 +308,29 @@ struct MeshManagerTests {
         #expect(!m.reachable.contains(peer(7)))
     }
 
+    @Test("gossip entries from one frame as one input end as the same entries one by one: same graph, same forwarding")
+    func gossipBatch() {
+        let entries: [(origin: PeerID, sequence: UInt64, neighbours: [PeerID])] = [
+            (peer(2), 5, [peer(1), peer(7)]), (peer(7), 3, [peer(2), peer(8)]), (peer(8), 4, [peer(7)]), (peer(7), 2, [])]
+        func run(batched: Bool) -> (actions: [MeshAction], reachable: Set<PeerID>) {
+            let m = manager(peer(1))
+            _ = m.handle(.start, now: 0)
+            _ = m.handle(.incoming(1, peer(2), .wifi), now: 1)
+            _ = m.handle(.incoming(2, peer(3), .wifi), now: 1)
+            if batched {
+                _ = m.handle(.topologies(from: 1, entries), now: 2)
+            } else {
+                for e in entries { _ = m.handle(.topology(from: 1, origin: e.origin, sequence: e.sequence, neighbours: e.neighbours), now: 2) }
+            }
+            return (m.handle(.tick, now: 200).filter { if case .sendTopology = $0 { true } else { false } }, m.reachable)
+        }
+        let one = run(batched: false), all = run(batched: true)
+        #expect(all.reachable == [peer(2), peer(3), peer(7), peer(8)])
+        #expect(all.reachable == one.reachable)
+        #expect(all.actions == one.actions)
+        #expect(all.actions.contains(.sendTopology(2, origin: peer(7), sequence: 3, neighbours: [peer(2), peer(8)])))
+    }
+
     @Test("a new link is told the graph at most gossipPerInterval entries per interval; what it sends us itself is not sent back; older news from it gets it ours")
     func pacedDump() {
         let m = manager(peer(1)) { $0.gossipPerIntervalWifi = 2 }
