@@ -21,7 +21,7 @@ LAB_PACKAGES := openssl avahi-daemon avahi-utils dbus iproute2 lintian dpkg-dev 
 NO_SERVICE_PACKAGES := mosquitto nats-server
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build-deps install-missing boards build release deb demo demo-gateways example test fresh-check sim-check soak lab-soak uplink-soak crash sanitizers fuzz bench bench-sim bench-instructions size clean
+.PHONY: all deps build-deps install-missing boards build release deb demo demo-gateways example test fresh-check sim-check sim-large soak lab-soak uplink-soak crash sanitizers fuzz bench bench-sim bench-instructions size clean
 
 all: build
 
@@ -128,6 +128,11 @@ fuzz: deps boards
 sim-check: deps boards
 	$(SWIFT) build -c release --product shoal
 	./scripts/sim-check.sh 200
+
+## Large meshes (issue 26): 1,000 gateways once, 250 with faults over 50 seeds (~7 min).
+sim-large: deps boards
+	$(SWIFT) build -c release --product shoal
+	./scripts/sim-large.sh 50
 
 ## Before a release: the simulation properties over 2,000 seeds each (about an hour).
 soak: deps boards
