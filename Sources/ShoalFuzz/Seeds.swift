@@ -21,6 +21,7 @@ enum Seeds {
             .acknowledge(collection: "sensors.readings", batch: 3, upTo: 9),
             .error(code: 3, message: "group mismatch"),
             .topology(origin: a, sequence: 5, neighbours: [b]),
+            .topologyRefs([.init(sequence: 5, refs: [.full(a), .full(b)]), .init(sequence: 6, refs: [.short(b.prefix64), .short(a.prefix64)])]),
             .push(collection: "sensors.readings", batch: 4, upTo: 10, changes: [change], documents: [body]),
         ] + blobMessages()
     }

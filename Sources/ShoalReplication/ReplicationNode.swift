@@ -358,11 +358,13 @@ public final class ReplicationNode {
             l.takesAnnouncedVersions = capabilities & ReplicationMessage.Capability.announcedVersions != 0
             l.compactTopology = capabilities & ReplicationMessage.Capability.compactTopology != 0
             l.checkpointKey = remoteEpoch == 0 ? remote.description : "\(remote)@\(String(remoteEpoch, radix: 16))"
-            var actions: [ReplicationAction] = [.event(.peerConnected(link: l.id, peer: remote))]
             // Gossip held for this HELLO, in the peer's form (origins in id order: every run alike).
+            // Its sends go before `peerConnected`: the driver may flush newer gossip to this link
+            // while it takes that event, and those frames name by reference ids these name in full.
             let held = l.heldGossip.sorted { $0.key < $1.key }.map { (origin: $0.key, sequence: $0.value.sequence, neighbours: $0.value.neighbours) }
             l.heldGossip = [:]
-            for frame in topologyFrames(l.id, held) { actions.append(.send(l.id, frame)) }
+            var actions = topologyFrames(l.id, held).map { ReplicationAction.send(l.id, $0) }
+            actions.append(.event(.peerConnected(link: l.id, peer: remote)))
             for offer in offers.sorted(by: { CollectionName.replicatesBefore($0.name, $1.name) }) {
                 guard let policy = policies[offer.name], policy.pull, offer.push else { continue }
                 let since = try store.checkpoint(peer: l.checkpointKey, collection: policy.name, direction: .pull)

@@ -125,8 +125,9 @@ public enum ReplicationMessage: Sendable, Equatable {
             self.refs = refs
         }
     }
-    /// Most entries one `topologyRefs` frame carries.
-    public static let maxTopologyEntries = 1024
+    /// Most entries one `topologyRefs` frame carries (each at most 2,154 bytes: the frame stays
+    /// well under `frameLimit`).
+    public static let maxTopologyEntries = 512
     /// The largest blob whose manifest fits one frame (32 bytes a chunk): just under 4 GiB.
     public static let maxManifestBlobBytes = Int64((frameLimit - 64) / 32) * Int64(BlobManifest.chunkSize)
     /// Most chunks one `blobFetch` may ask for.
@@ -225,6 +226,8 @@ extension ReplicationMessage {
             w.u16(UInt16(neighbours.count)); for n in neighbours { w.peer(n) }
         case .topologyRefs(let entries):
             // [u16 entries][entries × ([u64 sequence][u8 ids][ids × (0, 32 bytes | 1, 8 bytes)])]
+            precondition((1...ReplicationMessage.maxTopologyEntries).contains(entries.count), "1 to maxTopologyEntries entries a topology frame")
+            precondition(entries.allSatisfy { (1...65).contains($0.refs.count) }, "an origin and at most 64 neighbours a topology entry")
             w.u8(Tag.topologyRefs.rawValue); w.u16(UInt16(entries.count))
             for e in entries {
                 w.u64(e.sequence); w.u8(UInt8(e.refs.count))

@@ -112,7 +112,7 @@ struct ReplicationMessageTests {
         let tag: UInt8 = 10, one: [UInt8] = [0, 1], seq = [UInt8](repeating: 0, count: 8)
         #expect((try? ReplicationMessage(decoding: [tag] + one + seq + [1, 1] + seq)) != nil)
         refuses([tag, 0, 0])
-        refuses([tag, 0x04, 0x01] + Array(repeating: 0, count: 1025 * 18))
+        refuses([tag, 0x02, 0x01] + Array(repeating: 0, count: 513 * 18))
         refuses([tag, 0xFF, 0xFF] + seq + [1, 1] + seq)
         refuses([tag] + one + seq + [0] + Array(repeating: 0, count: 9))
         refuses([tag] + one + seq + [66] + Array(repeating: 1, count: 66 * 9))
