@@ -319,12 +319,11 @@ public final class GatewayCore {
 
         mutating func replication(_ actions: [ReplicationAction], _ core: GatewayCore) {
             // Gossip entries in a row from one link (a frame's) reach the mesh as one input.
-            var gossip: (link: LinkID, entries: [(origin: PeerID, sequence: UInt64, neighbours: [PeerID])])?
+            var gossip: (link: LinkID, entries: [ReplicationNode.GossipEntry])?
             func deliverGossip(_ run: inout Run) {
                 guard let g = gossip else { return }
                 gossip = nil
-                run.mesh(g.entries.count == 1 ? core.mesh.handle(.topology(from: g.link, origin: g.entries[0].origin, sequence: g.entries[0].sequence, neighbours: g.entries[0].neighbours), now: run.now)
-                                              : core.mesh.handle(.topologies(from: g.link, g.entries), now: run.now), core)
+                run.mesh(core.mesh.handle(.topologies(from: g.link, g.entries), now: run.now), core)
             }
             for a in actions {
                 if case .event(.topology(let link, _, let origin, let sequence, let neighbours)) = a {
