@@ -7,7 +7,9 @@
 # partitions and crashes, nobody links to it again, every other node ends with the same entries; and
 # blobs of 64 KB–4 MB on Wi-Fi and BLE meshes, with and without faults: every node ends with every
 # blob, no chunk is sent to a node that verified it, and without faults at most 1.2× one copy per
-# node is sent; and a 250-gateway random mesh (gossip paced: frames in flight and bytes bounded).
+# node is sent; and a 250-gateway random mesh (gossip paced: frames in flight and bytes bounded);
+# and concurrent edits of single fields under partitions and crashes: every field of every
+# document never deleted ends with its newest write on every node (the field-level merge).
 # Part of `make test`; `make soak` runs more seeds.
 # Usage: scripts/sim-check.sh [SEEDS]   (SHOAL_BIN overrides the binary)
 set -uo pipefail
@@ -26,6 +28,7 @@ scenarios=(
   "random-250   --nodes 250 --topology random --max-connections 3 --writes 50 --seconds 10"
   "faults-10    --nodes 10 --partitions --crashes --loss 0.05 --skew 90000 --duplicate 0.002 --reorder 0.005 --seconds 200"
   "ble-8        --nodes 8 --kind ble --partitions --crashes --seconds 240"
+  "fields-10    --nodes 10 --field-edits --writes 60 --partitions --crashes --loss 0.05 --seconds 200"
   "trust-10     --nodes 10 --trust --partitions --crashes --loss 0.05 --seconds 200"
   "blobs-10     --nodes 10 --blobs 3 --blob-bytes 64000-4000000 --seconds 60"
   "blobs-20     --nodes 20 --blobs 3 --blob-bytes 64000-4000000 --seconds 90"

@@ -57,6 +57,8 @@ public struct ClosureConflictResolver: MultipeerConflictResolver {
 
 /// The stock binary's resolvers (the site file's `resolver:`), for code too.
 public enum BuiltInConflictResolver: MultipeerConflictResolver, Equatable {
+    /// The default: field by field, each top-level field's newest write (see README "Conflicts").
+    case fieldMerge
     /// The newest write wins (hybrid logical clock, then peer id); a delete is a write like any other.
     case lastWriteWins
     /// A delete on either side wins; otherwise the newest write.
@@ -71,6 +73,7 @@ public enum BuiltInConflictResolver: MultipeerConflictResolver, Equatable {
 
     var spec: ResolverSpec {
         switch self {
+        case .fieldMerge: .fieldMerge
         case .lastWriteWins: .lastWriteWins
         case .deleteWins: .deleteWins
         case .localWins: .localWins

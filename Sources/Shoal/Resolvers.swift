@@ -14,7 +14,7 @@ enum ConflictResolvers {
         if let f = c.pushFilter { p.pushFilter = { peer, d in f(PeerID(peer), document(d, full), d.isDeleted ? .deleted : []) } }
         if let f = c.pullFilter { p.pullFilter = { peer, d in f(PeerID(peer), document(d, full), d.isDeleted ? .deleted : []) } }
         switch c.conflictResolver {
-        case nil: p.resolver = .lastWriteWins
+        case nil: p.resolver = .fieldMerge
         case let builtIn as BuiltInConflictResolver: p.resolver = CollectionPolicies.resolver(builtIn.spec)
         case let custom?:
             p.resolver = ConflictResolver(name: "custom") { peer, local, remote in

@@ -4,7 +4,7 @@
 /// ```yaml
 /// collections:
 ///   - name: sensors.readings
-///     resolver: mergeFields            # or lastWriteWins, deleteWins, localWins, remoteWins,
+///     resolver: fieldMerge             # the default; or lastWriteWins, deleteWins, mergeFields, localWins, remoteWins,
 ///                                      # or {max: temperature}, or {min: pressure}
 ///     documentIDs: [boiler-1, boiler-2]  # only these replicate, both ways
 ///     pushFilter:                      # a document goes to a peer only if every condition holds
@@ -18,26 +18,31 @@
 ///     maxBytes: 64MB
 /// ```
 public enum ResolverSpec: Sendable, Equatable {
+    /// The default: versions joined field by field (each top-level field keeps its newest write,
+    /// fields only one side changed survive); a delete against a concurrent edit, or a body that is
+    /// not an object, by last-write-wins on the whole document.
+    case fieldMerge
     /// The newest write wins (HLC, then peer id); a delete is a write like any other.
     case lastWriteWins
     /// A delete on either side wins; otherwise the newest write.
     case deleteWins
     case localWins
     case remoteWins
-    /// Top-level fields merged: a field only one side has is kept; a field both sides changed takes
-    /// the value of the side written last. (Shoal keeps versions per document, not per field: see
-    /// README "Seed API to Shoal".)
+    /// Top-level fields of both bodies: a field only one side has is kept; a field both sides hold
+    /// with different values takes the value of the side written last (whole-document versions:
+    /// it cannot tell which side changed a field; `fieldMerge` can).
     case mergeFields
     /// The side whose numeric `field` is larger (smaller) wins; when only one side has a number there,
     /// it wins; when neither does, the newest write.
     case maxField(String)
     case minField(String)
 
-    public static let names = ["lastWriteWins", "deleteWins", "localWins", "remoteWins", "mergeFields", "{max: FIELD}", "{min: FIELD}"]
+    public static let names = ["fieldMerge", "lastWriteWins", "deleteWins", "localWins", "remoteWins", "mergeFields", "{max: FIELD}", "{min: FIELD}"]
 
     /// How the conflict log names it.
     public var name: String {
         switch self {
+        case .fieldMerge: "fieldMerge"
         case .lastWriteWins: "lastWriteWins"
         case .deleteWins: "deleteWins"
         case .localWins: "localWins"
@@ -100,6 +105,7 @@ extension ConfigReader {
         switch n.value {
         case .scalar(let text, _):
             switch text {
+            case "fieldMerge": return .fieldMerge
             case "lastWriteWins": return .lastWriteWins
             case "deleteWins": return .deleteWins
             case "localWins": return .localWins

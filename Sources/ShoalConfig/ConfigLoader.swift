@@ -383,7 +383,7 @@ public struct ConfigLoader: Sendable {
         var errors = ConfigErrors()
         errors.attempt { () throws(ConfigError) in c.push = try r.bool("push") ?? true }
         errors.attempt { () throws(ConfigError) in c.pull = try r.bool("pull") ?? true }
-        errors.attempt { () throws(ConfigError) in c.resolver = try r.resolverSpec("resolver") ?? .lastWriteWins }
+        errors.attempt { () throws(ConfigError) in c.resolver = try r.resolverSpec("resolver") ?? .fieldMerge }
         errors.attempt { () throws(ConfigError) in
             if let ids = try r.stringList("documentIDs") {
                 for (k, id) in ids.enumerated() where (try? DocumentID(id)) == nil {

@@ -81,7 +81,7 @@ public struct SiteConfig: Sendable, Equatable {
         public var push = true
         public var pull = true
         /// A built-in conflict resolver; custom ones are Swift code (the library product).
-        public var resolver = ResolverSpec.lastWriteWins
+        public var resolver = ResolverSpec.fieldMerge
         /// Only these documents replicate (nil: all).
         public var documentIDs: [String]?
         public var pushFilter: FilterSpec?

@@ -99,23 +99,51 @@ public enum VersionError: Error, Sendable, Equatable, CustomStringConvertible {
 public struct DocumentVersion: Sendable, Hashable, CustomStringConvertible {
     public var vector: VersionVector
     public var bodyDigest: UInt64
+    /// Who last set each top-level field, where that is not the vector's current (newest) write,
+    /// and fields removed (see `FieldStamp`). A field in the body with no entry here was set by the
+    /// current write; a version with none at all (format 1) says that of every field.
+    public var fields: [String: FieldStamp]
 
-    public init(vector: VersionVector, bodyDigest: UInt64) {
+    public init(vector: VersionVector, bodyDigest: UInt64, fields: [String: FieldStamp] = [:]) {
         self.vector = vector
         self.bodyDigest = bodyDigest
+        self.fields = fields
     }
 
     public static let formatByte: UInt8 = 1
+    /// Format 1 followed by the field stamps.
+    public static let fieldsFormatByte: UInt8 = 2
+    /// Most field stamps a version keeps (the oldest removals go first past it).
+    public static let maxFieldStamps = 255
 
-    /// [format 1][digest u64 BE][count u8][count × (peer 32 bytes, timestamp u64 BE)].
+    /// Format 1: [1][digest u64 BE][count u8][count × (peer 32 bytes, timestamp u64 BE)].
+    /// Format 2 (when there are field stamps): [2] and the same, then [stamps u8] and per stamp,
+    /// in name order: [name length u8][name UTF-8][flags u8: 1 removed][writer: index into the
+    /// entries u8][timestamp u64 BE].
     public var encoded: [UInt8] {
-        var out: [UInt8] = [DocumentVersion.formatByte]
+        var out: [UInt8] = [fields.isEmpty ? DocumentVersion.formatByte : DocumentVersion.fieldsFormatByte]
         out.reserveCapacity(10 + vector.entries.count * 40)
         out.appendBigEndian(bodyDigest)
         out.append(UInt8(vector.entries.count))
         for e in vector.entries {
             e.peer.append(to: &out)
             out.appendBigEndian(e.timestamp.rawValue)
+        }
+        guard !fields.isEmpty else { return out }
+        let named = fields.sorted { $0.key.utf8.lexicographicallyPrecedes($1.key.utf8) }
+        precondition(named.count <= DocumentVersion.maxFieldStamps, "more field stamps than a version holds")
+        out.append(UInt8(named.count))
+        for (name, stamp) in named {
+            let n = Array(name.utf8)
+            guard let writer = vector.entries.firstIndex(where: { $0.peer == stamp.peer }) else {
+                preconditionFailure("a field stamp names a writer the vector does not")
+            }
+            precondition(!n.isEmpty && n.count <= 255, "a stamped field name is 1 to 255 bytes")
+            out.append(UInt8(n.count))
+            out.append(contentsOf: n)
+            out.append(stamp.removed ? 1 : 0)
+            out.append(UInt8(writer))
+            out.appendBigEndian(stamp.timestamp.rawValue)
         }
         return out
     }
@@ -126,10 +154,15 @@ public struct DocumentVersion: Sendable, Hashable, CustomStringConvertible {
             self.init(vector: VersionVector(), bodyDigest: 0)
             return
         }
-        guard bytes.count >= 10, bytes[0] == DocumentVersion.formatByte else { throw .malformed("unknown format or short header") }
+        guard bytes.count >= 10, bytes[0] == DocumentVersion.formatByte || bytes[0] == DocumentVersion.fieldsFormatByte else {
+            throw .malformed("unknown format or short header")
+        }
         let digest = bytes.readBigEndianUInt64(at: 1)
         let count = Int(bytes[9])
-        guard bytes.count == 10 + count * 40 else { throw .malformed("length \(bytes.count) does not match \(count) entries") }
+        let end = 10 + count * 40
+        guard bytes[0] == DocumentVersion.formatByte ? bytes.count == end : bytes.count > end else {
+            throw .malformed("length \(bytes.count) does not match \(count) entries")
+        }
         var entries: [VersionVector.Entry] = []
         entries.reserveCapacity(count)
         for k in 0..<count {
@@ -137,22 +170,61 @@ public struct DocumentVersion: Sendable, Hashable, CustomStringConvertible {
             entries.append(.init(peer: PeerID(bytes: Array(bytes[base..<(base + 32)])),
                                  timestamp: HLCTimestamp(rawValue: bytes.readBigEndianUInt64(at: base + 32))))
         }
-        self.init(vector: try VersionVector(entries: entries), bodyDigest: digest)
+        let vector = try VersionVector(entries: entries)
+        let fields = bytes[0] == DocumentVersion.fieldsFormatByte ? try DocumentVersion.decodeStamps(bytes, from: end, entries: entries) : [:]
+        self.init(vector: vector, bodyDigest: digest, fields: fields)
     }
 
-    public var description: String { "[\(vector)]#\(String(bodyDigest, radix: 16).prefix(6))" }
+    static func decodeStamps(_ bytes: [UInt8], from start: Int, entries: [VersionVector.Entry]) throws(VersionError) -> [String: FieldStamp] {
+        let count = Int(bytes[start])
+        guard count > 0 else { throw .malformed("format 2 with no field stamps") }
+        var fields: [String: FieldStamp] = [:]
+        var i = start + 1
+        var previous: ArraySlice<UInt8> = []
+        for _ in 0..<count {
+            guard i < bytes.count else { throw .malformed("field stamps cut short") }
+            let n = Int(bytes[i])
+            guard n > 0, i + 1 + n + 10 <= bytes.count else { throw .malformed("field stamp cut short") }
+            let nameBytes = bytes[(i + 1)..<(i + 1 + n)]
+            guard previous.isEmpty || previous.lexicographicallyPrecedes(nameBytes) else { throw .malformed("field stamps out of order") }
+            guard let name = String(validating: nameBytes, as: UTF8.self) else { throw .malformed("field name is not UTF-8") }
+            let flags = bytes[i + 1 + n], writer = Int(bytes[i + 2 + n])
+            guard flags <= 1, writer < entries.count else { throw .malformed("field stamp flags or writer out of range") }
+            let ts = HLCTimestamp(rawValue: bytes.readBigEndianUInt64(at: i + 3 + n))
+            guard ts <= entries[writer].timestamp else { throw .malformed("field stamp newer than its writer's entry") }
+            fields[name] = FieldStamp(peer: entries[writer].peer, timestamp: ts, removed: flags == 1)
+            previous = nameBytes
+            i += 11 + n
+        }
+        guard i == bytes.count else { throw .malformed("bytes after the field stamps") }
+        return fields
+    }
+
+    public var description: String { "[\(vector)]#\(String(bodyDigest, radix: 16).prefix(6))" + (fields.isEmpty ? "" : "+\(fields.count)f") }
 
     /// The newest entry's timestamp of an encoded version, read in place: what
     /// `DocumentVersion(decoding:).vector.current?.timestamp` gives for a well-formed version,
     /// without building the vector (no allocation; a store write and an announce check need only
     /// this). nil for an empty or malformed encoding (it does not look for duplicate peers).
     public static func newestTimestamp(encoded bytes: [UInt8]) -> HLCTimestamp? {
-        guard bytes.count >= 10, bytes[0] == DocumentVersion.formatByte else { return nil }
+        guard bytes.count >= 10, bytes[0] == DocumentVersion.formatByte || bytes[0] == DocumentVersion.fieldsFormatByte else { return nil }
         let count = Int(bytes[9])
-        guard count > 0, bytes.count == 10 + count * 40 else { return nil }
+        let end = 10 + count * 40
+        guard count > 0, bytes[0] == DocumentVersion.formatByte ? bytes.count == end : bytes.count > end else { return nil }
         var newest: UInt64 = 0
         for k in 0..<count { newest = max(newest, bytes.readBigEndianUInt64(at: 10 + k * 40 + 32)) }
         return HLCTimestamp(rawValue: newest)
+    }
+
+    /// An encoded version as a peer that does not know field stamps takes it: format 1, the same
+    /// vector and digest (a format-1 version comes back as it is).
+    public static func documentLevel(_ bytes: [UInt8]) -> [UInt8] {
+        guard bytes.count >= 10, bytes[0] == DocumentVersion.fieldsFormatByte else { return bytes }
+        let end = 10 + Int(bytes[9]) * 40
+        guard bytes.count > end else { return bytes }
+        var out = Array(bytes[0..<end])
+        out[0] = DocumentVersion.formatByte
+        return out
     }
 
     /// A 64-bit digest of the body's UTF-8 bytes, eight at a time (FNV-style multiply and a final

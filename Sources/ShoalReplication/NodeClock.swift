@@ -123,14 +123,17 @@ public struct LocalWriter: Sendable {
     /// As above, for a caller that has just read the document in the same transaction (`existing`,
     /// nil if there is none): the MQTT bridge reads it to compare bodies, so it is not read twice.
     public func write(_ tx: StoreTransaction, _ collection: CollectionName, _ id: DocumentID, _ body: String?, existing: StoredDocument?) throws(StoreError) -> Change {
-        var vector = VersionVector()
+        var previous: DocumentVersion?
         if let existing {
-            do { vector = try DocumentVersion(decoding: existing.version).vector } catch {
+            do { previous = try DocumentVersion(decoding: existing.version) } catch {
                 throw .invalidDocument("stored version of \(collection)/\(id) is unreadable: \(error)")
             }
         }
         let ts = try clock.tick(persistingIn: tx)
-        let version = DocumentVersion(vector: vector.setting(peer, to: ts), bodyDigest: DocumentVersion.digest(of: body))
+        // Which fields this write leaves as others set them (see FieldMerge): an update reads both bodies.
+        let fields = FieldMerge.stampsAfterWrite(previous: previous, previousBody: existing?.body, body: body, writer: peer, at: ts)
+        let version = DocumentVersion(vector: (previous?.vector ?? VersionVector()).setting(peer, to: ts), bodyDigest: DocumentVersion.digest(of: body),
+                                      fields: fields)
         return try tx.write(DocumentWrite(collection: collection, id: id, body: body, version: version.encoded))
     }
 }

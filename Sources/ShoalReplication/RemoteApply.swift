@@ -90,6 +90,9 @@ public struct RemoteApply {
     /// that dominates both (their pointwise maximum, the new body's digest), and what won.
     public func resolve(_ local: ReplicatedDocument, _ remote: ReplicatedDocument, policy: CollectionPolicy,
                         peerID: PeerID) -> (body: String?, version: DocumentVersion, label: String) {
+        if policy.resolver.joinsFields, let joined = FieldMerge.join((local.body, local.version), (remote.body, remote.version)) {
+            return (joined.body, joined.version, "merged fields")
+        }
         var body: String?
         var label: String
         switch policy.resolver.resolve(peerID, local, remote) {
@@ -101,8 +104,15 @@ public struct RemoteApply {
                 body = local.body; label = "local (resolver returned an invalid body)"
             }
         }
-        let version = DocumentVersion(vector: local.version.vector.merged(with: remote.version.vector), bodyDigest: DocumentVersion.digest(of: body))
-        return (body, version, label)
+        let vector = local.version.vector.merged(with: remote.version.vector)
+        // A field-joining collection keeps the stamps of the side that won whole (a delete against
+        // an edit, a body that is not an object).
+        var fields: [String: FieldStamp] = [:]
+        if policy.resolver.joinsFields, body != nil {
+            if label == "local" { fields = FieldMerge.stamps(of: local.body, local.version, under: vector) }
+            if label == "remote" { fields = FieldMerge.stamps(of: remote.body, remote.version, under: vector) }
+        }
+        return (body, DocumentVersion(vector: vector, bodyDigest: DocumentVersion.digest(of: body), fields: fields), label)
     }
 
     /// Below this (physical milliseconds), documents this node holds nothing of are refused: their

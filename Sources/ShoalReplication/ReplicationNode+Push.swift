@@ -33,7 +33,8 @@ extension ReplicationNode {
                 let version = (try? DocumentVersion(decoding: c.version)) ?? DocumentVersion(vector: VersionVector(), bodyDigest: 0)
                 if !filter(peerID, ReplicatedDocument(collection: policy.name, id: c.id, body: doc?.body, version: version)) { continue }
             }
-            announced.append(.init(sequence: UInt64(c.sequence), id: c.id, deleted: c.deleted, version: c.version))
+            announced.append(.init(sequence: UInt64(c.sequence), id: c.id, deleted: c.deleted,
+                                   version: l.protocol2 ? c.version : DocumentVersion.documentLevel(c.version)))
             ids[c.id] = (c.deleted, c.version)
         }
         // Echo records this batch passed are done with (a document changed again since has a new sequence).
@@ -115,8 +116,9 @@ extension ReplicationNode {
                 frameBytes += body.count + id.utf8.count
                 continue
             }
-            frame.append(.init(id: id, deleted: doc?.isDeleted ?? true, version: doc?.version ?? [], body: body))
-            frameBytes += body.count + id.utf8.count + (doc?.version.count ?? 0)
+            let version = doc.map { l.protocol2 ? $0.version : DocumentVersion.documentLevel($0.version) } ?? []
+            frame.append(.init(id: id, deleted: doc?.isDeleted ?? true, version: version, body: body))
+            frameBytes += body.count + id.utf8.count + version.count
         }
         flush(final: true)
         return actions

@@ -77,6 +77,9 @@ public final class ReplicationNode {
         /// The peer set `Capability.compactTopology`: gossip goes as `topologyRefs`, ids by
         /// reference (`sentRefs`); `heardRefs` resolves what the peer sends us so.
         var compactTopology = false
+        /// Both HELLOs set `Capability.protocol2`: versions go with their field stamps. Otherwise
+        /// as format 1 (`DocumentVersion.documentLevel`).
+        var protocol2 = false
         var sentRefs = PeerRefTable()
         var heardRefs = PeerRefTable()
         /// Gossip the mesh sent before the peer's HELLO told us its form: the newest per origin.
@@ -188,7 +191,7 @@ public final class ReplicationNode {
         }
         let hello = ReplicationMessage.hello(version: ReplicationMessage.protocolVersion, peer: peer, group: group,
                                              capabilities: (blobs == nil ? 0 : ReplicationMessage.Capability.blobs) | ReplicationMessage.Capability.announcedVersions
-                                                 | ReplicationMessage.Capability.compactTopology,
+                                                 | ReplicationMessage.Capability.compactTopology | ReplicationMessage.Capability.protocol2,
                                              purgeHorizonMillis: UInt64(max(0, store.purgeHorizonMillis)), neighbours: neighbours, collections: offers,
                                              storeEpoch: store.epoch)
         return [.send(link, hello.encoded())]
@@ -349,7 +352,9 @@ public final class ReplicationNode {
             guard case .hello(let version, let remote, let remoteGroup, let capabilities, let remoteHorizon, _, let offers, let remoteEpoch) = message else {
                 throw ReplicationError.protocolViolation("\(message.kind) before hello")
             }
-            guard version == ReplicationMessage.protocolVersion else { throw ReplicationError.protocolVersion(version) }
+            guard (ReplicationMessage.protocolVersion...ReplicationMessage.highestProtocolVersion).contains(version) else {
+                throw ReplicationError.protocolVersion(version)
+            }
             guard remoteGroup == group else { throw ReplicationError.wrongGroup(remoteGroup) }
             guard remote != peer else { throw ReplicationError.selfConnection }
             l.peer = remote
@@ -357,6 +362,7 @@ public final class ReplicationNode {
             l.blobCapable = blobs != nil && capabilities & ReplicationMessage.Capability.blobs != 0
             l.takesAnnouncedVersions = capabilities & ReplicationMessage.Capability.announcedVersions != 0
             l.compactTopology = capabilities & ReplicationMessage.Capability.compactTopology != 0
+            l.protocol2 = capabilities & ReplicationMessage.Capability.protocol2 != 0
             l.checkpointKey = remoteEpoch == 0 ? remote.description : "\(remote)@\(String(remoteEpoch, radix: 16))"
             // Gossip held for this HELLO, in the peer's form (origins in id order: every run alike).
             // Its sends go before `peerConnected`: the driver may flush newer gossip to this link

@@ -82,10 +82,24 @@ public enum Resolution: Sendable, Equatable {
 public struct ConflictResolver: Sendable {
     public let name: String
     public let resolve: @Sendable (PeerID, ReplicatedDocument, ReplicatedDocument) -> Resolution
+    /// Joins versions field by field (`FieldMerge`): the applier keeps the per-field stamps of the
+    /// result, which a whole-document resolver drops.
+    public let joinsFields: Bool
 
-    public init(name: String, resolve: @escaping @Sendable (PeerID, ReplicatedDocument, ReplicatedDocument) -> Resolution) {
+    public init(name: String, joinsFields: Bool = false, resolve: @escaping @Sendable (PeerID, ReplicatedDocument, ReplicatedDocument) -> Resolution) {
         self.name = name
+        self.joinsFields = joinsFields
         self.resolve = resolve
+    }
+
+    /// The default: concurrent edits of JSON objects joined field by field (the newer write of
+    /// each field wins, fields only one side set survive; see `FieldMerge`); a delete against a
+    /// concurrent edit, or a body that is not an object, by last-write-wins on the whole document.
+    public static let fieldMerge = ConflictResolver(name: "fieldMerge", joinsFields: true) { peer, local, remote in
+        guard let joined = FieldMerge.join((local.body, local.version), (remote.body, remote.version)) else {
+            return lastWriteWins.resolve(peer, local, remote)
+        }
+        return .merged(joined.body)
     }
 
     public static let lastWriteWins = ConflictResolver(name: "lastWriteWins") { _, local, remote in
@@ -98,7 +112,7 @@ public struct ConflictResolver: Sendable {
     public static let remoteWins = ConflictResolver(name: "remoteWins") { _, _, _ in .takeRemote }
 
     public static func named(_ name: String) -> ConflictResolver? {
-        [lastWriteWins, localWins, remoteWins].first { $0.name == name }
+        [fieldMerge, lastWriteWins, localWins, remoteWins].first { $0.name == name }
     }
 }
 
@@ -113,7 +127,7 @@ public struct CollectionPolicy: Sendable {
     public var documentIDs: Set<String>?
     public var pushFilter: (@Sendable (PeerID, ReplicatedDocument) -> Bool)?
     public var pullFilter: (@Sendable (PeerID, ReplicatedDocument) -> Bool)?
-    public var resolver = ConflictResolver.lastWriteWins
+    public var resolver = ConflictResolver.fieldMerge
     /// The collection's TTL (ms after a document's last write, by its version's HLC time): a
     /// document that arrives already past it is refused, as every gateway with the same TTL does.
     public var ttlMillis: Int64?
@@ -193,7 +207,7 @@ public enum ReplicationError: Error, Sendable, Equatable, CustomStringConvertibl
     public var description: String {
         switch self {
         case .wire(let e): "malformed frame: \(e)"
-        case .protocolVersion(let v): "peer speaks replication protocol \(v), this gateway \(ReplicationMessage.protocolVersion)"
+        case .protocolVersion(let v): "peer speaks replication protocol \(v), this gateway \(ReplicationMessage.protocolVersion) to \(ReplicationMessage.highestProtocolVersion)"
         case .wrongGroup(let g): "peer is in group \"\(g.prefix(64))\", not ours"
         case .selfConnection: "connected to itself"
         case .protocolViolation(let why): "protocol violation: \(why)"

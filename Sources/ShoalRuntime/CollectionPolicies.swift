@@ -47,6 +47,7 @@ public enum CollectionPolicies {
 
     public static func resolver(_ spec: ResolverSpec) -> ConflictResolver {
         switch spec {
+        case .fieldMerge: return .fieldMerge
         case .lastWriteWins: return .lastWriteWins
         case .localWins: return .localWins
         case .remoteWins: return .remoteWins

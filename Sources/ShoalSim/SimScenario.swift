@@ -1,6 +1,7 @@
 import Glibc
 import ShoalCore
 import ShoalMesh
+import ShoalReplication
 import ShoalWire
 
 /// A standard run: let the mesh form, (optionally) time one write across it, write a workload
@@ -17,6 +18,10 @@ public struct SimScenario: Sendable {
     /// Share of writes (in tenths) that edit (2) or delete (1) an existing document.
     public var editTenths = 2
     public var deleteTenths = 1
+    /// Edits set one of four top-level fields of the document as the writing node holds it (so
+    /// concurrent edits of different fields happen), and the run checks that each field of every
+    /// document never deleted ends with its newest write on every node (field-level merge only).
+    public var fieldEdits = false
     /// Time one write from node 0 until every node holds it (no faults only).
     public var probeLatency = false
     /// Blobs written at the start of the workload (needs `config.blobs`), each of a seeded size
@@ -102,6 +107,8 @@ extension SimScenario {
         let bytesBefore = sim.bytesSent
         let writesEnd = faults ? max(sim.now + 1000, config.faultsUntilMillis) : sim.now + 1000
         var ids: [String] = []
+        var newestFields: [String: FieldWrite] = [:]
+        var deletedIDs = Set<String>()
         var burstNode = 0
         for k in 0..<(config.blobs ? blobs : 0) {
             let up = sim.upNodes
@@ -123,10 +130,14 @@ extension SimScenario {
             // mesh is cut), so conflicts get resolved too.
             let roll = Int.random(in: 0..<10, using: &rng)
             if roll < editTenths, let id = ids.randomElement(using: &rng) {
-                try sim.write(on: node, id: id, body: SimScenario.body(k, bytes: bodyBytes))
+                if fieldEdits {
+                    try fieldEdit(sim, on: node, id: id, field: "f\(Int.random(in: 0..<4, using: &rng))", value: "\(k)", newest: &newestFields)
+                } else {
+                    try sim.write(on: node, id: id, body: SimScenario.body(k, bytes: bodyBytes))
+                }
                 report.idealBytes += UInt64(bodyBytes) * UInt64(config.nodes - 1)
             } else if roll < editTenths + deleteTenths, let id = ids.randomElement(using: &rng) {
-                try sim.delete(on: node, id: id)
+                if try sim.delete(on: node, id: id) { deletedIDs.insert(id) }
             } else {
                 let id = "doc-\(k)"
                 ids.append(id)
@@ -177,6 +188,9 @@ extension SimScenario {
         if let v = sim.budgetViolations.first { report.failures.append("over the connection budget: \(v)") }
         if let d = sim.duplicateLinks.first { report.failures.append("two links for one pair: \(d)") }
         if let r = sim.resurrectedDeletes().first { report.failures.append("a delete came back: \(r)") }
+        if fieldEdits, config.resolver.joinsFields, let f = lostFieldEdits(sim, newestFields, except: deletedIDs).first {
+            report.failures.append("a field edit lost: \(f)")
+        }
         // Bounded: frames queued on one side of a link, and bytes sent against one body per node.
         if sim.maxFramesInFlight > SimScenario.maxFramesInFlightBound {
             report.failures.append("\(sim.maxFramesInFlight) frames in flight on one link side (bound \(SimScenario.maxFramesInFlightBound))")
@@ -226,6 +240,50 @@ extension SimScenario {
         let head = #"{"n":\#(k),"pad":""#
         let pad = max(0, bytes - head.utf8.count - 2)
         return head + String(repeating: "x", count: pad) + #""}"#
+    }
+}
+
+/// The newest write of one field of one document in a run: who, when (HLC), what.
+struct FieldWrite {
+    var node: Int
+    var peer: PeerID
+    var time: HLCTimestamp
+    var value: String
+}
+
+extension SimScenario {
+    /// Sets one top-level field of `id` as `node` holds it (a new document when it holds none or a
+    /// tombstone), and remembers the write when it is the field's newest.
+    func fieldEdit(_ sim: Simulation, on node: Int, id: String, field: String, value: String, newest: inout [String: FieldWrite]) throws {
+        guard let store = sim.nodes[node].store else { return }
+        let held = try store.get(sim.collection, id: DocumentID(id))
+        let fresh = try JSONValue.parse(SimScenario.body(0, bytes: bodyBytes)).objectValue ?? [:]
+        var object = held?.body.flatMap { try? JSONValue.parse($0).objectValue } ?? fresh
+        object[field] = .string(value)
+        guard try sim.write(on: node, id: id, body: JSONValue.object(object).compactText), let w = sim.writes.last,
+              let time = w.version.timestamp(of: sim.nodes[node].peer) else { return }
+        let key = "\(id).\(field)"
+        let peer = sim.nodes[node].peer
+        if let old = newest[key], (old.time, old.peer) > (time, peer) { return }
+        newest[key] = FieldWrite(node: node, peer: peer, time: time, value: value)
+    }
+
+    /// Fields of documents never deleted whose value on some node is not their newest write.
+    func lostFieldEdits(_ sim: Simulation, _ newest: [String: FieldWrite], except deleted: Set<String>) -> [String] {
+        var lost: [String] = []
+        for (key, w) in newest.sorted(by: { $0.key < $1.key }) {
+            let parts = key.split(separator: ".", maxSplits: 1).map(String.init)
+            guard parts.count == 2, !deleted.contains(parts[0]), let docID = try? DocumentID(parts[0]) else { continue }
+            for i in sim.upNodes {
+                let body = (try? sim.nodes[i].store?.get(sim.collection, id: docID))??.body
+                let value = body.flatMap { try? JSONValue.parse($0).objectValue }?[parts[1]]?.stringValue
+                if value != w.value {
+                    lost.append("\(key) on node \(i) is \(value ?? "absent"), its newest write (node \(w.node)) set \(w.value)")
+                    break
+                }
+            }
+        }
+        return lost
     }
 }
 

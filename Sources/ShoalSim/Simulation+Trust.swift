@@ -63,7 +63,11 @@ extension Simulation {
     /// Builds a node's book from what its store holds and the collection policies around it
     /// (`_trust` first). Called at every boot.
     func trustPolicies(_ n: SimNode, store: DocumentStore) throws -> [CollectionPolicy] {
-        guard let site = trustSite() else { return [CollectionPolicy(name: collection)] }
+        guard let site = trustSite() else {
+            var user = CollectionPolicy(name: collection)
+            user.resolver = config.resolver
+            return [user]
+        }
         let reading = SimClockReading(self), epoch = self.epoch, skew = n.skew
         let book = TrustBook(site: site, clock: { (Int64(epoch + reading.read()) + skew) / 1000 })
         try store.createCollection(.trust)
@@ -80,6 +84,7 @@ extension Simulation {
             return ok
         }
         var user = CollectionPolicy(name: collection)
+        user.resolver = config.resolver
         let writer = book.writerFilter(nil)
         user.pullFilter = { peer, doc in
             let ok = writer(peer, doc)

@@ -37,6 +37,8 @@ public struct SimConfig: Sendable {
     public var reorder = 0.0
     public var faultsUntilMillis: UInt64 = 0
     public var mesh = MeshSettings()
+    /// The documents' collection's resolver (the default: field-level merge).
+    public var resolver = ConflictResolver.fieldMerge
     public var replication = ReplicationSettings()
     /// Where the stores go (a tmpfs is fastest); each node gets a subdirectory.
     public var directory = "/tmp"

@@ -7,8 +7,12 @@ import ShoalCore
 /// Every count and length is checked against the bytes that remain before anything is allocated,
 /// so a hostile frame can neither crash the decoder nor make it allocate more than the frame.
 public enum ReplicationMessage: Sendable, Equatable {
-    /// Protocol 1. A peer that speaks another version is told so and the link is closed.
+    /// What HELLO's version field says: the lowest protocol this gateway speaks. A peer that says
+    /// a version outside `protocolVersion...highestProtocolVersion` is told so and the link is
+    /// closed. Protocol-1 gateways accept only 1 here, so protocol 2 is offered by a capability
+    /// bit (`Capability.protocol2`) and a link speaks it when both HELLOs set it.
     public static let protocolVersion: UInt16 = 1
+    public static let highestProtocolVersion: UInt16 = 2
     /// No frame is larger: a 1 MiB body plus its metadata fits.
     public static let frameLimit = 2 << 20
 
@@ -107,6 +111,10 @@ public enum ReplicationMessage: Sendable, Equatable {
         public static let announcedVersions: UInt32 = 2
         /// Takes `topologyRefs` frames (mesh gossip with ids by reference).
         public static let compactTopology: UInt32 = 4
+        /// Speaks protocol 2: document versions carry field stamps (`DocumentVersion` format 2).
+        /// A link where both sides set it speaks protocol 2; otherwise versions go as format 1
+        /// (whole-document), which a protocol-1 gateway reads.
+        public static let protocol2: UInt32 = 8
     }
 
     /// A peer id in a `topologyRefs` frame: in full, or by its first 8 bytes (`PeerID.prefix64`)

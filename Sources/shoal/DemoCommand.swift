@@ -88,16 +88,20 @@ final class Demo {
         // 4. A second break splits the mesh in two; both halves keep writing, even the same document.
         let z = (far + 1) % n
         let w = (z + 1) % n
+        say("[\(clock)] \(name(x)) writes document setpoint, and it reaches every gateway:")
+        try sim.write(on: x, id: "setpoint", body: #"{"celsius":21,"fan":"auto"}"#)
+        sim.run(until: sim.now + 2_000)
+        out("  every gateway holds setpoint = \(body(y, "setpoint") ?? "-")")
         say("\n[\(clock)] The radio between \(name(z)) and \(name(w)) fails too: the mesh is now in two parts.")
         before = sim.links
         sim.setBlocked(z, w, true)
         sim.run(until: sim.now + 3_000)
         describeChanges(from: before)
         let sideA = component(of: x), sideB = component(of: y)
-        say("[\(clock)] Parts: {\(sideA.map(name).joined(separator: ", "))} and {\(sideB.map(name).joined(separator: ", "))}. Both edit document setpoint:")
-        try sim.write(on: sideA.first!, id: "setpoint", body: #"{"celsius":19,"by":"\#(name(sideA.first!))"}"#)
+        say("[\(clock)] Parts: {\(sideA.map(name).joined(separator: ", "))} and {\(sideB.map(name).joined(separator: ", "))}. Both edit setpoint, different fields:")
+        try sim.write(on: sideA.first!, id: "setpoint", body: #"{"celsius":19,"fan":"auto"}"#)
         sim.run(until: sim.now + 50)
-        try sim.write(on: sideB.first!, id: "setpoint", body: #"{"celsius":23,"by":"\#(name(sideB.first!))"}"#)
+        try sim.write(on: sideB.first!, id: "setpoint", body: #"{"celsius":21,"fan":"high"}"#)
         sim.run(until: sim.now + 2_000)
         for i in [sideA.first!, sideB.first!] { out("  \(name(i)) holds setpoint = \(body(i, "setpoint") ?? "-")") }
         view()
@@ -121,7 +125,8 @@ final class Demo {
         describeChanges(from: before)
         say("[\(clock)] Every gateway holds the same documents. setpoint everywhere: \(body(0, "setpoint") ?? "-")")
         let conflicts = (try? sim.nodes.compactMap(\.store).map { try $0.conflicts(limit: 100).count }.reduce(0, +)) ?? 0
-        say("  (the concurrent edits were a conflict; the default resolver, last write wins by hybrid logical clock, chose one on every gateway alike — \(conflicts) resolution\(conflicts == 1 ? "" : "s") logged)")
+        say("  (the concurrent edits were a conflict; the default resolver, field merge, kept both: celsius from one part, fan from the other,")
+        say("   the same on every gateway — \(conflicts) resolution\(conflicts == 1 ? "" : "s") logged; an edit of the same field keeps the newer write)")
         view()
 
         // Summary.

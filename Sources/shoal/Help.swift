@@ -395,7 +395,7 @@ enum Help {
             Usage: shoal sim [--nodes N] [--topology full|line|ring|grid|random] [--kind wifi|ble]
                              [--seconds S] [--seed X] [--seeds K] [--loss P] [--partitions] [--crashes]
                              [--skew MS] [--writes N] [--body BYTES] [--burst N] [--edits on|off]
-                             [--max-connections N] [--tls] [--dot] [--dir DIR]
+                             [--resolver fieldMerge|lastWriteWins] [--field-edits] [--max-connections N] [--tls] [--dot] [--dir DIR]
                              [--duplicate P] [--reorder P] [--blobs N] [--blob-bytes MIN-MAX] [--quiet]
 
             Runs N gateways (default 10) in one process on a simulated radio in virtual time: real
@@ -412,7 +412,11 @@ enum Help {
             replays it exactly. Exit status 1 when an invariant failed. --dot prints the final
             topology as Graphviz. --tls runs a real mutual-TLS session (mbedTLS) on every simulated
             link; --burst N writes N documents at once on one gateway; --edits off writes only new
-            documents (no edits or deletes, so no conflicts). --duplicate P and --reorder P
+            documents (no edits or deletes, so no conflicts); --resolver picks how concurrent edits
+            resolve (default fieldMerge, field by field; lastWriteWins, whole documents); with
+            --field-edits an edit sets one of four fields of the document as its gateway holds it,
+            and each field of every document never deleted must end with its newest write
+            everywhere (with fieldMerge). --duplicate P and --reorder P
             duplicate and reorder frames with probability P; --quiet leaves the report out (the first
             line and failed seeds only). --blobs N keeps N blobs (sizes between --blob-bytes MIN and
             MAX, default 64000-4000000) on random nodes with documents referencing them; every node

@@ -1,6 +1,7 @@
 import Glibc
 import ShoalCore
 import ShoalMesh
+import ShoalReplication
 import ShoalSim
 
 extension CLI {
@@ -8,9 +9,9 @@ extension CLI {
     static func sim(_ args: [String]) throws -> Int32 {
         let a = try Arguments.parse(args, command: "sim",
                                     valueOptions: ["--nodes", "--topology", "--seconds", "--seed", "--seeds", "--loss", "--duplicate", "--reorder", "--kind",
-                                                   "--writes", "--body", "--max-connections", "--dir", "--skew", "--burst", "--edits",
+                                                   "--writes", "--body", "--max-connections", "--dir", "--skew", "--burst", "--edits", "--resolver",
                                                    "--blobs", "--blob-bytes"],
-                                    flagOptions: ["--partitions", "--crashes", "--dot", "--quiet", "--tls", "--trust"])
+                                    flagOptions: ["--partitions", "--crashes", "--dot", "--quiet", "--tls", "--trust", "--field-edits"])
         if helpIfAsked(a, "sim") { return ExitCode.ok }
         try a.expectPositionals(0...0, command: "sim", usage: "sim [--nodes N] [--topology T] ...")
         var s = SimScenario()
@@ -43,12 +44,19 @@ extension CLI {
             guard e == "on" || e == "off" else { throw UsageError(command: "sim", message: "--edits is on or off, not \"\(e)\"") }
             if e == "off" { s.editTenths = 0; s.deleteTenths = 0 }
         }
+        if let r = a.values["--resolver"] {
+            guard let resolver = ConflictResolver.named(r), r == "fieldMerge" || r == "lastWriteWins" else {
+                throw UsageError(command: "sim", message: "--resolver is fieldMerge or lastWriteWins, not \"\(r)\"")
+            }
+            s.config.resolver = resolver
+        }
         s.config.mesh.maxConnectionCount = try a.int("--max-connections", command: "sim", default: 3, range: 1...16)
         s.config.maxSkewMillis = UInt64(try a.int("--skew", command: "sim", default: 0, range: 0...3_600_000))
         s.config.partitions = a.flags.contains("--partitions")
         s.config.tls = a.flags.contains("--tls")
         s.config.crashes = a.flags.contains("--crashes")
         s.config.trust = a.flags.contains("--trust")
+        s.fieldEdits = a.flags.contains("--field-edits")
         s.blobs = try a.int("--blobs", command: "sim", default: 0, range: 0...1000)
         s.config.blobs = s.blobs > 0
         if let text = a.values["--blob-bytes"] {

@@ -166,6 +166,18 @@ final class Network {
         }
     }
 
+    /// Heals after a random schedule: every link cut, one line through every node, then time
+    /// passes until nothing moves.
+    func healInLine() {
+        for link in links.keys.sorted() { cut(link) }
+        for i in 0..<(nodes.count - 1) { connect(i, i + 1) }
+        for _ in 0..<5 {
+            settle()
+            tick(4000)
+        }
+        settle()
+    }
+
     func tick(_ ms: UInt64) {
         now += ms
         for i in nodes.indices { process(i, nodes[i].node.tick(now: now)) }

@@ -55,13 +55,7 @@ struct ReplicationPropertyTests {
             }
         }
         // Heal: one line through every node, then let time pass until nothing moves.
-        for link in net.links.keys.sorted() { net.cut(link) }
-        for i in 0..<(nodes.count - 1) { net.connect(i, i + 1) }
-        for _ in 0..<5 {
-            net.settle()
-            net.tick(4000)
-        }
-        net.settle()
+        net.healInLine()
         try expectConverged(nodes)
         #expect(net.closeErrors().isEmpty, "links failed: \(net.closeErrors()) (seed \(seed))")
         // Every write ever acknowledged locally is reflected in the final version everywhere.

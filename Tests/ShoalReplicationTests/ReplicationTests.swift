@@ -141,7 +141,7 @@ struct ReplicationTests {
         #expect(try nodes[0].snapshot()["from-c"]?.0 == "{\"v\":3}")
     }
 
-    @Test("concurrent edits converge to one body and version everywhere, last write wins, and the conflict is logged")
+    @Test("concurrent edits of one field converge to one body and version everywhere, the newer write wins (the default field merge), and the conflict is logged")
     func concurrentLastWriteWins() throws {
         let nodes = try makeNodes(["a", "b", "c"])
         defer { nodes.forEach { $0.close() } }
@@ -159,7 +159,7 @@ struct ReplicationTests {
         try expectConverged(nodes)
         #expect(try nodes[0].snapshot()["x"]?.0 == "{\"v\":\"from c\"}")
         let conflicts = try nodes.flatMap { try $0.store.conflicts() }
-        #expect(!conflicts.isEmpty && conflicts.allSatisfy { $0.resolver == "lastWriteWins" })
+        #expect(!conflicts.isEmpty && conflicts.allSatisfy { $0.resolver == "fieldMerge" })
         // The log keeps both bodies: the loser's too, so someone can act on it.
         let bodies = Set(conflicts.flatMap { [$0.localBody, $0.remoteBody] }.compactMap { $0 })
         #expect(bodies.contains("{\"v\":\"from a\"}") && bodies.contains("{\"v\":\"from c\"}"), "\(conflicts)")
