@@ -21,7 +21,7 @@ LAB_PACKAGES := openssl avahi-daemon avahi-utils dbus iproute2 lintian dpkg-dev 
 NO_SERVICE_PACKAGES := mosquitto nats-server
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build-deps install-missing boards build release deb demo demo-gateways example test fresh-check sim-check sim-large soak lab-soak uplink-soak crash sanitizers fuzz bench bench-sim bench-instructions size clean
+.PHONY: all deps build-deps install-missing boards build release deb demo demo-gateways example test protocol1-check fresh-check sim-check sim-large soak lab-soak uplink-soak crash sanitizers fuzz bench bench-sim bench-instructions size clean
 
 all: build
 
@@ -98,6 +98,7 @@ example: build-deps boards
 ## The sanitizer runs (about 19 minutes) are `make sanitizers`, which CI (.ci/run) runs after this.
 test: deps boards
 	$(SWIFT) test
+	./scripts/protocol1-check.sh
 	$(MAKE) release
 	.build/release/shoal-example-firmware --simulate 5
 	SHOAL_BIN=dist/shoal ./scripts/sim-check.sh 200
@@ -106,6 +107,12 @@ test: deps boards
 	SHOAL_BINARY=dist/shoal ./scripts/systemd-update-check.sh
 	./Tests/HardwareLab/run.sh dist/shoal
 	./scripts/fuzz.sh 10
+
+## A gateway built from the tag protocol-1 (cached in /var/cache/shoal-compat) and this tree's
+## replicate over TLS, through a conflict (part of make test).
+protocol1-check: deps boards
+	$(SWIFT) build --build-tests
+	./scripts/protocol1-check.sh
 
 ## README's promise, checked: on a minimal Debian 12 (debootstrap --variant=minbase, cached in
 ## /var/cache/shoal-fresh) with this toolchain bind-mounted read-only, README's prerequisites, a

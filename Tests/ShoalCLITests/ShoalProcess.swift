@@ -73,12 +73,17 @@ final class RunningGateway {
     private var drains: [PipeDrain] = []
     var socket: String { dir.path + "/control.sock" }
 
-    init(dataDir: String? = nil, board: String = "sim", extraArgs: [String] = [], env: [String: String] = [:]) throws {
+    /// The binary it runs (an older build in the protocol-compatibility test); its CLI talks to it.
+    let executable: String
+
+    init(dataDir: String? = nil, board: String = "sim", extraArgs: [String] = [], env: [String: String] = [:],
+         executable: String = Shoal.binary) throws {
+        self.executable = executable
         dir = dataDir.map { TemporaryDirectory(path: $0) } ?? TemporaryDirectory()
         var environment = ProcessInfo.processInfo.environment
         for (k, v) in env { environment[k] = v }
         process.environment = environment
-        process.executableURL = URL(fileURLWithPath: Shoal.binary)
+        process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = ["run", "--board", board, "--data-dir", dir.path, "--log-level", "verbose"] + extraArgs
         process.currentDirectoryURL = URL(fileURLWithPath: dir.path)
         process.standardOutput = stdout
@@ -88,7 +93,7 @@ final class RunningGateway {
         let deadline = Date().addingTimeInterval(30)
         while Date() < deadline {
             if FileManager.default.fileExists(atPath: socket),
-               (try? Shoal.run(["status", "--socket", socket]).status) == 0 { return }
+               (try? Shoal.run(["status", "--socket", socket], executable: executable).status) == 0 { return }
             guard process.isRunning else { break }
             Thread.sleep(forTimeInterval: 0.05)
         }
@@ -96,7 +101,7 @@ final class RunningGateway {
     }
 
     func cli(_ args: [String], stdin: String? = nil) throws -> Shoal.Result {
-        try Shoal.run(args + ["--socket", socket], stdin: stdin)
+        try Shoal.run(args + ["--socket", socket], stdin: stdin, executable: executable)
     }
 
     private var stopped: (status: Int32, stdout: String, stderr: String)?

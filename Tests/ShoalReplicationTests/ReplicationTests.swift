@@ -56,6 +56,43 @@ struct ReplicationTests {
         #expect(gossip(refused).isEmpty)
     }
 
+    @Test("versions go with their field stamps only to a peer whose HELLO sets protocol2, as format 1 to others; HELLO versions 1 and 2 are taken, 3 is refused")
+    func protocolTwo() throws {
+        let nodes = try makeNodes(["a"])
+        defer { nodes.forEach { $0.close() } }
+        let a = nodes[0].node
+        try nodes[0].put("x", #"{"f":1,"g":1}"#)
+        try nodes[0].put("x", #"{"f":2,"g":1}"#)  // g keeps its first write's stamp
+        func versionsSent(link: LinkID, version: UInt16, capabilities: UInt32) throws -> [[UInt8]] {
+            _ = a.linkOpened(link)
+            let hello = ReplicationMessage.hello(version: version, peer: PeerID(bytes: Array(repeating: UInt8(link), count: 32)), group: "test.group",
+                                                 capabilities: capabilities, purgeHorizonMillis: 0, neighbours: [],
+                                                 collections: [.init(name: readings.description, push: true, pull: true)])
+            var actions = a.frameReceived(link, hello.encoded(), now: 1)
+            actions += a.frameReceived(link, ReplicationMessage.subscribe(collection: readings.description, since: 0).encoded(), now: 2)
+            return try actions.compactMap { if case .send(link, let f) = $0 { f } else { nil } }.flatMap { f -> [[UInt8]] in
+                switch try ReplicationMessage(decoding: f) {
+                case .announce(_, _, _, let changes), .push(_, _, _, let changes, _): changes.map(\.version)
+                default: []
+                }
+            }
+        }
+        let base = ReplicationMessage.Capability.announcedVersions | ReplicationMessage.Capability.compactTopology
+        let toOld = try versionsSent(link: 1, version: 1, capabilities: base)
+        let toNew = try versionsSent(link: 2, version: 1, capabilities: base | ReplicationMessage.Capability.protocol2)
+        let toLaterNew = try versionsSent(link: 3, version: 2, capabilities: base | ReplicationMessage.Capability.protocol2)
+        let held = try #require(try nodes[0].snapshot()["x"]?.1)
+        #expect(held.first == 2, "the stored version has stamps")
+        #expect(toNew == [held] && toLaterNew == [held])
+        #expect(toOld == [DocumentVersion.documentLevel(held)] && toOld.first?.first == 1)
+        #expect(try DocumentVersion(decoding: toOld[0]).vector == DocumentVersion(decoding: held).vector)
+        _ = a.linkOpened(4)
+        let future = ReplicationMessage.hello(version: 3, peer: PeerID(bytes: Array(repeating: 4, count: 32)), group: "test.group",
+                                              capabilities: base, purgeHorizonMillis: 0, neighbours: [], collections: [])
+        let refused = a.frameReceived(4, future.encoded(), now: 3)
+        #expect(refused.contains { if case .close(4) = $0 { true } else { false } })
+    }
+
     @Test("two nodes converge both ways")
     func twoNodes() throws {
         let nodes = try makeNodes(["a", "b"])
