@@ -111,14 +111,13 @@ public enum FieldMerge {
     /// A name a version can stamp (1 to 255 bytes); longer ones count as set by the newest write.
     static func stampable(_ name: String) -> Bool { !name.isEmpty && name.utf8.count <= 255 }
 
-    /// At most `DocumentVersion.maxFieldStamps`: the oldest removals go first, then the oldest sets
-    /// (which then count as set by the newest write).
+    /// At most `DocumentVersion.maxFieldStamps` (a document with more top-level fields than that
+    /// written at different times): the oldest stamps go, whatever their kind. A dropped set then
+    /// counts as set by the newest write, a dropped removal as never seen.
     static func bounded(_ stamps: [String: FieldStamp]) -> [String: FieldStamp] {
         guard stamps.count > DocumentVersion.maxFieldStamps else { return stamps }
-        let keep = stamps.sorted { x, y in
-            if x.value.removed != y.value.removed { return !x.value.removed }
-            return x.value.isNewer(than: y.value) || (x.value == y.value && x.key < y.key)
-        }.prefix(DocumentVersion.maxFieldStamps)
+        let keep = stamps.sorted { x, y in x.value.isNewer(than: y.value) || (x.value.timestamp == y.value.timestamp && x.value.peer == y.value.peer && x.key < y.key) }
+            .prefix(DocumentVersion.maxFieldStamps)
         return Dictionary(uniqueKeysWithValues: keep.map { ($0.key, $0.value) })
     }
 }

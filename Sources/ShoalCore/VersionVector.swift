@@ -113,11 +113,11 @@ public struct DocumentVersion: Sendable, Hashable, CustomStringConvertible {
     public static let formatByte: UInt8 = 1
     /// Format 1 followed by the field stamps.
     public static let fieldsFormatByte: UInt8 = 2
-    /// Most field stamps a version keeps (the oldest removals go first past it).
-    public static let maxFieldStamps = 255
+    /// Most field stamps a version keeps (past it the oldest go first; see `FieldMerge.bounded`).
+    public static let maxFieldStamps = 1024
 
     /// Format 1: [1][digest u64 BE][count u8][count × (peer 32 bytes, timestamp u64 BE)].
-    /// Format 2 (when there are field stamps): [2] and the same, then [stamps u8] and per stamp,
+    /// Format 2 (when there are field stamps): [2] and the same, then [stamps u16 BE] and per stamp,
     /// in name order: [name length u8][name UTF-8][flags u8: 1 removed][writer: index into the
     /// entries u8][timestamp u64 BE].
     public var encoded: [UInt8] {
@@ -132,7 +132,8 @@ public struct DocumentVersion: Sendable, Hashable, CustomStringConvertible {
         guard !fields.isEmpty else { return out }
         let named = fields.sorted { $0.key.utf8.lexicographicallyPrecedes($1.key.utf8) }
         precondition(named.count <= DocumentVersion.maxFieldStamps, "more field stamps than a version holds")
-        out.append(UInt8(named.count))
+        out.append(UInt8(named.count >> 8))
+        out.append(UInt8(named.count & 0xFF))
         for (name, stamp) in named {
             let n = Array(name.utf8)
             guard let writer = vector.entries.firstIndex(where: { $0.peer == stamp.peer }) else {
@@ -176,10 +177,12 @@ public struct DocumentVersion: Sendable, Hashable, CustomStringConvertible {
     }
 
     static func decodeStamps(_ bytes: [UInt8], from start: Int, entries: [VersionVector.Entry]) throws(VersionError) -> [String: FieldStamp] {
-        let count = Int(bytes[start])
-        guard count > 0 else { throw .malformed("format 2 with no field stamps") }
+        guard start + 2 <= bytes.count else { throw .malformed("field stamps cut short") }
+        let count = Int(bytes[start]) << 8 | Int(bytes[start + 1])
+        guard count > 0, count <= DocumentVersion.maxFieldStamps else { throw .malformed("format 2 with \(count) field stamps") }
         var fields: [String: FieldStamp] = [:]
-        var i = start + 1
+        fields.reserveCapacity(min(count, (bytes.count - start) / 12))
+        var i = start + 2
         var previous: ArraySlice<UInt8> = []
         for _ in 0..<count {
             guard i < bytes.count else { throw .malformed("field stamps cut short") }

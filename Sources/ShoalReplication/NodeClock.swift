@@ -130,8 +130,9 @@ public struct LocalWriter: Sendable {
             }
         }
         let ts = try clock.tick(persistingIn: tx)
-        // Which fields this write leaves as others set them (see FieldMerge): an update reads both bodies.
-        let fields = FieldMerge.stampsAfterWrite(previous: previous, previousBody: existing?.body, body: body, writer: peer, at: ts)
+        // Which fields this write leaves as others set them (see FieldMerge): an update reads both
+        // bodies. System collections resolve whole documents (their own resolvers): no stamps.
+        let fields = collection.isSystem ? [:] : FieldMerge.stampsAfterWrite(previous: previous, previousBody: existing?.body, body: body, writer: peer, at: ts)
         let version = DocumentVersion(vector: (previous?.vector ?? VersionVector()).setting(peer, to: ts), bodyDigest: DocumentVersion.digest(of: body),
                                       fields: fields)
         return try tx.write(DocumentWrite(collection: collection, id: id, body: body, version: version.encoded))

@@ -90,12 +90,21 @@ public struct RemoteApply {
     /// that dominates both (their pointwise maximum, the new body's digest), and what won.
     public func resolve(_ local: ReplicatedDocument, _ remote: ReplicatedDocument, policy: CollectionPolicy,
                         peerID: PeerID) -> (body: String?, version: DocumentVersion, label: String) {
-        if policy.resolver.joinsFields, let joined = FieldMerge.join((local.body, local.version), (remote.body, remote.version)) {
-            return (joined.body, joined.version, "merged fields")
+        let decision: Resolution
+        if policy.resolver.joinsFields {
+            if let joined = FieldMerge.join((local.body, local.version), (remote.body, remote.version)),
+               (try? store.validateBody(joined.body)) != nil {
+                return (joined.body, joined.version, "merged fields")
+            }
+            // A delete, a body that is not an object, or a join larger than a body may be (both
+            // sides' fields): the whole-document rule, alike on every gateway.
+            decision = ConflictResolver.lastWriteWins.resolve(peerID, local, remote)
+        } else {
+            decision = policy.resolver.resolve(peerID, local, remote)
         }
         var body: String?
         var label: String
-        switch policy.resolver.resolve(peerID, local, remote) {
+        switch decision {
         case .keepLocal: body = local.body; label = "local"
         case .takeRemote: body = remote.body; label = "remote"
         case .delete: body = nil; label = "deleted"

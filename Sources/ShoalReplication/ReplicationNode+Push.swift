@@ -20,7 +20,13 @@ extension ReplicationNode {
         guard l.onTree, let policy = policies[name], let peerID = l.peer else { return [] }
         if onlyEchoesSince(stream) { return [] }
         let maxCount = l.maxCount ?? settings.batchMaxCount
-        let changes = try store.changes(in: policy.name, since: Int64(stream.announcedUpTo), limit: maxCount)
+        var changes = try store.changes(in: policy.name, since: Int64(stream.announcedUpTo), limit: maxCount)
+        // An announce is bounded by bytes too (versions with many field stamps are large): the
+        // changes past the budget wait for the next batch.
+        var bytes = 0
+        if let cut = changes.firstIndex(where: { c in bytes += c.id.utf8.count + c.version.count + 16; return bytes > settings.batchSizeBytes }) {
+            changes.removeSubrange(max(cut, 1)...)
+        }
         guard let last = changes.last else { return [] }
         var announced: [ReplicationMessage.AnnouncedChange] = []
         var ids: [String: (deleted: Bool, version: [UInt8])] = [:]
@@ -39,7 +45,7 @@ extension ReplicationNode {
         }
         // Echo records this batch passed are done with (a document changed again since has a new sequence).
         if !stream.echoes.isEmpty { stream.echoes = stream.echoes.filter { $0 > last.sequence } }
-        if announced.isEmpty && !changes.isEmpty && changes.count < maxCount {
+        if announced.isEmpty && !changes.isEmpty && changes.count < maxCount && bytes <= settings.batchSizeBytes {
             // Only echoes (or filtered changes) and nothing more to read: nothing to tell the peer.
             // The next batch's upTo covers these sequences; no announce, no acknowledgement.
             stream.announcedUpTo = UInt64(last.sequence)
@@ -51,7 +57,7 @@ extension ReplicationNode {
         precondition(stream.inFlight.count <= settings.batchWindow, "more batches in flight than batchWindow")
         stream.announcedUpTo = UInt64(last.sequence)
         if settings.eagerBodyBytes > 0, !announced.isEmpty, announced.count <= settings.eagerMaxCount {
-            let bodies = try eagerBodies(policy, announced)
+            let bodies = try eagerBodies(l, policy, announced)
             return [.send(l.id, ReplicationMessage.push(collection: name, batch: batch, upTo: UInt64(last.sequence), changes: announced, documents: bodies).encoded())]
         }
         return [.send(l.id, ReplicationMessage.announce(collection: name, batch: batch, upTo: UInt64(last.sequence), changes: announced).encoded())]
@@ -73,14 +79,15 @@ extension ReplicationNode {
 
     /// The bodies of small announced documents (and tombstones), as they stand, up to one frame's
     /// worth (txLogBatchSizeKb).
-    func eagerBodies(_ policy: CollectionPolicy, _ announced: [ReplicationMessage.AnnouncedChange]) throws(StoreError) -> [ReplicationMessage.DocumentBody] {
+    func eagerBodies(_ l: Link, _ policy: CollectionPolicy, _ announced: [ReplicationMessage.AnnouncedChange]) throws(StoreError) -> [ReplicationMessage.DocumentBody] {
         let docs = try store.transaction { (tx) throws(StoreError) -> [StoredDocument?] in
             try announced.map { (c) throws(StoreError) in try tx.get(policy.name, id: c.id) }
         }
         var out: [ReplicationMessage.DocumentBody] = []
         var total = 0
         for (c, doc) in zip(announced, docs) {
-            guard let doc, doc.version == c.version else { continue }  // changed since: let it be requested
+            // Changed since: let it be requested. (The announce has the version in the peer's form.)
+            guard let doc, (l.protocol2 ? doc.version : DocumentVersion.documentLevel(doc.version)) == c.version else { continue }
             let body = Array((doc.body ?? "").utf8)
             guard body.count <= settings.eagerBodyBytes, total + body.count <= settings.batchSizeBytes else { continue }
             total += body.count

@@ -230,8 +230,8 @@ struct ControlHandler {
         return ["collection": .string(d.collection.description), "id": .string(d.id), "body": body,
                 "deleted": .bool(d.isDeleted), "revision": .int(d.revision), "sequence": .int(d.sequence),
                 "updatedAtMillis": .int(d.updatedAtMillis),
-                // The version (vector and body digest) as hex: equal on every gateway that holds
-                // the same version, and the hub's Shoal-Version header.
-                "version": .string(SHA256.hex(d.version))]
+                // The version (vector and body digest; field stamps left out, as a protocol-1 peer
+                // and the hub get it) hashed: equal on every gateway that holds the same version.
+                "version": .string(SHA256.hex(DocumentVersion.documentLevel(d.version)))]
     }
 }

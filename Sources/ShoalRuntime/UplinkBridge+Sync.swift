@@ -165,7 +165,8 @@ extension UplinkBridge {
         var alreadyThere: Int64 = 0
         for (k, it) in items.enumerated() {
             guard let doc = it.doc, !doc.version.isEmpty else { continue }  // purged since, or written without a version
-            if let h = it.head, h.version == doc.version { alreadyThere += 1; continue }
+            // The hub holds versions without field stamps (see `request`).
+            if let h = it.head, h.version == DocumentVersion.documentLevel(doc.version) { alreadyThere += 1; continue }
             if let h = it.head, !Self.includes(doc.version, h.version) {
                 // The hub holds what this gateway did not take in (push only, or refused by the
                 // pull filter): resolve the two rather than overwrite it.
@@ -196,7 +197,7 @@ extension UplinkBridge {
             let doc = items[k].doc!
             switch r {
             case .stored(let seq):
-                heads.append((doc.id, seq, doc.version))
+                heads.append((doc.id, seq, DocumentVersion.documentLevel(doc.version)))
                 noteEcho(layout.subject(lane.name, id: doc.id), doc.version)
                 published += 1
             case .wrongLastSequence:
@@ -272,7 +273,7 @@ extension UplinkBridge {
             switch r.first {
             case .stored(let seq)?:
                 try store.transaction { (tx) throws(StoreError) in
-                    try tx.setHubHead(hub: Self.hubKey, collection: lane.name, id: id, sequence: seq, version: local.version)
+                    try tx.setHubHead(hub: Self.hubKey, collection: lane.name, id: id, sequence: seq, version: DocumentVersion.documentLevel(local.version))
                 }
                 noteEcho(subject, local.version)
                 board.update { $0.published += 1 }
@@ -330,7 +331,7 @@ extension UplinkBridge {
             return try publishResolution(lane, d, at: sequence, client)
         }
         guard let docID = d.checked.id, let local = try store.get(lane.name, id: docID) else { return .settled }
-        if local.version == d.version {
+        if DocumentVersion.documentLevel(local.version) == d.version {
             board.update { $0.alreadyThere += 1 }
             return .settled
         }
@@ -360,7 +361,7 @@ extension UplinkBridge {
             switch r.first {
             case .stored(let seq)?:
                 try store.transaction { (tx) throws(StoreError) in
-                    try tx.setHubHead(hub: Self.hubKey, collection: lane.name, id: d.id, sequence: seq, version: version.encoded)
+                    try tx.setHubHead(hub: Self.hubKey, collection: lane.name, id: d.id, sequence: seq, version: DocumentVersion.documentLevel(version.encoded))
                 }
                 board.update { $0.published += 1; $0.conflicts += 1 }
                 return .settled
@@ -391,14 +392,18 @@ extension UplinkBridge {
     /// Remembers a version this gateway put on `subject`, to pass it over when it comes back.
     func noteEcho(_ subject: String, _ version: [UInt8]) {
         if published.count >= Self.echoMax { published.removeAll(keepingCapacity: true) }
-        published[subject] = HubHeader.hex(version)
+        published[subject] = HubHeader.hex(DocumentVersion.documentLevel(version))
     }
 
     func request(_ lane: Lane, _ doc: StoredDocument, expected: UInt64) -> PublishRequest {
         request(lane, id: doc.id, body: doc.body, version: doc.version, expected: expected)
     }
 
-    func request(_ lane: Lane, id: String, body: String?, version: [UInt8], expected: UInt64) -> PublishRequest {
+    /// What goes to the hub: the version without field stamps (format 1, as protocol 2 sends a
+    /// protocol-1 peer), so gateways of either protocol can share a hub; a hub version counts every
+    /// field as set by its newest write.
+    func request(_ lane: Lane, id: String, body: String?, version stamped: [UInt8], expected: UInt64) -> PublishRequest {
+        let version = DocumentVersion.documentLevel(stamped)
         var headers = [(HubHeader.version, HubHeader.hex(version)), (HubHeader.origin, peerID.description)]
         if let v = try? DocumentVersion(decoding: version), let current = v.vector.current {
             headers.append((HubHeader.hlc, current.timestamp.description))

@@ -81,14 +81,34 @@ struct FieldMergeTests {
         #expect(throws: VersionError.self, "\(what)") { try DocumentVersion(decoding: bytes) }
     }
 
+    @Test("a version keeps at most maxFieldStamps stamps, the newest; it still encodes and decodes")
+    func bounded() throws {
+        let n = DocumentVersion.maxFieldStamps + 10
+        let fields = (0..<n).map { "k\($0)" }
+        // Each field set by its own write, then one more write that changes none of them.
+        var doc = write(nil, "{}", by: p, at: 1)
+        for (k, f) in fields.enumerated() {
+            var o = try #require(try JSONValue.parse(doc.body!).objectValue)
+            o[f] = .int(k)
+            doc = write(doc, JSONValue.object(o).compactText, by: k % 2 == 0 ? p : q, at: UInt64(10 + k))
+        }
+        var o = try #require(try JSONValue.parse(doc.body!).objectValue)
+        o["other"] = .int(1)
+        doc = write(doc, JSONValue.object(o).compactText, by: p, at: 100_000)
+        #expect(doc.version.fields.count == DocumentVersion.maxFieldStamps)
+        #expect(doc.version.fields["k\(n - 1)"] != nil, "the newest stays")
+        let back = try DocumentVersion(decoding: doc.version.encoded)
+        #expect(back == doc.version)
+    }
+
     @Test("stamps out of name order are refused (equal versions must encode alike)")
     func outOfOrder() throws {
         let base = write(nil, #"{"a":1,"b":1}"#, by: p, at: 10)
         let v = write(base, #"{}"#, by: q, at: 11).version  // two removals, a then b
         var bytes = v.encoded
-        let start = 10 + 2 * 40  // the stamp count
+        let start = 10 + 2 * 40  // the stamp count (u16), then the first stamp
         // Swap the names of the two (equal-length) stamps.
-        (bytes[start + 2], bytes[start + 14]) = (bytes[start + 14], bytes[start + 2])
+        (bytes[start + 3], bytes[start + 15]) = (bytes[start + 15], bytes[start + 3])
         #expect(throws: VersionError.self) { try DocumentVersion(decoding: bytes) }
     }
 }

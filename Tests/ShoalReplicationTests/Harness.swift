@@ -85,6 +85,8 @@ final class Network {
     var receivedTypes: [Int: Set<UInt8>] = [:]
     /// Every `documents` frame sent, decoded, with its sender.
     var documentFrames: [(from: Int, message: ReplicationMessage)] = []
+    /// Every `announce` and `push` frame sent: sender, changes, bytes.
+    var announces: [(from: Int, changes: Int, bytes: Int)] = []
 
     init(_ nodes: [TestNode], seed: UInt64) {
         self.nodes = nodes
@@ -122,6 +124,12 @@ final class Network {
                     queues[link]?[to]?.append(bytes)
                     if let t = bytes.first { receivedTypes[to, default: []].insert(t) }
                     if bytes.first == 5, let m = try? ReplicationMessage(decoding: bytes) { documentFrames.append((node, m)) }
+                    if bytes.first == 3 || bytes.first == 9, let m = try? ReplicationMessage(decoding: bytes) {
+                        switch m {
+                        case .announce(_, _, _, let changes), .push(_, _, _, let changes, _): announces.append((node, changes.count, bytes.count))
+                        default: break
+                        }
+                    }
                 }
             case .close(let link):
                 cut(link)

@@ -93,6 +93,31 @@ struct ReplicationTests {
         #expect(refused.contains { if case .close(4) = $0 { true } else { false } })
     }
 
+    @Test("announces are bounded by bytes as well as count: versions with many field stamps go in several batches, and all arrive")
+    func announceByteBudget() throws {
+        var settings = ReplicationSettings()
+        settings.batchSizeBytes = 20_000
+        let nodes = try makeNodes(["a", "b"], settings: settings)
+        defer { nodes.forEach { $0.close() } }
+        // 40 documents of 150 fields; one field changed after: 149 stamps, ~2 KB a version.
+        let wide = "{" + (0..<150).map { "\"field\($0)\":\($0)" }.joined(separator: ",")
+        for i in 0..<40 {
+            try nodes[0].put("w-\(i)", wide + "}")
+            nodes[0].wall.advance(1)
+            try nodes[0].put("w-\(i)", wide + ",\"extra\":1}")
+        }
+        let version = try #require(try nodes[0].snapshot()["w-0"]?.1)
+        #expect(version.count > 1500)
+        let net = Network(nodes, seed: 5)
+        net.connect(0, 1)
+        net.settle()
+        try expectConverged(nodes)
+        #expect(try nodes[1].snapshot().count == 40)
+        let announces = net.announces.filter { $0.from == 0 }
+        #expect(announces.count >= 3 && announces.allSatisfy { $0.changes < 40 && $0.bytes < 45_000 }, "announces \(announces)")
+        #expect(net.closeErrors().isEmpty)
+    }
+
     @Test("two nodes converge both ways")
     func twoNodes() throws {
         let nodes = try makeNodes(["a", "b"])
