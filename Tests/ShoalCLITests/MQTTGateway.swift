@@ -23,7 +23,11 @@ final class MQTTGateway: @unchecked Sendable {  // a pid and paths, used from on
         return Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "")
     }
 
-    init(dataDir: String, site: String) throws {
+    /// The binary it runs (an older build in the protocol-compatibility test); its CLI talks to it.
+    let executable: String
+
+    init(dataDir: String, site: String, executable: String = Shoal.binary) throws {
+        self.executable = executable
         self.dataDir = dataDir
         self.site = site
         logPath = dataDir + ".log"
@@ -37,17 +41,18 @@ final class MQTTGateway: @unchecked Sendable {  // a pid and paths, used from on
         if let site { self.site = site }
         guard !isRunning else { return }
         try FileManager.default.createDirectory(atPath: dataDir, withIntermediateDirectories: true)
-        let p = try ChildProcess(path: Shoal.binary, arguments: ["run", "--board", "sim", "--data-dir", dataDir, "--config", self.site, "--log-level", "verbose"],
+        let p = try ChildProcess(path: executable, arguments: ["run", "--board", "sim", "--data-dir", dataDir, "--config", self.site, "--log-level", "verbose"],
                                  output: logPath)
         process = p
         let up = eventuallyBlocking(within: 30, every: 0.05) {
-            p.exitStatus() == nil && FileManager.default.fileExists(atPath: socket) && (try? Shoal.run(["status", "--socket", socket]).status) == 0
+            p.exitStatus() == nil && FileManager.default.fileExists(atPath: socket)
+                && (try? Shoal.run(["status", "--socket", socket], executable: executable).status) == 0
         }
         guard up else { throw MQTTTools.Failed(description: "the gateway did not come up (\(p.exitStatus().map { "exit \($0)" } ?? "running")): …\(log().suffix(3000))") }
     }
 
     func cli(_ args: [String], stdin: String? = nil) throws -> Shoal.Result {
-        try Shoal.run(args + ["--socket", socket], stdin: stdin)
+        try Shoal.run(args + ["--socket", socket], stdin: stdin, executable: executable)
     }
 
     /// SIGTERM and wait; the exit status.

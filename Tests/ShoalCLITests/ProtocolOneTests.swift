@@ -88,5 +88,36 @@ extension ProcessSuites {
                     "\(all.suffix(3000))")
             #expect(logs[0].contains("replicating with peer \(oldID)"), "\(logs[0].suffix(2000))")
         }
+
+        @Test("a protocol-1 and a protocol-2 gateway that share a NATS hub, and never meet on a mesh, converge both ways, stamped versions included, with equal version hashes",
+              .enabled(if: NATSServer.available, "needs Debian's nats-server (make deps installs it)"))
+        func throughTheHub() throws {
+            let base = TemporaryDirectory(prefix: "shoal-protocol1-hub")
+            defer { base.remove() }
+            let hub = try NATSServer()
+            defer { hub.remove() }
+            let c = UplinkProcessTests.collection
+            let new = try MQTTGateway(dataDir: base.path + "/new", site: try UplinkProcessTests.site(base.path + "/new.yaml", servers: [hub.url]))
+            defer { new.kill() }
+            let old = try MQTTGateway(dataDir: base.path + "/old", site: try UplinkProcessTests.site(base.path + "/old.yaml", servers: [hub.url]),
+                                      executable: Self.old)
+            defer { old.kill() }
+            func body(_ g: MQTTGateway, _ id: String) -> String? {
+                guard let d = try? g.documents(c)[id], let b = d["body"] as? [String: Any],
+                      let data = try? JSONSerialization.data(withJSONObject: b, options: [.sortedKeys]) else { return nil }
+                return String(decoding: data, as: UTF8.self)
+            }
+            #expect(try new.cli(["doc", "put", c, "x", #"{"a":1,"b":1}"#]).status == 0)
+            #expect(try new.cli(["doc", "put", c, "x", #"{"a":1,"b":2}"#]).status == 0)  // a keeps its stamp
+            #expect(try old.cli(["doc", "put", c, "y", #"{"v":1}"#]).status == 0)
+            #expect(eventuallyBlocking(within: 60) { body(old, "x") == #"{"a":1,"b":2}"# && body(new, "y") == #"{"v":1}"# },
+                    "old: \(body(old, "x") ?? "-") new: \(body(new, "y") ?? "-") \(old.log().suffix(1500))")
+            #expect(try old.cli(["doc", "put", c, "x", #"{"a":1,"b":3}"#]).status == 0)
+            #expect(eventuallyBlocking(within: 60) { body(new, "x") == #"{"a":1,"b":3}"# }, "new: \(body(new, "x") ?? "-")")
+            let vNew = try new.documents(c).compactMapValues { $0["version"] as? String }, vOld = try old.documents(c).compactMapValues { $0["version"] as? String }
+            #expect(vNew == vOld && vNew.count == 2, "new \(vNew) old \(vOld)")
+            let logs = new.log() + old.log()
+            #expect(!logs.contains("replaced by this gateway") && !logs.contains("malformed version"), "\(logs.suffix(3000))")
+        }
     }
 }
