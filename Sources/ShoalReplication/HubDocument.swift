@@ -4,6 +4,8 @@ import ShoalWire
 /// A hub message (the uplink's, see `HubLayout`) read as a document version of one collection.
 public struct HubDocument: Sendable {
     public let id: String
+    /// The version as the hub holds it (format 1: no field stamps); `checked` has the stamps when
+    /// the message carried them (`HubHeader.fields`).
     public let version: [UInt8]
     /// The gateway that published it.
     public let origin: PeerID
@@ -24,10 +26,18 @@ public struct HubDocument: Sendable {
         }
         let deleted = headers[HubHeader.deleted] == "true"
         if deleted, !payload.isEmpty { return .failure(Foreign("a tombstone with a body")) }
-        let checked = CheckedDocument(checking: ReplicationMessage.DocumentBody(id: id, deleted: deleted, version: version, body: payload),
+        // The stamps, when they belong to this very version; otherwise (damaged, or another
+        // version's) the message counts as whole-document, never as foreign.
+        var full = version
+        if let hex = headers[HubHeader.fields], let stamped = HubHeader.bytes(hex: hex),
+           stamped.first == DocumentVersion.fieldsFormatByte, DocumentVersion.documentLevel(stamped) == DocumentVersion.documentLevel(version),
+           (try? DocumentVersion(decoding: stamped)) != nil {
+            full = stamped
+        }
+        let checked = CheckedDocument(checking: ReplicationMessage.DocumentBody(id: id, deleted: deleted, version: full, body: payload),
                                       maxBodyBytes: maxBodyBytes)
         if let problem = checked.problem { return .failure(Foreign(problem)) }
-        return .success(HubDocument(id: id, version: version, origin: origin, checked: checked))
+        return .success(HubDocument(id: id, version: DocumentVersion.documentLevel(version), origin: origin, checked: checked))
     }
 
     /// Why a hub message is not a document version.

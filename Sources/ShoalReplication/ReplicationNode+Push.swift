@@ -24,7 +24,7 @@ extension ReplicationNode {
         // An announce is bounded by bytes too (versions with many field stamps are large): the
         // changes past the budget wait for the next batch.
         var bytes = 0
-        if let cut = changes.firstIndex(where: { c in bytes += c.id.utf8.count + c.version.count + 16; return bytes > settings.batchSizeBytes }) {
+        if let cut = changes.firstIndex(where: { c in bytes += c.id.utf8.count + c.version.count + 16; return bytes > frameBudget(l) }) {
             changes.removeSubrange(max(cut, 1)...)
         }
         guard let last = changes.last else { return [] }
@@ -45,7 +45,7 @@ extension ReplicationNode {
         }
         // Echo records this batch passed are done with (a document changed again since has a new sequence).
         if !stream.echoes.isEmpty { stream.echoes = stream.echoes.filter { $0 > last.sequence } }
-        if announced.isEmpty && !changes.isEmpty && changes.count < maxCount && bytes <= settings.batchSizeBytes {
+        if announced.isEmpty && !changes.isEmpty && changes.count < maxCount && bytes <= frameBudget(l) {
             // Only echoes (or filtered changes) and nothing more to read: nothing to tell the peer.
             // The next batch's upTo covers these sequences; no announce, no acknowledgement.
             stream.announcedUpTo = UInt64(last.sequence)
@@ -61,6 +61,12 @@ extension ReplicationNode {
             return [.send(l.id, ReplicationMessage.push(collection: name, batch: batch, upTo: UInt64(last.sequence), changes: announced, documents: bodies).encoded())]
         }
         return [.send(l.id, ReplicationMessage.announce(collection: name, batch: batch, upTo: UInt64(last.sequence), changes: announced).encoded())]
+    }
+
+    /// What one announce's entries, or one push's bodies, may take: txLogBatchSizeKb, the link's
+    /// frame size on a slow link, and never more than half a frame (a push carries both).
+    func frameBudget(_ l: Link) -> Int {
+        min(settings.batchSizeBytes, l.frameBytes ?? .max, ReplicationMessage.frameLimit / 2)
     }
 
     /// True (and the stream moved past them) when every change committed since the stream's last
@@ -89,7 +95,7 @@ extension ReplicationNode {
             // Changed since: let it be requested. (The announce has the version in the peer's form.)
             guard let doc, (l.protocol2 ? doc.version : DocumentVersion.documentLevel(doc.version)) == c.version else { continue }
             let body = Array((doc.body ?? "").utf8)
-            guard body.count <= settings.eagerBodyBytes, total + body.count <= settings.batchSizeBytes else { continue }
+            guard body.count <= settings.eagerBodyBytes, total + body.count <= frameBudget(l) else { continue }
             total += body.count
             // The version is the announced one: not sent twice (see ReplicationMessage.push).
             out.append(.init(id: c.id, deleted: doc.isDeleted, version: [], body: body))
@@ -116,7 +122,7 @@ extension ReplicationNode {
         for (id, doc) in zip(ids, docs) {
             // A document gone since the announcement goes out with an empty version: "not here".
             let body = Array((doc?.body ?? "").utf8)
-            if !frame.isEmpty && (frameBytes + body.count > (l.frameBytes ?? settings.batchSizeBytes) || frame.count >= settings.batchMaxCount) { flush(final: false) }
+            if !frame.isEmpty && (frameBytes + body.count > frameBudget(l) || frame.count >= settings.batchMaxCount) { flush(final: false) }
             // Unchanged since the announce, to a peer that takes it: "as announced", no version.
             if let doc, l.takesAnnouncedVersions, !doc.version.isEmpty, f.announced[id]?.version == doc.version {
                 frame.append(.init(id: id, deleted: doc.isDeleted, version: [], body: body, asAnnounced: true))

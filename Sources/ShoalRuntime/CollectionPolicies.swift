@@ -21,6 +21,7 @@ public enum CollectionPolicies {
         releases.resolver = ReleaseManifest.resolver
         var status = CollectionPolicy(name: .status)
         status.pullFilter = UpdateStatus.pullFilter
+        status.resolver = .lastWriteWins  // one writer per document: whole documents, no field stamps
         return [system, releases, status] + make(settings).map { p in
             var p = p
             p.pullFilter = trust.writerFilter(p.pullFilter)

@@ -399,12 +399,13 @@ extension UplinkBridge {
         request(lane, id: doc.id, body: doc.body, version: doc.version, expected: expected)
     }
 
-    /// What goes to the hub: the version without field stamps (format 1, as protocol 2 sends a
-    /// protocol-1 peer), so gateways of either protocol can share a hub; a hub version counts every
-    /// field as set by its newest write.
+    /// What goes to the hub: `Shoal-Version` without field stamps (format 1, as protocol 2 sends a
+    /// protocol-1 peer), so gateways of either protocol can share a hub, and the stamps in
+    /// `Shoal-Fields`, which protocol-1 gateways ignore.
     func request(_ lane: Lane, id: String, body: String?, version stamped: [UInt8], expected: UInt64) -> PublishRequest {
         let version = DocumentVersion.documentLevel(stamped)
         var headers = [(HubHeader.version, HubHeader.hex(version)), (HubHeader.origin, peerID.description)]
+        if version != stamped { headers.append((HubHeader.fields, HubHeader.hex(stamped))) }
         if let v = try? DocumentVersion(decoding: version), let current = v.vector.current {
             headers.append((HubHeader.hlc, current.timestamp.description))
         }

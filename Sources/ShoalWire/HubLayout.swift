@@ -73,7 +73,7 @@ public struct HubLayout: Sendable, Equatable {
 
 /// The headers a document version travels with.
 public enum HubHeader {
-    /// Hex of the encoded `DocumentVersion` (vector and body digest).
+    /// Hex of the encoded `DocumentVersion` (vector and body digest; format 1).
     public static let version = "Shoal-Version"
     /// The peer id of the gateway that published it.
     public static let origin = "Shoal-Origin"
@@ -81,6 +81,9 @@ public enum HubHeader {
     public static let hlc = "Shoal-HLC"
     /// `true` on a tombstone (empty payload).
     public static let deleted = "Shoal-Deleted"
+    /// Hex of the version with its field stamps (format 2), when it has any. `Shoal-Version` holds
+    /// it without them (format 1), which protocol-1 gateways read; they ignore this header.
+    public static let fields = "Shoal-Fields"
 
     public static func hex(_ bytes: [UInt8]) -> String { SHA256.hex(bytes) }
 

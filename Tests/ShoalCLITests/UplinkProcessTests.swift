@@ -23,6 +23,17 @@ extension ProcessSuites {
             return path
         }
 
+        /// Gateways a and b in `base`, both uplinked to `hub` only.
+        static func pair(_ base: TemporaryDirectory, _ hub: NATSServer) throws -> (MQTTGateway, MQTTGateway) {
+            let a = try MQTTGateway(dataDir: base.path + "/a", site: try site(base.path + "/a.yaml", servers: [hub.url]))
+            do {
+                return (a, try MQTTGateway(dataDir: base.path + "/b", site: try site(base.path + "/b.yaml", servers: [hub.url])))
+            } catch {
+                a.kill()
+                throw error
+            }
+        }
+
         static func uplink(_ g: MQTTGateway) -> [String: Any]? {
             guard let r = try? g.cli(["status", "--json"]), r.status == 0 else { return nil }
             return ((try? Shoal.json(r)) as? [String: Any])?["uplink"] as? [String: Any]
@@ -57,10 +68,8 @@ extension ProcessSuites {
             defer { base.remove() }
             let hub = try NATSServer()
             defer { hub.remove() }
-            let a = try MQTTGateway(dataDir: base.path + "/a", site: try Self.site(base.path + "/a.yaml", servers: [hub.url]))
-            defer { a.kill() }
-            let b = try MQTTGateway(dataDir: base.path + "/b", site: try Self.site(base.path + "/b.yaml", servers: [hub.url]))
-            defer { b.kill() }
+            let (a, b) = try Self.pair(base, hub)
+            defer { a.kill(); b.kill() }
             try Self.importDocs(a, prefix: "a", count: 500)
             #expect(try b.cli(["doc", "put", Self.collection, "b0", #"{"from":"b"}"#]).status == 0)
             #expect(eventuallyBlocking(within: 60) { (try? b.documents(Self.collection).count) == 501 && (try? a.documents(Self.collection).count) == 501 },
@@ -92,10 +101,8 @@ extension ProcessSuites {
             defer { base.remove() }
             let hub = try NATSServer()
             defer { hub.remove() }
-            let a = try MQTTGateway(dataDir: base.path + "/a", site: try Self.site(base.path + "/a.yaml", servers: [hub.url]))
-            defer { a.kill() }
-            let b = try MQTTGateway(dataDir: base.path + "/b", site: try Self.site(base.path + "/b.yaml", servers: [hub.url]))
-            defer { b.kill() }
+            let (a, b) = try Self.pair(base, hub)
+            defer { a.kill(); b.kill() }
             #expect(eventuallyBlocking(within: 30) { Self.uplink(a)?["state"] as? String == "connected" && Self.uplink(b)?["state"] as? String == "connected" })
             _ = hub.stop()
             try Self.importDocs(a, prefix: "a", count: 100)
@@ -108,6 +115,31 @@ extension ProcessSuites {
                     "a: \(String(describing: Self.uplink(a))) b: \(String(describing: Self.uplink(b)))")
             #expect(try Self.versions(a) == Self.versions(b))
             #expect(eventuallyBlocking(within: 30) { Self.number(a, "push.lag") == 0 && Self.number(b, "push.lag") == 0 })
+        }
+
+        @Test("concurrent edits of different fields at two gateways that share only the hub both survive (field stamps travel in Shoal-Fields); the same version on both")
+        func fieldEditsThroughTheHub() throws {
+            let base = TemporaryDirectory(prefix: "shoal-uplink")
+            defer { base.remove() }
+            let hub = try NATSServer()
+            defer { hub.remove() }
+            let (a, b) = try Self.pair(base, hub)
+            defer { a.kill(); b.kill() }
+            #expect(try a.cli(["doc", "put", Self.collection, "x", #"{"x":0,"y":0}"#]).status == 0)
+            #expect(eventuallyBlocking(within: 30) { b.document(Self.collection, "x") != nil })
+            _ = hub.stop()
+            // a's edit of x is older than b's edit of y: whole-document last-write-wins would lose it.
+            #expect(try a.cli(["doc", "put", Self.collection, "x", #"{"x":1,"y":0}"#]).status == 0)
+            Thread.sleep(forTimeInterval: 0.05)
+            #expect(try b.cli(["doc", "put", Self.collection, "x", #"{"x":0,"y":2}"#]).status == 0)
+            try hub.restart()
+            func body(_ g: MQTTGateway) -> [String: Int]? { g.document(Self.collection, "x")?["body"] as? [String: Int] }
+            #expect(eventuallyBlocking(within: 60) { body(a) == ["x": 1, "y": 2] && body(b) == ["x": 1, "y": 2] },
+                    "a: \(String(describing: body(a))) b: \(String(describing: body(b)))")
+            #expect(eventuallyBlocking(within: 30) { (try? Self.versions(a)) == (try? Self.versions(b)) })
+            let dump = try hub.hub(["dump", try Self.stream(a)])
+            let headers = dump.lines.compactMap { $0["headers"] as? [String: String] }
+            #expect(headers.contains { $0["Shoal-Fields"] != nil }, "a stamped version on the hub carries its stamps: \(headers)")
         }
 
         @Test("a gateway SIGKILLed three times while it pushes 3,000 documents, and the pulling one killed once: in the end the hub holds each document once and both gateways the same versions")
