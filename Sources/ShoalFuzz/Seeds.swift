@@ -23,6 +23,8 @@ enum Seeds {
             .topology(origin: a, sequence: 5, neighbours: [b]),
             .topologyRefs([.init(sequence: 5, refs: [.full(a), .full(b)]), .init(sequence: 6, refs: [.short(b.prefix64), .short(a.prefix64)])]),
             .push(collection: "sensors.readings", batch: 4, upTo: 10, changes: [change], documents: [body]),
+            .prune(collection: "sensors.readings"),
+            .graft(collection: "sensors.readings"),
         ] + blobMessages()
     }
 

@@ -131,7 +131,7 @@ public final class GatewayCore {
 
     /// When to call `handle(.tick, now:)` next.
     public var nextWake: UInt64? {
-        let replication = lastReplicationTick + settings.replicationTickMillis
+        let replication = min(lastReplicationTick + settings.replicationTickMillis, node.wakeAt ?? .max)
         return mesh.nextWake.map { min($0, replication) } ?? (mesh.state == .stopped || mesh.state == .dead ? nil : replication)
     }
 
@@ -219,7 +219,10 @@ public final class GatewayCore {
 
     func tick(_ run: inout Run) {
         if let w = mesh.nextWake, run.now >= w { run.mesh(mesh.handle(.tick, now: run.now), self) }
-        guard run.now >= lastReplicationTick + settings.replicationTickMillis else { return }
+        guard run.now >= lastReplicationTick + settings.replicationTickMillis else {
+            if let w = node.wakeAt, run.now >= w { run.replication(node.wake(now: run.now), self) }
+            return
+        }
         lastReplicationTick = run.now
         run.replication(node.tick(now: run.now), self)
         quietLinks(&run)

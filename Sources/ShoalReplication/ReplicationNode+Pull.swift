@@ -25,14 +25,21 @@ extension ReplicationNode {
             throw ReplicationError.protocolViolation("more than \(settings.batchWindow * 2) batches announced without waiting for acknowledgements")
         }
         guard changes.count <= max(settings.batchMaxCount, 100_000) else { throw ReplicationError.protocolViolation("announce of \(changes.count) changes") }
+        // Batch numbers rise on a link (all collections): a repeat would be a second batch waiting
+        // for what the first already settled.
+        guard batch > l.lastInboundBatch else { throw ReplicationError.protocolViolation("announce of batch \(batch), not after batch \(l.lastInboundBatch)") }
+        l.lastInboundBatch = batch
         let inbound = InboundBatch(batch: batch, upTo: upTo)
         inbound.live = live
+        inbound.announcedAt = now
+        let lazy = l.pruned.contains(name)
         // Room for the whole batch at once: growing a table rehashes every id already in it.
         // (Not the node's inFlight: it lives on, and would keep the largest batch's room.)
         inbound.waiting.reserveCapacity(changes.count)
         inbound.requested.reserveCapacity(changes.count)
         let wallNow = Int64(clamping: clock.wallMillis)
         var expired = 0
+        var expiredIDs: Set<String> = []
         let locals = try store.transaction { (tx) throws(StoreError) -> [[UInt8]?] in
             try changes.map { (c) throws(StoreError) -> [UInt8]? in
                 let local = try tx.version(policy.name, id: c.id)?.version
@@ -41,6 +48,7 @@ extension ReplicationNode {
                 if try tx.expiryRefusal(policy.name, id: c.id, version: c.version, ttlMillis: policy.ttlMillis,
                                         nowMillis: wallNow, holdsLocal: local != nil) != nil {
                     expired += 1
+                    expiredIDs.insert(c.id)
                     return c.version
                 }
                 return local
@@ -50,10 +58,14 @@ extension ReplicationNode {
         let horizon = UInt64(max(0, store.purgeHorizonMillis))
         var refused: [ConflictRecord] = []
         var ask: [String] = []  // requested here, in the announce's (sequence) order: no sort needed
+        var held = 0  // pushed bodies of documents held already
         for (c, local) in zip(changes, locals) {
             guard (try? DocumentID(c.id)) != nil else { throw ReplicationError.protocolViolation("announced id is not a valid document id") }
             if let only = policy.documentIDs, !only.contains(c.id) { continue }
-            guard !localCovers(local, c.version) else { continue }
+            guard !localCovers(local, c.version) else {
+                if included.contains(c.id), expiredIDs.isEmpty || !expiredIDs.contains(c.id) { held += 1 }
+                continue
+            }
             if local == nil, horizon > 0, let newest = DocumentVersion.newestTimestamp(encoded: c.version),
                newest.physicalMillis <= horizon {
                 // We hold nothing of it and its newest write predates our purge horizon: it may be
@@ -70,6 +82,9 @@ extension ReplicationNode {
                 inFlight[key] = (l.id, now)
             } else if let f = inFlight[key], f.link != l.id, now < f.at + settings.requestTimeoutMillis {
                 inbound.deferred.insert(c.id)
+            } else if lazy {
+                inbound.awaitingPush.insert(c.id)
+                awaitingDue = min(awaitingDue ?? .max, now + settings.pruneWaitMillis)
             } else {
                 if inbound.requested.insert(c.id).inserted { ask.append(c.id) }
                 inFlight[key] = (l.id, now)
@@ -85,8 +100,18 @@ extension ReplicationNode {
             try store.transaction { (tx) throws(StoreError) in try tx.logConflicts(records) }
             for r in refused { actions.append(.event(.conflict(link: l.id, peer: peerID, record: r))) }
         }
+        if held > 0 {
+            heldPushedBodies += held
+            // Another path brought them first: this link's pushes of the collection are (for now)
+            // a second copy. The peer announces instead; what we lack we then request of it.
+            // (With no other link, they came over this one before: a resumed batch, not a path.)
+            if l.takesPrune, !l.pruned.contains(name), links.values.contains(where: { $0 !== l && $0.peer != nil }) {
+                l.pruned.insert(name)
+                actions.append(.send(l.id, ReplicationMessage.prune(collection: name).encoded()))
+            }
+        }
         if !ask.isEmpty {
-            actions.append(.send(l.id, ReplicationMessage.request(collection: name, batch: batch, ids: ask).encoded()))
+            actions.append(request(l, name, batch, ask))
         }
         actions += try completeIfDone(l, peerID, name)
         return actions
@@ -231,8 +256,8 @@ extension ReplicationNode {
         guard let policy = policies[name] else { return [] }
         for l in links.values.sorted(by: { $0.id < $1.id }) where l.id != except {
             guard let batches = l.pull[name], let peerID = l.peer else { continue }
-            for inbound in batches where !inbound.deferred.isEmpty {
-            let ids = inbound.deferred.sorted()
+            for inbound in batches where !inbound.deferred.isEmpty || !inbound.awaitingPush.isEmpty {
+            let ids = inbound.deferred.union(inbound.awaitingPush).sorted()
             let locals = try store.transaction { (tx) throws(StoreError) -> [[UInt8]?] in
                 try ids.map { (id) throws(StoreError) in try tx.version(policy.name, id: id)?.version }
             }
@@ -240,7 +265,10 @@ extension ReplicationNode {
             for (id, local) in zip(ids, locals) {
                 if localCovers(local, inbound.waiting[id]?.version ?? []) {
                     inbound.deferred.remove(id)
+                    inbound.awaitingPush.remove(id)
                     if inbound.waiting.removeValue(forKey: id) != nil, !inbound.live { l.progress.receive(1, now: lastNow) }
+                } else if inbound.awaitingPush.contains(id) {
+                    continue  // left for the pushing path until the tick says otherwise
                 } else if inFlight[DocKey(collection: name, id: id)] == nil {
                     // What arrived elsewhere was not this version (a concurrent one): ask here now.
                     inbound.deferred.remove(id)
@@ -250,7 +278,7 @@ extension ReplicationNode {
                 }
             }
             if !ask.isEmpty {
-                actions.append(.send(l.id, ReplicationMessage.request(collection: name, batch: inbound.batch, ids: ask).encoded()))
+                actions.append(request(l, name, inbound.batch, ask))
             }
             }
             actions += try completeIfDone(l, peerID, name)
@@ -258,11 +286,28 @@ extension ReplicationNode {
         return actions
     }
 
+    /// A request of `ids` on `l`. It undoes our `prune` there: the peer pushes this collection
+    /// again (it had what we needed, so its path is no second copy).
+    func request(_ l: Link, _ name: String, _ batch: UInt64, _ ids: [String]) -> ReplicationAction {
+        l.pruned.remove(name)
+        return .send(l.id, ReplicationMessage.request(collection: name, batch: batch, ids: ids).encoded())
+    }
+
     /// Deferred documents whose other request timed out (or whose link closed) are requested here.
     func retryDeferred(now: UInt64, force: Set<DocKey>) -> [ReplicationAction] {
         var actions: [ReplicationAction] = []
+        if let due = awaitingDue, now >= due { awaitingDue = nil }
         for l in links.values.sorted(by: { $0.id < $1.id }) {
-            for (name, batches) in l.pull.sorted(by: { CollectionName.replicatesBefore($0.key, $1.key) }) { for inbound in batches where !inbound.deferred.isEmpty {
+            for (name, batches) in l.pull.sorted(by: { CollectionName.replicatesBefore($0.key, $1.key) }) { for inbound in batches {
+                if !inbound.awaitingPush.isEmpty {
+                    if now >= inbound.announcedAt + settings.pruneWaitMillis {
+                        inbound.deferred.formUnion(inbound.awaitingPush)
+                        inbound.awaitingPush = []
+                    } else {
+                        awaitingDue = min(awaitingDue ?? .max, inbound.announcedAt + settings.pruneWaitMillis)
+                    }
+                }
+                guard !inbound.deferred.isEmpty else { continue }
                 var ask: [String] = []
                 for id in inbound.deferred.sorted() {
                     let key = DocKey(collection: name, id: id)
@@ -275,7 +320,7 @@ extension ReplicationNode {
                     inbound.deferred.remove(id)
                     inbound.requested.insert(id)
                 }
-                actions.append(.send(l.id, ReplicationMessage.request(collection: name, batch: inbound.batch, ids: ask).encoded()))
+                actions.append(request(l, name, inbound.batch, ask))
             } }
         }
         return actions

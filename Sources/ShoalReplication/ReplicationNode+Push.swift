@@ -56,7 +56,7 @@ extension ReplicationNode {
         stream.inFlight.append((batch, UInt64(last.sequence), ids))
         precondition(stream.inFlight.count <= settings.batchWindow, "more batches in flight than batchWindow")
         stream.announcedUpTo = UInt64(last.sequence)
-        if settings.eagerBodyBytes > 0, !announced.isEmpty, announced.count <= settings.eagerMaxCount {
+        if settings.eagerBodyBytes > 0, !stream.lazy, !announced.isEmpty, announced.count <= settings.eagerMaxCount {
             let bodies = try eagerBodies(l, policy, announced)
             return [.send(l.id, ReplicationMessage.push(collection: name, batch: batch, upTo: UInt64(last.sequence), changes: announced, documents: bodies).encoded())]
         }
@@ -108,6 +108,8 @@ extension ReplicationNode {
             throw ReplicationError.protocolViolation("request for batch \(batch) we did not announce")
         }
         guard ids.allSatisfy({ f.announced[$0] != nil }) else { throw ReplicationError.protocolViolation("request for a document we did not announce") }
+        // The peer needed what we announced: push to it again (see `prune`).
+        if !ids.isEmpty { stream.lazy = false }
         let docs = try store.transaction { (tx) throws(StoreError) -> [StoredDocument?] in
             try ids.map { (id) throws(StoreError) in try tx.get(policy.name, id: id) }
         }

@@ -31,6 +31,11 @@ public final class ReplicationNode {
     var links: [LinkID: Link] = [:]
     /// The latest time the driver reported (for requests made outside a timed call).
     var lastNow: UInt64 = 0
+    /// Bodies that came in pushes for documents this gateway already held (each one a body sent
+    /// twice: two paths brought it). Each first one on a link and collection sends `prune`.
+    public internal(set) var heldPushedBodies = 0
+    /// When the earliest document left for a pushing path (`awaitingPush`) is due to be asked for.
+    var awaitingDue: UInt64?
     /// Documents requested from some link and not yet received: (collection, id) → (link, when).
     var inFlight: [DocKey: (link: LinkID, at: UInt64)] = [:]
 
@@ -49,6 +54,8 @@ public final class ReplicationNode {
         var push: [String: PushStream] = [:]
         /// Announced batches not yet acknowledged, oldest first, per collection.
         var pull: [String: [InboundBatch]] = [:]
+        /// The newest batch number the peer announced (it numbers batches upwards, per link).
+        var lastInboundBatch: UInt64 = 0
         var skewReported = false
         /// Live batches completed (checkpoint written) whose acknowledgement waits for the next
         /// tick, per collection: the newest one, acknowledging all.
@@ -80,6 +87,11 @@ public final class ReplicationNode {
         /// Both HELLOs set `Capability.protocol2`: versions go with their field stamps. Otherwise
         /// as format 1 (`DocumentVersion.documentLevel`).
         var protocol2 = false
+        /// The peer set `Capability.prune`: it takes `prune` frames.
+        var takesPrune = false
+        /// Collections whose pushes we asked this peer to stop (`prune`), until we next request
+        /// from it: not asked twice.
+        var pruned: Set<String> = []
         var sentRefs = PeerRefTable()
         var heardRefs = PeerRefTable()
         /// Gossip the mesh sent before the peer's HELLO told us its form: the newest per origin.
@@ -109,6 +121,9 @@ public final class ReplicationNode {
         /// Local sequences of this collection whose change is exactly what this link's peer sent
         /// us (not announced back to it); pruned as the stream passes them.
         var echoes: Set<Int64> = []
+        /// The peer pruned this stream: live changes go as announces, without bodies, until it
+        /// requests something (it needed what we announced) or the link leaves the tree.
+        var lazy = false
 
         init(since: UInt64) {
             self.since = since
@@ -123,6 +138,10 @@ public final class ReplicationNode {
         var waiting: [String: ReplicationMessage.AnnouncedChange] = [:]
         var requested: Set<String> = []
         var deferred: Set<String> = []
+        /// Announced on a link we pruned: left for the pushing path until `pruneWaitMillis` past
+        /// `announcedAt`, then deferred as any other (requested here unless in flight elsewhere).
+        var awaitingPush: Set<String> = []
+        var announcedAt: UInt64 = 0
         /// Came as a push (live changes): its acknowledgement may wait for the next tick.
         var live = false
         init(batch: UInt64, upTo: UInt64) {
@@ -153,12 +172,38 @@ public final class ReplicationNode {
     public func setTreeLink(_ link: LinkID, _ onTree: Bool) -> [ReplicationAction] {
         guard let l = links[link], l.onTree != onTree else { return [] }
         l.onTree = onTree
-        guard onTree else { return [] }
+        for stream in l.push.values { stream.lazy = false }
+        // Our tree moved: the paths we pruned because another one brought their bodies first
+        // may be the only ones now. Ask for their pushes again (a second copy prunes them anew).
+        // What they announced and we left for the pushing path is asked for now (unless in flight).
         var actions: [ReplicationAction] = []
+        var grafted = false
+        for other in links.values.sorted(by: { $0.id < $1.id }) where !other.pruned.isEmpty {
+            for name in other.pruned.sorted() { actions.append(.send(other.id, ReplicationMessage.graft(collection: name).encoded())) }
+            other.pruned = []
+            for batch in other.pull.values.joined() where !batch.awaitingPush.isEmpty {
+                batch.deferred.formUnion(batch.awaitingPush)
+                batch.awaitingPush = []
+                grafted = true
+            }
+        }
+        if grafted { actions += retryDeferred(now: lastNow, force: []) }
+        guard onTree else { return actions }
         for (name, stream) in l.push.sorted(by: { CollectionName.replicatesBefore($0.key, $1.key) }) {
             do { actions += try pump(l, name, stream) } catch { actions += fail(l, .store(error), now: lastNow) }
         }
         return actions
+    }
+
+    /// When `wake(now:)` has work (documents announced on a pruned link, waited for long enough
+    /// on another path), if before the next tick.
+    public var wakeAt: UInt64? { awaitingDue }
+
+    /// Asks for what pruned links announced and no other path brought in time (see
+    /// `ReplicationSettings.pruneWaitMillis`). `tick` does it too.
+    public func wake(now: UInt64) -> [ReplicationAction] {
+        lastNow = max(lastNow, now)
+        return retryDeferred(now: now, force: [])
     }
 
     /// Peers with a link that finished HELLO.
@@ -191,7 +236,8 @@ public final class ReplicationNode {
         }
         let hello = ReplicationMessage.hello(version: ReplicationMessage.protocolVersion, peer: peer, group: group,
                                              capabilities: (blobs == nil ? 0 : ReplicationMessage.Capability.blobs) | ReplicationMessage.Capability.announcedVersions
-                                                 | ReplicationMessage.Capability.compactTopology | ReplicationMessage.Capability.protocol2,
+                                                 | ReplicationMessage.Capability.compactTopology | ReplicationMessage.Capability.protocol2
+                                                 | ReplicationMessage.Capability.prune,
                                              purgeHorizonMillis: UInt64(max(0, store.purgeHorizonMillis)), neighbours: neighbours, collections: offers,
                                              storeEpoch: store.epoch)
         return [.send(link, hello.encoded())]
@@ -363,6 +409,7 @@ public final class ReplicationNode {
             l.takesAnnouncedVersions = capabilities & ReplicationMessage.Capability.announcedVersions != 0
             l.compactTopology = capabilities & ReplicationMessage.Capability.compactTopology != 0
             l.protocol2 = capabilities & ReplicationMessage.Capability.protocol2 != 0
+            l.takesPrune = capabilities & ReplicationMessage.Capability.prune != 0
             l.checkpointKey = remoteEpoch == 0 ? remote.description : "\(remote)@\(String(remoteEpoch, radix: 16))"
             // Gossip held for this HELLO, in the peer's form (origins in id order: every run alike).
             // Its sends go before `peerConnected`: the driver may flush newer gossip to this link
@@ -427,6 +474,14 @@ public final class ReplicationNode {
                 actions.append(.event(.topology(link: l.id, peer: peerID, origin: ids[0], sequence: e.sequence, neighbours: Array(ids.dropFirst()))))
             }
             return actions
+        case .prune(let name):
+            guard let stream = l.push[name] else { throw ReplicationError.protocolViolation("prune of \(name), which we do not push to it") }
+            stream.lazy = true
+            return []
+        case .graft(let name):
+            guard let stream = l.push[name] else { throw ReplicationError.protocolViolation("graft of \(name), which we do not push to it") }
+            stream.lazy = false
+            return []
         case .error:
             return []
         case .blobManifestRequest, .blobManifest, .blobFetch, .blobPiece, .blobNotHere, .blobHaveNow:

@@ -21,6 +21,10 @@ public struct ReplicationSettings: Sendable {
     /// sent twice in bulk.
     public var eagerBodyBytes = 4096
     public var eagerMaxCount = 64
+    /// A document announced on a link whose pushes we pruned (another path brought its bodies
+    /// first) is requested there only if no other link brought it within this long (checked at
+    /// the tick): the pushing path most likely has it on the way.
+    public var pruneWaitMillis: UInt64 = 100
     /// Blobs: a blob whose reference declares more bytes is not fetched (refused before begin).
     /// A manifest must fit one frame, so 1 GiB by default (16384 chunk digests).
     public var blobMaxBytes: Int64 = 1 << 30

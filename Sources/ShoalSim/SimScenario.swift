@@ -169,7 +169,7 @@ extension SimScenario {
             report.blobChunksResent = sim.blobChunksResent
             report.blobsHeld = sim.blobsConverged
         }
-        if getenv("SHOAL_SIM_BYTES") != nil { print(sim.bytesByType.sorted { $0.key < $1.key }, "pushed bodies", sim.pushedBodies, "changes", sim.pushedChanges, "frames", sim.framesSent) }
+        if getenv("SHOAL_SIM_BYTES") != nil { print(sim.bytesByType.sorted { $0.key < $1.key }, "pushed bodies", sim.pushedBodies, "changes", sim.pushedChanges, "frames", sim.framesSent, "held", sim.nodes.reduce(0) { $0 + ($1.replicator?.heldPushedBodies ?? 0) }) }
         report.linksPerNode = (0..<config.nodes).map { sim.linkCount($0) }
         report.crashes = sim.crashCount
         report.partitions = sim.partitionCount

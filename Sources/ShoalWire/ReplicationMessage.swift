@@ -88,6 +88,13 @@ public enum ReplicationMessage: Sendable, Equatable {
     /// `Capability.compactTopology`. An id goes in full the first time it is named on the link;
     /// after that by its first 8 bytes (see `PeerRef`). About a third of `topology`'s bytes.
     case topologyRefs([TopologyEntry])
+    /// "Your pushes of this collection bring me bodies I already hold (another path brought them
+    /// first): announce, do not push." Only to a peer that set `Capability.prune`. A request on
+    /// the link undoes it (the receiver needed what was announced), and so does `graft`.
+    case prune(collection: String)
+    /// "Push this collection to me again": the receiver's spanning tree changed since it pruned,
+    /// so this link may be its only path now. Only to a peer that set `Capability.prune`.
+    case graft(collection: String)
     /// Blobs (only to a peer whose HELLO set `Capability.blobs`). "Send me this blob's manifest."
     case blobManifestRequest(digest: BlobDigest)
     /// The manifest of a blob held complete here.
@@ -115,6 +122,8 @@ public enum ReplicationMessage: Sendable, Equatable {
         /// A link where both sides set it speaks protocol 2; otherwise versions go as format 1
         /// (whole-document), which a protocol-1 gateway reads.
         public static let protocol2: UInt32 = 8
+        /// Takes `prune` and `graft` frames.
+        public static let prune: UInt32 = 16
     }
 
     /// A peer id in a `topologyRefs` frame: in full, or by its first 8 bytes (`PeerID.prefix64`)
@@ -142,7 +151,7 @@ public enum ReplicationMessage: Sendable, Equatable {
     public static let maxFetchChunks: UInt32 = 1024
 
     enum Tag: UInt8 {
-        case hello = 1, subscribe, announce, request, documents, acknowledge, error, topology, push, topologyRefs
+        case hello = 1, subscribe, announce, request, documents, acknowledge, error, topology, push, topologyRefs, prune, graft
         case blobManifestRequest = 16, blobManifest, blobFetch, blobPiece, blobNotHere, blobHaveNow
     }
 
@@ -171,6 +180,8 @@ public enum ReplicationMessage: Sendable, Equatable {
         case .error: "error"
         case .topology: "topology"
         case .topologyRefs: "topology (by reference)"
+        case .prune: "prune"
+        case .graft: "graft"
         case .push: "push"
         case .blobManifestRequest: "blob manifest request"
         case .blobManifest: "blob manifest"
@@ -254,6 +265,10 @@ extension ReplicationMessage {
             let sent = docs.compactMap { d in position[d.id].map { ($0, d.body) } }
             w.varint(UInt64(sent.count))
             for (i, body) in sent { w.varint(UInt64(i)); w.varblob(body) }
+        case .prune(let c):
+            w.u8(Tag.prune.rawValue); w.string(c)
+        case .graft(let c):
+            w.u8(Tag.graft.rawValue); w.string(c)
         case .blobManifestRequest(let d):
             w.u8(Tag.blobManifestRequest.rawValue); w.raw(d.bytes)
         case .blobManifest(let m):
@@ -371,6 +386,10 @@ extension ReplicationMessage {
                 entries.append(TopologyEntry(sequence: sequence, refs: refs))
             }
             self = .topologyRefs(entries)
+        case .prune:
+            self = .prune(collection: try r.string())
+        case .graft:
+            self = .graft(collection: try r.string())
         case .blobManifestRequest:
             self = .blobManifestRequest(digest: try r.digest())
         case .blobManifest:

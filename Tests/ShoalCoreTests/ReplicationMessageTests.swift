@@ -29,6 +29,8 @@ struct ReplicationMessageTests {
             .push(collection: "a.b", batch: 2, upTo: 9, changes: [change, gone],
                   documents: [.init(id: "doc-1", deleted: false, version: [], body: Array(#"{"x":1}"#.utf8)),
                               .init(id: "doc-2", deleted: true, version: [], body: [])]),
+            .prune(collection: "a.b"),
+            .graft(collection: "a.b"),
         ]
         for m in messages {
             #expect(try ReplicationMessage(decoding: m.encoded()) == m, "\(m.kind)")

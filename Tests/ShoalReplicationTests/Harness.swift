@@ -87,6 +87,8 @@ final class Network {
     var documentFrames: [(from: Int, message: ReplicationMessage)] = []
     /// Every `announce` and `push` frame sent: sender, changes, bytes.
     var announces: [(from: Int, changes: Int, bytes: Int)] = []
+    /// Prune and graft frames sent: by which node, on which link.
+    var pushModes: [(from: Int, link: LinkID, message: ReplicationMessage)] = []
 
     init(_ nodes: [TestNode], seed: UInt64) {
         self.nodes = nodes
@@ -124,6 +126,7 @@ final class Network {
                     queues[link]?[to]?.append(bytes)
                     if let t = bytes.first { receivedTypes[to, default: []].insert(t) }
                     if bytes.first == 5, let m = try? ReplicationMessage(decoding: bytes) { documentFrames.append((node, m)) }
+                    if bytes.first == 11 || bytes.first == 12, let m = try? ReplicationMessage(decoding: bytes) { pushModes.append((node, link, m)) }
                     if bytes.first == 3 || bytes.first == 9, let m = try? ReplicationMessage(decoding: bytes) {
                         switch m {
                         case .announce(_, _, _, let changes), .push(_, _, _, let changes, _): announces.append((node, changes.count, bytes.count))

@@ -356,6 +356,63 @@ struct ReplicationTests {
         #expect(try nodes[2].snapshot()["late"]?.0 == "{\"l\":1}")
     }
 
+    @Test("a link whose pushes bring bodies already held is pruned (announces only); a request there, or a tree change, puts its pushes back; nothing is lost")
+    func pruneAndGraft() throws {
+        let nodes = try makeNodes(["a", "b", "c"])
+        defer { nodes.forEach { $0.close() } }
+        let net = Network(nodes, seed: 12)
+        // No mesh: every link carries pushes, so each body reaches b and c twice, until pruned.
+        let ab = net.connect(0, 1), bc = net.connect(1, 2), ac = net.connect(0, 2)
+        net.settle()
+        func write(_ id: String) throws {
+            try nodes[0].put(id, "{\"id\":\"\(id)\"}")
+            net.committed(0)
+            net.settle()
+        }
+        for i in 0..<40 { try write("p-\(i)") }
+        try expectConverged(nodes)
+        let held = nodes.map(\.node.heldPushedBodies).reduce(0, +)
+        // Without pruning: one of b's and one of c's two copies of each of the 40 (80).
+        #expect(held <= 8, "\(held) bodies pushed to a node that held them")
+        let prunes = net.pushModes.filter { if case .prune = $0.message { true } else { false } }
+        #expect(!prunes.isEmpty && prunes.count <= 6, "\(prunes.count) prunes")
+
+        // c pruned one of its two links; cut the other: c's only path now announces to it, c
+        // waits pruneWaitMillis for a push elsewhere, then asks, which puts that path's pushes back.
+        let prunedAtC = try #require(prunes.last { $0.from == 2 }?.link)
+        net.cut(prunedAtC == bc ? ac : bc)
+        try write("after-cut")
+        #expect(try nodes[2].snapshot()["after-cut"] == nil, "asked before pruneWaitMillis")
+        net.tick(ReplicationSettings().pruneWaitMillis)
+        net.settle()
+        #expect(try nodes[2].snapshot()["after-cut"]?.0 == "{\"id\":\"after-cut\"}")
+        try write("pushed-again")
+        #expect(try nodes[2].snapshot()["pushed-again"] != nil, "the request did not put pushes back")
+
+        // A tree change at a node that pruned its link from a sends a graft there: a pushes to it
+        // again, so a's next write is there without waiting pruneWaitMillis.
+        let ac2 = net.connect(0, 2)
+        net.settle()
+        for i in 0..<20 { try write("q-\(i)") }
+        net.tick(ReplicationSettings().pruneWaitMillis)
+        net.settle()
+        let fromA = try #require(net.pushModes.last { m in
+            guard case .prune = m.message else { return false }
+            return (m.from == 1 && m.link == ab) || (m.from == 2 && m.link == ac2)
+        }, "no link from a was pruned")
+        let before = net.pushModes.count
+        net.process(fromA.from, nodes[fromA.from].node.setTreeLink(fromA.link, false))
+        let grafts = net.pushModes.dropFirst(before).filter { if case .graft = $0.message { true } else { false } }
+        #expect(grafts.contains { $0.from == fromA.from && $0.link == fromA.link }, "no graft after the tree moved")
+        net.settle()
+        try write("after-graft")
+        #expect(try nodes[fromA.from].snapshot()["after-graft"] != nil, "a did not push again after the graft")
+        net.tick(ReplicationSettings().pruneWaitMillis)
+        net.settle()
+        try expectConverged(nodes)
+        #expect(net.closeErrors().isEmpty)
+    }
+
     @Test("a requested document unchanged since its announce goes without its version (as announced); one changed since goes with its new version")
     func asAnnounced() throws {
         var settings = ReplicationSettings()
@@ -436,7 +493,7 @@ struct ReplicationTests {
         #expect(try nodes[0].snapshot().keys.sorted() == ["d0"])
     }
 
-    @Test("garbage, truncated, oversize-count and out-of-order frames close the link with a typed error and leave the store intact")
+    @Test("garbage, truncated, oversize-count, repeated and out-of-order frames close the link with a typed error and leave the store intact")
     func hostileFrames() throws {
         let nodes = try makeNodes(["a", "b"])
         defer { nodes.forEach { $0.close() } }
@@ -458,6 +515,12 @@ struct ReplicationTests {
              { if case .protocolViolation = $0 { return true }; return false }),
             ("documents never requested", [hello, ReplicationMessage.documents(collection: "sensors.readings", batch: 1, final: true,
                 documents: [.init(id: "keep", deleted: true, version: [], body: [])]).encoded()],
+             { if case .protocolViolation = $0 { return true }; return false }),
+            // A repeated announce (the same batch again) would be a second batch waiting for what the first settled.
+            ("the same batch twice", [hello] + Array(repeating: ReplicationMessage.announce(collection: "sensors.readings", batch: 4, upTo: 9, changes: [
+                .init(sequence: 9, id: "elsewhere", deleted: false, version: DocumentVersion(vector: try VersionVector(entries: [.init(peer: peer, timestamp: HLCTimestamp(rawValue: 5 << 16))]), bodyDigest: 1).encoded)]).encoded(), count: 2),
+             { if case .protocolViolation = $0 { return true }; return false }),
+            ("prune of a collection not pushed", [hello, ReplicationMessage.prune(collection: "nowhere").encoded()],
              { if case .protocolViolation = $0 { return true }; return false }),
         ]
         for (i, (name, frames, matches)) in cases.enumerated() {
