@@ -25,14 +25,21 @@ extension ReplicationNode {
             throw ReplicationError.protocolViolation("more than \(settings.batchWindow * 2) batches announced without waiting for acknowledgements")
         }
         guard changes.count <= max(settings.batchMaxCount, 100_000) else { throw ReplicationError.protocolViolation("announce of \(changes.count) changes") }
-        // Batch numbers rise on a link (all collections): a repeat would be a second batch waiting
-        // for what the first already settled.
-        guard batch > l.lastInboundBatch else { throw ReplicationError.protocolViolation("announce of batch \(batch), not after batch \(l.lastInboundBatch)") }
-        l.lastInboundBatch = batch
+        // Per collection, batch numbers and upTo rise: a repeated batch would wait for what the
+        // first settled, and a lower upTo behind a higher one would let the checkpoint pass it.
+        if let last = l.lastInbound[name] {
+            guard batch > last.batch, upTo > last.upTo else {
+                throw ReplicationError.protocolViolation("announce of batch \(batch) up to \(upTo) after batch \(last.batch) up to \(last.upTo)")
+            }
+        }
+        l.lastInbound[name] = (batch, upTo)
         let inbound = InboundBatch(batch: batch, upTo: upTo)
         inbound.live = live
         inbound.announcedAt = now
-        let lazy = l.pruned.contains(name)
+        // Bodies on a link we pruned: the pusher pushes again (its own tree moved); prune anew below
+        // if they are a second copy still.
+        if !included.isEmpty { l.pruned[name] = nil }
+        let lazy = l.pruned[name] != nil
         // Room for the whole batch at once: growing a table rehashes every id already in it.
         // (Not the node's inFlight: it lives on, and would keep the largest batch's room.)
         inbound.waiting.reserveCapacity(changes.count)
@@ -84,7 +91,7 @@ extension ReplicationNode {
                 inbound.deferred.insert(c.id)
             } else if lazy {
                 inbound.awaitingPush.insert(c.id)
-                awaitingDue = min(awaitingDue ?? .max, now + settings.pruneWaitMillis)
+                awaitingDue = min(awaitingDue ?? .max, now + pruneWait(l))
             } else {
                 if inbound.requested.insert(c.id).inserted { ask.append(c.id) }
                 inFlight[key] = (l.id, now)
@@ -105,8 +112,8 @@ extension ReplicationNode {
             // Another path brought them first: this link's pushes of the collection are (for now)
             // a second copy. The peer announces instead; what we lack we then request of it.
             // (With no other link, they came over this one before: a resumed batch, not a path.)
-            if l.takesPrune, !l.pruned.contains(name), links.values.contains(where: { $0 !== l && $0.peer != nil }) {
-                l.pruned.insert(name)
+            if l.takesPrune, ask.isEmpty, l.pruned[name] == nil, links.values.contains(where: { $0 !== l && $0.peer != nil }) {
+                l.pruned[name] = now
                 actions.append(.send(l.id, ReplicationMessage.prune(collection: name).encoded()))
             }
         }
@@ -286,10 +293,12 @@ extension ReplicationNode {
         return actions
     }
 
+    func pruneWait(_ l: Link) -> UInt64 { l.slow ? settings.pruneWaitSlowMillis : settings.pruneWaitMillis }
+
     /// A request of `ids` on `l`. It undoes our `prune` there: the peer pushes this collection
     /// again (it had what we needed, so its path is no second copy).
     func request(_ l: Link, _ name: String, _ batch: UInt64, _ ids: [String]) -> ReplicationAction {
-        l.pruned.remove(name)
+        l.pruned[name] = nil
         return .send(l.id, ReplicationMessage.request(collection: name, batch: batch, ids: ids).encoded())
     }
 
@@ -300,18 +309,18 @@ extension ReplicationNode {
         for l in links.values.sorted(by: { $0.id < $1.id }) {
             for (name, batches) in l.pull.sorted(by: { CollectionName.replicatesBefore($0.key, $1.key) }) { for inbound in batches {
                 if !inbound.awaitingPush.isEmpty {
-                    if now >= inbound.announcedAt + settings.pruneWaitMillis {
+                    if now >= inbound.announcedAt + pruneWait(l) {
                         inbound.deferred.formUnion(inbound.awaitingPush)
                         inbound.awaitingPush = []
                     } else {
-                        awaitingDue = min(awaitingDue ?? .max, inbound.announcedAt + settings.pruneWaitMillis)
+                        awaitingDue = min(awaitingDue ?? .max, inbound.announcedAt + pruneWait(l))
                     }
                 }
                 guard !inbound.deferred.isEmpty else { continue }
                 var ask: [String] = []
                 for id in inbound.deferred.sorted() {
                     let key = DocKey(collection: name, id: id)
-                    if let f = inFlight[key], !force.contains(key), now < f.at + settings.requestTimeoutMillis, links[f.link] != nil { continue }
+                    if let f = inFlight[key], f.link != l.id, !force.contains(key), now < f.at + settings.requestTimeoutMillis, links[f.link] != nil { continue }
                     ask.append(id)
                     inFlight[key] = (l.id, now)
                 }

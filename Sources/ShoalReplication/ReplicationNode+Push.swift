@@ -56,8 +56,9 @@ extension ReplicationNode {
         stream.inFlight.append((batch, UInt64(last.sequence), ids))
         precondition(stream.inFlight.count <= settings.batchWindow, "more batches in flight than batchWindow")
         stream.announcedUpTo = UInt64(last.sequence)
-        if settings.eagerBodyBytes > 0, !stream.lazy, !announced.isEmpty, announced.count <= settings.eagerMaxCount {
-            let bodies = try eagerBodies(l, policy, announced)
+        if settings.eagerBodyBytes > 0, !announced.isEmpty, announced.count <= settings.eagerMaxCount {
+            // Pruned: a live batch still, without its bodies (the peer asks for what it lacks).
+            let bodies = stream.lazy ? [] : try eagerBodies(l, policy, announced)
             return [.send(l.id, ReplicationMessage.push(collection: name, batch: batch, upTo: UInt64(last.sequence), changes: announced, documents: bodies).encoded())]
         }
         return [.send(l.id, ReplicationMessage.announce(collection: name, batch: batch, upTo: UInt64(last.sequence), changes: announced).encoded())]

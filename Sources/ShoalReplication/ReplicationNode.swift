@@ -54,8 +54,8 @@ public final class ReplicationNode {
         var push: [String: PushStream] = [:]
         /// Announced batches not yet acknowledged, oldest first, per collection.
         var pull: [String: [InboundBatch]] = [:]
-        /// The newest batch number the peer announced (it numbers batches upwards, per link).
-        var lastInboundBatch: UInt64 = 0
+        /// The newest batch the peer announced per collection, and its upTo (both rise).
+        var lastInbound: [String: (batch: UInt64, upTo: UInt64)] = [:]
         var skewReported = false
         /// Live batches completed (checkpoint written) whose acknowledgement waits for the next
         /// tick, per collection: the newest one, acknowledging all.
@@ -89,9 +89,9 @@ public final class ReplicationNode {
         var protocol2 = false
         /// The peer set `Capability.prune`: it takes `prune` frames.
         var takesPrune = false
-        /// Collections whose pushes we asked this peer to stop (`prune`), until we next request
-        /// from it: not asked twice.
-        var pruned: Set<String> = []
+        /// Collections whose pushes we asked this peer to stop (`prune`), and when: until we next
+        /// request from it, our tree changes or pruneLeaseMillis pass (then `graft`).
+        var pruned: [String: UInt64] = [:]
         var sentRefs = PeerRefTable()
         var heardRefs = PeerRefTable()
         /// Gossip the mesh sent before the peer's HELLO told us its form: the newest per origin.
@@ -121,8 +121,8 @@ public final class ReplicationNode {
         /// Local sequences of this collection whose change is exactly what this link's peer sent
         /// us (not announced back to it); pruned as the stream passes them.
         var echoes: Set<Int64> = []
-        /// The peer pruned this stream: live changes go as announces, without bodies, until it
-        /// requests something (it needed what we announced) or the link leaves the tree.
+        /// The peer pruned this stream: live changes go as pushes without bodies, until it requests
+        /// something (it needed what we pushed), grafts, or this link's tree flag changes here.
         var lazy = false
 
         init(since: UInt64) {
@@ -138,8 +138,9 @@ public final class ReplicationNode {
         var waiting: [String: ReplicationMessage.AnnouncedChange] = [:]
         var requested: Set<String> = []
         var deferred: Set<String> = []
-        /// Announced on a link we pruned: left for the pushing path until `pruneWaitMillis` past
-        /// `announcedAt`, then deferred as any other (requested here unless in flight elsewhere).
+        /// Announced on a link we pruned: left for other paths until the prune wait has passed since
+        /// `announcedAt` (the node wakes for it), then deferred as any other (requested here unless
+        /// in flight on another link).
         var awaitingPush: Set<String> = []
         var announcedAt: UInt64 = 0
         /// Came as a push (live changes): its acknowledgement may wait for the next tick.
@@ -172,26 +173,35 @@ public final class ReplicationNode {
     public func setTreeLink(_ link: LinkID, _ onTree: Bool) -> [ReplicationAction] {
         guard let l = links[link], l.onTree != onTree else { return [] }
         l.onTree = onTree
+        // Our side: the peer's prune was about the tree before (a second copy prunes us anew).
         for stream in l.push.values { stream.lazy = false }
-        // Our tree moved: the paths we pruned because another one brought their bodies first
-        // may be the only ones now. Ask for their pushes again (a second copy prunes them anew).
-        // What they announced and we left for the pushing path is asked for now (unless in flight).
-        var actions: [ReplicationAction] = []
-        var grafted = false
-        for other in links.values.sorted(by: { $0.id < $1.id }) where !other.pruned.isEmpty {
-            for name in other.pruned.sorted() { actions.append(.send(other.id, ReplicationMessage.graft(collection: name).encoded())) }
-            other.pruned = []
-            for batch in other.pull.values.joined() where !batch.awaitingPush.isEmpty {
-                batch.deferred.formUnion(batch.awaitingPush)
-                batch.awaitingPush = []
-                grafted = true
-            }
-        }
-        if grafted { actions += retryDeferred(now: lastNow, force: []) }
-        guard onTree else { return actions }
+        // A link we pruned that joins our tree is the path now: ask for its pushes again.
+        guard onTree else { return [] }
+        var actions = graft(on: [l]) { _ in true }
         for (name, stream) in l.push.sorted(by: { CollectionName.replicatesBefore($0.key, $1.key) }) {
             do { actions += try pump(l, name, stream) } catch { actions += fail(l, .store(error), now: lastNow) }
         }
+        return actions
+    }
+
+    /// Sends `graft` for every collection we pruned on a link where `due` says so (given when it
+    /// was pruned), and asks now for what those links announced that we left for other paths
+    /// (unless in flight elsewhere).
+    func graft(on some: [Link]? = nil, where due: (UInt64) -> Bool) -> [ReplicationAction] {
+        var actions: [ReplicationAction] = []
+        var moved = false
+        for l in some ?? links.values.sorted(by: { $0.id < $1.id }) where !l.pruned.isEmpty {
+            for (name, at) in l.pruned.sorted(by: { $0.key < $1.key }) where due(at) {
+                actions.append(.send(l.id, ReplicationMessage.graft(collection: name).encoded()))
+                l.pruned[name] = nil
+                for batch in l.pull[name] ?? [] where !batch.awaitingPush.isEmpty {
+                    batch.deferred.formUnion(batch.awaitingPush)
+                    batch.awaitingPush = []
+                    moved = true
+                }
+            }
+        }
+        if moved { actions += retryDeferred(now: lastNow, force: []) }
         return actions
     }
 
@@ -378,7 +388,8 @@ public final class ReplicationNode {
     /// Time passed: requests deferred to another link whose timeout ran out go to their own link.
     public func tick(now: UInt64) -> [ReplicationAction] {
         lastNow = max(lastNow, now)
-        var actions: [ReplicationAction] = []
+        // Prunes are leases (see pruneLeaseMillis).
+        var actions = graft { now >= $0 + settings.pruneLeaseMillis }
         for l in links.values.sorted(by: { $0.id < $1.id }) where !l.heldAcks.isEmpty {
             for (name, held) in l.heldAcks.sorted(by: { $0.key < $1.key }) {
                 actions.append(.send(l.id, ReplicationMessage.acknowledge(collection: name, batch: held.batch, upTo: held.upTo).encoded()))

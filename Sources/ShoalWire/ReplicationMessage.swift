@@ -89,11 +89,11 @@ public enum ReplicationMessage: Sendable, Equatable {
     /// after that by its first 8 bytes (see `PeerRef`). About a third of `topology`'s bytes.
     case topologyRefs([TopologyEntry])
     /// "Your pushes of this collection bring me bodies I already hold (another path brought them
-    /// first): announce, do not push." Only to a peer that set `Capability.prune`. A request on
-    /// the link undoes it (the receiver needed what was announced), and so does `graft`.
+    /// first): push without bodies." Only to a peer that set `Capability.prune`. A request on the
+    /// link undoes it (the receiver needed what was pushed), and so does `graft`.
     case prune(collection: String)
-    /// "Push this collection to me again": the receiver's spanning tree changed since it pruned,
-    /// so this link may be its only path now. Only to a peer that set `Capability.prune`.
+    /// "Push this collection's bodies to me again": the pruned link joined the receiver's spanning
+    /// tree, or the prune's lease ran out. Only to a peer that set `Capability.prune`.
     case graft(collection: String)
     /// Blobs (only to a peer whose HELLO set `Capability.blobs`). "Send me this blob's manifest."
     case blobManifestRequest(digest: BlobDigest)

@@ -356,7 +356,7 @@ struct ReplicationTests {
         #expect(try nodes[2].snapshot()["late"]?.0 == "{\"l\":1}")
     }
 
-    @Test("a link whose pushes bring bodies already held is pruned (announces only); a request there, or a tree change, puts its pushes back; nothing is lost")
+    @Test("a link whose pushes bring bodies already held is pruned (no bodies); a request there, its joining the tree or the lease running out puts its pushes back; nothing is lost")
     func pruneAndGraft() throws {
         let nodes = try makeNodes(["a", "b", "c"])
         defer { nodes.forEach { $0.close() } }
@@ -400,17 +400,80 @@ struct ReplicationTests {
             guard case .prune = m.message else { return false }
             return (m.from == 1 && m.link == ab) || (m.from == 2 && m.link == ac2)
         }, "no link from a was pruned")
-        let before = net.pushModes.count
+        func grafted(since count: Int) -> Bool {
+            net.pushModes.dropFirst(count).contains { m in
+                guard case .graft = m.message else { return false }
+                return m.from == fromA.from && m.link == fromA.link
+            }
+        }
+        // Off X's tree, then on it again: the pruned link is X's path now.
+        var before = net.pushModes.count
         net.process(fromA.from, nodes[fromA.from].node.setTreeLink(fromA.link, false))
-        let grafts = net.pushModes.dropFirst(before).filter { if case .graft = $0.message { true } else { false } }
-        #expect(grafts.contains { $0.from == fromA.from && $0.link == fromA.link }, "no graft after the tree moved")
+        #expect(!grafted(since: before), "grafted a link that left the tree")
+        net.process(fromA.from, nodes[fromA.from].node.setTreeLink(fromA.link, true))
+        #expect(grafted(since: before), "no graft when the pruned link joined the tree")
         net.settle()
         try write("after-graft")
         #expect(try nodes[fromA.from].snapshot()["after-graft"] != nil, "a did not push again after the graft")
-        net.tick(ReplicationSettings().pruneWaitMillis)
+
+        // A prune is a lease: pruneLeaseMillis later the link is grafted without any tree change.
+        for i in 0..<10 { try write("r-\(i)") }
+        let pruned = try #require(net.pushModes.last { if case .prune = $0.message { true } else { false } })
+        before = net.pushModes.count
+        net.tick(ReplicationSettings().pruneLeaseMillis)
+        #expect(net.pushModes.dropFirst(before).contains { m in
+            guard case .graft = m.message else { return false }
+            return m.from == pruned.from && m.link == pruned.link
+        }, "the prune outlived its lease")
         net.settle()
         try expectConverged(nodes)
         #expect(net.closeErrors().isEmpty)
+    }
+
+    @Test("one document changed in several batches on a pruned link: after the prune wait, every batch asks for it at once (none waits for the next tick)")
+    func prunedRepeats() throws {
+        // "p" makes real versions and bodies; "n" is the node under test, fed by hand on two links.
+        let nodes = try makeNodes(["p", "n"])
+        defer { nodes.forEach { $0.close() } }
+        let (p, n) = (nodes[0], nodes[1])
+        let name = readings.description
+        let first = try p.put("x", "{\"x\":1}")
+        var ys: [Change] = []
+        for v in 1...3 { p.wall.advance(1); ys.append(try p.put("y", "{\"y\":\(v)}")) }
+        let hello = { (id: UInt8) in ReplicationMessage.hello(version: 1, peer: PeerID(bytes: Array(repeating: id, count: 32)), group: "test.group",
+            capabilities: ReplicationMessage.Capability.prune | ReplicationMessage.Capability.protocol2, purgeHorizonMillis: 0, neighbours: [],
+            collections: [.init(name: name, push: true, pull: false)]).encoded() }
+        func change(_ c: Change, _ seq: UInt64) -> ReplicationMessage.AnnouncedChange {
+            .init(sequence: seq, id: c.id.description, deleted: false, version: c.version)
+        }
+        let body = Array("{\"x\":1}".utf8)
+        var out: [ReplicationAction] = []
+        _ = n.node.linkOpened(1); _ = n.node.linkOpened(2)
+        out += n.node.frameReceived(1, hello(7), now: 1)
+        out += n.node.frameReceived(2, hello(8), now: 1)
+        // x comes by link 1, then by link 2 too: link 2 is pruned.
+        out += n.node.frameReceived(1, ReplicationMessage.push(collection: name, batch: 1, upTo: 1, changes: [change(first, 1)],
+                                                               documents: [.init(id: "x", deleted: false, version: [], body: body)]).encoded(), now: 2)
+        out += n.node.frameReceived(2, ReplicationMessage.push(collection: name, batch: 1, upTo: 1, changes: [change(first, 1)],
+                                                               documents: [.init(id: "x", deleted: false, version: [], body: body)]).encoded(), now: 2)
+        let frames = { (acts: [ReplicationAction]) in acts.compactMap { a -> ReplicationMessage? in
+            guard case .send(2, let bytes) = a else { return nil }
+            return try? ReplicationMessage(decoding: bytes)
+        } }
+        #expect(frames(out).contains(.prune(collection: name)), "\(frames(out).map(\.kind))")
+        // y changes three times; link 2 pushes each without its body, and nobody else brings it.
+        out = []
+        for (k, y) in ys.enumerated() {
+            out += n.node.frameReceived(2, ReplicationMessage.push(collection: name, batch: UInt64(2 + k), upTo: UInt64(2 + k),
+                                                                   changes: [change(y, UInt64(2 + k))], documents: []).encoded(), now: 3)
+        }
+        #expect(!frames(out).contains { if case .request = $0 { true } else { false } }, "asked before the prune wait")
+        let due = try #require(n.node.wakeAt)
+        let asked = frames(n.node.wake(now: due)).compactMap { m -> UInt64? in
+            if case .request(_, let batch, let ids) = m, ids == ["y"] { return batch }
+            return nil
+        }
+        #expect(asked.sorted() == [2, 3, 4], "batches asking for y: \(asked)")
     }
 
     @Test("a requested document unchanged since its announce goes without its version (as announced); one changed since goes with its new version")
@@ -519,6 +582,10 @@ struct ReplicationTests {
             // A repeated announce (the same batch again) would be a second batch waiting for what the first settled.
             ("the same batch twice", [hello] + Array(repeating: ReplicationMessage.announce(collection: "sensors.readings", batch: 4, upTo: 9, changes: [
                 .init(sequence: 9, id: "elsewhere", deleted: false, version: DocumentVersion(vector: try VersionVector(entries: [.init(peer: peer, timestamp: HLCTimestamp(rawValue: 5 << 16))]), bodyDigest: 1).encoded)]).encoded(), count: 2),
+             { if case .protocolViolation = $0 { return true }; return false }),
+            // A later batch up to a lower sequence, behind one still waiting: the checkpoint would pass it.
+            ("upTo going back", [hello, ReplicationMessage.announce(collection: "sensors.readings", batch: 4, upTo: 100, changes: []).encoded(),
+                                 ReplicationMessage.announce(collection: "sensors.readings", batch: 5, upTo: 50, changes: []).encoded()],
              { if case .protocolViolation = $0 { return true }; return false }),
             ("prune of a collection not pushed", [hello, ReplicationMessage.prune(collection: "nowhere").encoded()],
              { if case .protocolViolation = $0 { return true }; return false }),
