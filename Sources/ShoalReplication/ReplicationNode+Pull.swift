@@ -112,7 +112,8 @@ extension ReplicationNode {
             // Another path brought them first: this link's pushes of the collection are (for now)
             // a second copy. The peer announces instead; what we lack we then request of it.
             // (With no other link, they came over this one before: a resumed batch, not a path.)
-            if l.takesPrune, ask.isEmpty, l.pruned[name] == nil, links.values.contains(where: { $0 !== l && $0.peer != nil }) {
+            if l.takesPrune, ask.isEmpty, l.pruned[name] == nil,
+               links.values.contains(where: { $0 !== l && $0.pruned[name] == nil && $0.lastInbound[name] != nil }) {
                 l.pruned[name] = now
                 actions.append(.send(l.id, ReplicationMessage.prune(collection: name).encoded()))
             }
@@ -204,7 +205,7 @@ extension ReplicationNode {
         actions += try completeIfDone(l, peerID, name)
         actions += blobsReferenced(by: docs, collection: name, link: l.id, now: now)
         // What arrived may be what other links' batches were waiting for.
-        actions += try settleDeferred(collection: name, except: l.id)
+        actions += try settleDeferred(collection: name)
         if !items.isEmpty { actions += localChangesCommitted() }
         return actions
     }
@@ -257,11 +258,12 @@ extension ReplicationNode {
         return actions
     }
 
-    /// Drops deferred documents that are now held (received over another link).
-    func settleDeferred(collection name: String, except: LinkID) throws -> [ReplicationAction] {
+    /// Drops deferred documents that are now held (received over another link, or over this one
+    /// for another of its batches: a document changed twice, announced in two).
+    func settleDeferred(collection name: String) throws -> [ReplicationAction] {
         var actions: [ReplicationAction] = []
         guard let policy = policies[name] else { return [] }
-        for l in links.values.sorted(by: { $0.id < $1.id }) where l.id != except {
+        for l in links.values.sorted(by: { $0.id < $1.id }) {
             guard let batches = l.pull[name], let peerID = l.peer else { continue }
             for inbound in batches where !inbound.deferred.isEmpty || !inbound.awaitingPush.isEmpty {
             let ids = inbound.deferred.union(inbound.awaitingPush).sorted()
@@ -293,7 +295,11 @@ extension ReplicationNode {
         return actions
     }
 
-    func pruneWait(_ l: Link) -> UInt64 { l.slow ? settings.pruneWaitSlowMillis : settings.pruneWaitMillis }
+    /// How long what a pruned link announced is left for other paths: longer when some link is
+    /// slow (the path bringing it may cross Bluetooth LE, whichever link announced it).
+    func pruneWait(_ l: Link) -> UInt64 {
+        links.values.contains { $0.slow } ? settings.pruneWaitSlowMillis : settings.pruneWaitMillis
+    }
 
     /// A request of `ids` on `l`. It undoes our `prune` there: the peer pushes this collection
     /// again (it had what we needed, so its path is no second copy).

@@ -122,7 +122,7 @@ public final class ReplicationNode {
         /// us (not announced back to it); pruned as the stream passes them.
         var echoes: Set<Int64> = []
         /// The peer pruned this stream: live changes go as pushes without bodies, until it requests
-        /// something (it needed what we pushed), grafts, or this link's tree flag changes here.
+        /// something (it needed what we pushed), grafts, or this link joins our tree (again).
         var lazy = false
 
         init(since: UInt64) {
@@ -173,10 +173,10 @@ public final class ReplicationNode {
     public func setTreeLink(_ link: LinkID, _ onTree: Bool) -> [ReplicationAction] {
         guard let l = links[link], l.onTree != onTree else { return [] }
         l.onTree = onTree
-        // Our side: the peer's prune was about the tree before (a second copy prunes us anew).
-        for stream in l.push.values { stream.lazy = false }
-        // A link we pruned that joins our tree is the path now: ask for its pushes again.
         guard onTree else { return [] }
+        // Joining our tree: the peer's prune was about the tree before (a second copy prunes us
+        // anew). And a link we pruned that joins our tree is the path now: ask for its pushes again.
+        for stream in l.push.values { stream.lazy = false }
         var actions = graft(on: [l]) { _ in true }
         for (name, stream) in l.push.sorted(by: { CollectionName.replicatesBefore($0.key, $1.key) }) {
             do { actions += try pump(l, name, stream) } catch { actions += fail(l, .store(error), now: lastNow) }
