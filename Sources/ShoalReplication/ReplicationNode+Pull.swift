@@ -110,8 +110,10 @@ extension ReplicationNode {
         if held > 0 {
             heldPushedBodies += held
             // Another path brought them first: this link's pushes of the collection are (for now)
-            // a second copy. The peer announces instead; what we lack we then request of it.
-            // (With no other link, they came over this one before: a resumed batch, not a path.)
+            // a second copy. The peer then pushes without bodies; what we lack we request of it.
+            // Not when this push left us asking for more, nor unless another unpruned link
+            // announces the collection to us (else they came over this one before: a resumed
+            // batch, not a second path).
             if l.takesPrune, ask.isEmpty, l.pruned[name] == nil,
                links.values.contains(where: { $0 !== l && $0.pruned[name] == nil && $0.lastInbound[name] != nil }) {
                 l.pruned[name] = now
@@ -295,8 +297,8 @@ extension ReplicationNode {
         return actions
     }
 
-    /// How long what a pruned link announced is left for other paths: longer when some link is
-    /// slow (the path bringing it may cross Bluetooth LE, whichever link announced it).
+    /// How long what a pruned link (`l`) announced is left for other paths: longer when any link
+    /// is slow (the path bringing it may cross Bluetooth LE, whatever `l` is).
     func pruneWait(_ l: Link) -> UInt64 {
         links.values.contains { $0.slow } ? settings.pruneWaitSlowMillis : settings.pruneWaitMillis
     }

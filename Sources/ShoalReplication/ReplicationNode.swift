@@ -89,8 +89,9 @@ public final class ReplicationNode {
         var protocol2 = false
         /// The peer set `Capability.prune`: it takes `prune` frames.
         var takesPrune = false
-        /// Collections whose pushes we asked this peer to stop (`prune`), and when: until we next
-        /// request from it, our tree changes or pruneLeaseMillis pass (then `graft`).
+        /// Collections whose bodies we asked this peer to stop pushing (`prune`), and when: until
+        /// we next request from it, its bodies come again, the link joins our tree or
+        /// pruneLeaseMillis pass (the last two send `graft`).
         var pruned: [String: UInt64] = [:]
         var sentRefs = PeerRefTable()
         var heardRefs = PeerRefTable()
