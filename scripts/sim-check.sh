@@ -9,7 +9,9 @@
 # blob, no chunk is sent to a node that verified it, and without faults at most 1.2× one copy per
 # node is sent; and a 250-gateway random mesh (gossip paced: frames in flight and bytes bounded);
 # and concurrent edits of single fields under partitions and crashes: every field of every
-# document never deleted ends with its newest write on every node (the field-level merge).
+# document never deleted ends with its newest write on every node (the field-level merge); and 100
+# gateways on BLE-like links, where control may take at most a tenth of any link's capacity in any
+# second; and a replay: the same seeds with every fault in two processes give the same report.
 # Part of `make test`; `make soak` runs more seeds.
 # Usage: scripts/sim-check.sh [SEEDS]   (SHOAL_BIN overrides the binary)
 set -uo pipefail
@@ -26,6 +28,7 @@ scenarios=(
   "grid-25      --nodes 25 --topology grid --seconds 60"
   "random-20    --nodes 20 --topology random --seconds 60"
   "random-250   --nodes 250 --topology random --max-connections 3 --writes 50 --seconds 10"
+  "ble-100      --nodes 100 --kind ble --topology random --max-connections 3 --seconds 300 --max-control-share 0.1"
   "faults-10    --nodes 10 --partitions --crashes --loss 0.05 --skew 90000 --duplicate 0.002 --reorder 0.005 --seconds 200"
   "ble-8        --nodes 8 --kind ble --partitions --crashes --seconds 240"
   "fields-10    --nodes 10 --field-edits --writes 60 --partitions --crashes --loss 0.05 --seconds 200"
@@ -48,6 +51,8 @@ run() {
   case $name in blob*) n=$(( (seeds + 3) / 4 ));; esac
   # A large mesh takes ~10 s of one core per seed: one seed per hundred (2 in `make test`).
   case $name in random-250) n=$(( (seeds + 99) / 100 ));; esac
+  # 100 BLE gateways: ~1.5 s of one core per seed, one seed in twenty (10 in `make test`).
+  case $name in ble-100) n=$(( (seeds + 19) / 20 ));; esac
   "$bin" sim "$@" --seeds "$n" --quiet >"$logs/$name.txt" 2>&1
   echo $? >"$logs/$name.rc"
 }
@@ -60,6 +65,19 @@ for s in "${scenarios[@]}"; do
   if [ ${#pids[@]} -ge 2 ]; then wait "${pids[0]}"; pids=("${pids[@]:1}"); fi
 done
 wait
+
+# Replays: the same seeds in a second process give the same report. Each process hashes with a
+# seed of its own, so a fault whose effects follow a Dictionary's order (a crash closing its links
+# in hash order did) shows here as two different reports.
+replay=(--nodes 10 --field-edits --partitions --crashes --loss 0.05 --skew 90000 --duplicate 0.002 --reorder 0.005 --seconds 200 --seeds 10)
+for r in 1 2; do "$bin" sim "${replay[@]}" 2>&1 | grep -v "speed" >"$logs/replay.$r"; done
+if diff "$logs/replay.1" "$logs/replay.2" >"$logs/replay.diff"; then
+  echo "sim replay     ok    10 seeds with every fault, two processes, the same report"
+else
+  status=1
+  echo "sim replay     FAILED: two processes gave different reports for the same seeds"
+  cat "$logs/replay.diff"
+fi
 
 for s in "${scenarios[@]}"; do
   read -r name args <<<"$s"
@@ -74,9 +92,10 @@ for s in "${scenarios[@]}"; do
   fi
 done
 blobs=$(printf '%s\n' "${scenarios[@]}" | grep -c '^blob')
-echo "simulation check: $(( ${#scenarios[@]} - blobs - 1 )) scenarios × $seeds seeds, random-250 × $(( (seeds + 99) / 100 )) and $blobs blob scenarios × $(( (seeds + 3) / 4 )) seeds run in $(( $(date +%s) - started )) s"
+echo "simulation check: $(( ${#scenarios[@]} - blobs - 2 )) scenarios × $seeds seeds, random-250 × $(( (seeds + 99) / 100 )), ble-100 × $(( (seeds + 19) / 20 )) and $blobs blob scenarios × $(( (seeds + 3) / 4 )) seeds, and a replay, run in $(( $(date +%s) - started )) s"
 grep -h "faults (all seeds)" "$logs"/*.txt | sed 's/^ */sim faults: /'
 grep -h "trust (all seeds)" "$logs"/*.txt | sed 's/^ */sim trust: /'
+grep -h "control per link" "$logs/ble-100.txt" | sed 's/^ */sim ble-100: /'
 for f in "$logs"/blob*.txt; do echo "sim $(basename "$f" .txt): $(grep -h "blob ratio" "$f" | sed 's/  */ /g')"; done
 
 exit $status

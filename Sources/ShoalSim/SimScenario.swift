@@ -29,6 +29,9 @@ public struct SimScenario: Sendable {
     public var blobs = 0
     public var blobMinBytes = 64_000
     public var blobMaxBytes = 4_000_000
+    /// When set, an invariant: in no virtual second does control take more than this share of a
+    /// link direction's capacity (0.1: a tenth).
+    public var maxControlShare: Double?
     public init() {}
 }
 
@@ -52,6 +55,8 @@ public struct SimReport: Sendable {
     public var gossipBytes: UInt64 = 0
     public var controlShare: Double { allBytes == 0 ? 0 : Double(controlBytes) / Double(allBytes) }
     public var idealBytes: UInt64 = 0
+    /// Control bytes per link direction against the link's capacity (see SimControlLoad).
+    public var controlLoad = SimControlLoad()
     public var linksPerNode: [Int] = []
     public var crashes = 0
     public var partitions = 0
@@ -162,6 +167,7 @@ extension SimScenario {
             case .documents, .blobData: break
             }
         }
+        report.controlLoad = sim.controlLoad
         if config.blobs {
             report.blobCount = sim.blobsWritten.count
             report.blobBytes = sim.blobBytesSent
@@ -198,6 +204,9 @@ extension SimScenario {
         if report.idealBytes > 0, report.bytesRatio > SimScenario.trafficBound(faults: faults) {
             let ratio = Int(report.bytesRatio * 10)
             report.failures.append("\(ratio / 10).\(ratio % 10)× the ideal bytes sent (bound \(Int(SimScenario.trafficBound(faults: faults)))×)")
+        }
+        if let bound = maxControlShare, report.controlLoad.percentile(1) > bound {
+            report.failures.append("control took \(Int(report.controlLoad.percentile(1) * 1000)) ‰ of a link direction's capacity in one second (bound \(Int(bound * 1000)) ‰)")
         }
         if config.blobs {
             if !report.blobsHeld { report.failures.append("a node lacks a blob") }

@@ -19,6 +19,7 @@ extension Simulation {
         let id = nextConn
         nextConn += 1
         var conn = Conn(a: from, b: to, transport: t)
+        conn.openedAt = now
         // Authentication first, as on a real link: neither core hears of a link that failed it.
         // With trust and no real TLS, the books answer what the authenticators would: a revoked
         // peer's certificate is refused by whichever side revokes it.
@@ -85,6 +86,7 @@ extension Simulation {
             let delay = notifyPeer ? kind(c.transport).latencyMillis : 3_000
             schedule(at: now + delay, .remoteClosed(conn: id, to: other))
         } else {
+            retire(c)
             conns[id] = nil
         }
     }
@@ -105,6 +107,10 @@ extension Simulation {
         bytesSent += bytes
         framesSent += 1
         bytesByType[frame.first ?? 0, default: 0] += bytes
+        switch ReplicationMessage.frameClass(ofFirstByte: frame.first ?? 0) {
+        case .gossip, .control: noteControl(&c, side: side, bytes: bytes)
+        case .documents, .blobData: break
+        }
         if config.blobs { noteBlobFrame(frame, to: toB ? c.b : c.a) }
         if debugBodies, case .push(_, _, _, let changes, let docs)? = try? ReplicationMessage(decoding: frame) {
             pushedBodies += docs.count

@@ -117,6 +117,11 @@ public final class Simulation {
         var busyUntil: [UInt64] = [0, 0]  // a→b, b→a
         var inFlight: [Int] = [0, 0]
         var tls: SimTLSLink?
+        var openedAt: UInt64 = 0
+        /// Control bytes per direction: over the link's life, and in the current virtual second.
+        var control: [UInt64] = [0, 0]
+        var controlSecond: [UInt64] = [0, 0]
+        var controlInSecond: [UInt64] = [0, 0]
     }
     /// Per node, with `config.tls`: (client, server) contexts.
     var tlsContexts: [(TLSContext, TLSContext)] = []
@@ -135,6 +140,7 @@ public final class Simulation {
     public internal(set) var framesSent: UInt64 = 0
     /// Bytes sent per message type (the frame's first byte: see ReplicationMessage).
     public internal(set) var bytesByType: [UInt8: UInt64] = [:]
+    var controlLoadSoFar = SimControlLoad()
     public var debugBodies = getenv("SHOAL_SIM_BYTES") != nil
     public internal(set) var pushedBodies = 0
     public internal(set) var pushedChanges = 0
@@ -266,7 +272,7 @@ public final class Simulation {
             guard var conn = conns[c] else { return }
             if to == conn.a { conn.openA = false } else { conn.openB = false }
             conns[c] = conn
-            if !conn.openA && !conn.openB { conns[c] = nil }
+            if !conn.openA && !conn.openB { retire(conn); conns[c] = nil }
             input(nodes[to], .linkClosed(c))
         case .committed(let i):
             let n = nodes[i]
@@ -343,7 +349,7 @@ public final class Simulation {
     func crash(_ n: SimNode) {
         crashCount += 1
         note("node \(n.index) crashed")
-        for (id, c) in conns where (c.a == n.index && c.openA) || (c.b == n.index && c.openB) {
+        for (id, c) in conns.sorted(by: { $0.key < $1.key }) where (c.a == n.index && c.openA) || (c.b == n.index && c.openB) {
             closeSide(id, at: n.index, tellNode: false)
         }
         n.up = false

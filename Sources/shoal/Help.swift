@@ -396,7 +396,8 @@ enum Help {
                              [--seconds S] [--seed X] [--seeds K] [--loss P] [--partitions] [--crashes]
                              [--skew MS] [--writes N] [--body BYTES] [--burst N] [--edits on|off]
                              [--resolver fieldMerge|lastWriteWins] [--field-edits] [--max-connections N] [--tls] [--dot] [--dir DIR]
-                             [--duplicate P] [--reorder P] [--blobs N] [--blob-bytes MIN-MAX] [--quiet]
+                             [--duplicate P] [--reorder P] [--blobs N] [--blob-bytes MIN-MAX]
+                             [--max-control-share P] [--quiet]
 
             Runs N gateways (default 10) in one process on a simulated radio in virtual time: real
             SQLite stores (in DIR, default /dev/shm), the real replicator and the real mesh manager.
@@ -421,7 +422,10 @@ enum Help {
             line and failed seeds only). --blobs N keeps N blobs (sizes between --blob-bytes MIN and
             MAX, default 64000-4000000) on random nodes with documents referencing them; every node
             must fetch every blob, and the report adds blob bytes against one copy per node and
-            chunks sent to a node that had them already.
+            chunks sent to a node that had them already. The report also gives control traffic
+            (frames with no document or blob data) per link direction against the link's capacity,
+            per virtual second and over each link's life; --max-control-share P makes "no second
+            over P of a link's capacity" an invariant (0.1: a tenth).
             """,
         "bench": """
             Usage: shoal bench [all] [--baseline-binary PATH] [--dir DIR] [--port P]

@@ -10,7 +10,7 @@ extension CLI {
         let a = try Arguments.parse(args, command: "sim",
                                     valueOptions: ["--nodes", "--topology", "--seconds", "--seed", "--seeds", "--loss", "--duplicate", "--reorder", "--kind",
                                                    "--writes", "--body", "--max-connections", "--dir", "--skew", "--burst", "--edits", "--resolver",
-                                                   "--blobs", "--blob-bytes"],
+                                                   "--blobs", "--blob-bytes", "--max-control-share"],
                                     flagOptions: ["--partitions", "--crashes", "--dot", "--quiet", "--tls", "--trust", "--field-edits"])
         if helpIfAsked(a, "sim") { return ExitCode.ok }
         try a.expectPositionals(0...0, command: "sim", usage: "sim [--nodes N] [--topology T] ...")
@@ -36,6 +36,10 @@ extension CLI {
             guard let text = a.values[option] else { continue }
             guard let p = Double(text), p >= 0, p < 1 else { throw UsageError(command: "sim", message: "\(option) is a probability in [0, 1), not \"\(text)\"") }
             s.config[keyPath: path] = p
+        }
+        if let text = a.values["--max-control-share"] {
+            guard let p = Double(text), p > 0, p <= 1 else { throw UsageError(command: "sim", message: "--max-control-share is a share of a link's capacity in (0, 1], not \"\(text)\"") }
+            s.maxControlShare = p
         }
         s.writes = try a.int("--writes", command: "sim", default: 20, range: 0...100_000)
         s.bodyBytes = try a.int("--body", command: "sim", default: 1024, range: 16...1_000_000)
@@ -124,6 +128,8 @@ extension CLI {
         out("  bytes sent                \(r.bytesDuringWrites) during the writes; ideal (one body per node) \(r.idealBytes): ratio \(fmt2(r.bytesRatio))\(s.config.faultsUntilMillis > 0 ? " (includes re-syncs after faults)" : " (goal <= 1.2)")")
         let share = { (b: UInt64) in r.allBytes == 0 ? "0" : fmt2(100 * Double(b) / Double(r.allBytes)) }
         out("  control bytes             \(r.controlBytes) of \(r.allBytes) over the run: \(share(r.controlBytes)) % (gossip \(share(r.gossipBytes)) %) (goal <= 10 %)")
+        let load = r.controlLoad
+        out("  control per link          worst direction over its life \(fmt2(100 * load.worstLifeShare)) % of the link's capacity (\(load.directions) directions open >= 1 s; goal <= 10 %); per second: 99th percentile \(fmt2(100 * load.percentile(0.99))) %, worst \(fmt2(100 * load.percentile(1))) %, \(fmt2(100 * load.secondsOver(0.1))) % of \(load.secondShares.count) link-seconds over 10 %")
         out("  links per node            min \(links.min() ?? 0), max \(links.max() ?? 0), mean \(fmt2(Double(links.reduce(0, +)) / Double(max(1, links.count)))); total \(links.reduce(0, +) / 2)")
         if r.crashes + r.partitions + r.faultyFrames > 0 { out("  faults                    \(r.crashes.counted("crash", plural: "crashes")), \(r.partitions.counted("partition")), \(r.faultyFrames.counted("frame")) duplicated or reordered") }
         if let t = r.trust {
@@ -147,6 +153,8 @@ extension CLI {
         if !withBlobs.isEmpty {
             out("  blob ratio (median, max)  \(fmt2(median(withBlobs.map(\.blobRatio)))), \(fmt2(withBlobs.map(\.blobRatio).max() ?? 0)); \(withBlobs.map(\.blobCount).reduce(0, +)) blobs, \(withBlobs.filter { !$0.blobsHeld }.count) seeds with a node lacking one, \(withBlobs.map(\.blobChunksResent).reduce(0, +)) chunks sent to a node that had them")
         }
+        let life = reports.map(\.controlLoad.worstLifeShare), second = reports.map { $0.controlLoad.percentile(1) }
+        out("  control per link          worst direction over its life (median, max) \(fmt2(100 * median(life))) %, \(fmt2(100 * (life.max() ?? 0))) %; worst second \(fmt2(100 * median(second))) %, \(fmt2(100 * (second.max() ?? 0))) % of the link's capacity")
         out("  frames in flight (max)    \(reports.map(\.maxFramesInFlight).max() ?? 0)")
         let faulty = reports.map(\.faultyFrames).reduce(0, +), crashes = reports.map(\.crashes).reduce(0, +), partitions = reports.map(\.partitions).reduce(0, +)
         if faulty + crashes + partitions > 0 { out("  faults (all seeds)        \(crashes.counted("crash", plural: "crashes")), \(partitions.counted("partition")), \(faulty.counted("frame")) duplicated or reordered") }

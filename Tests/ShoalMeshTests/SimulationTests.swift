@@ -70,6 +70,26 @@ struct SimulationTests {
         #expect(r.bytesRatio <= SimScenario.trafficBound(faults: true) && r.maxFramesInFlight <= SimScenario.maxFramesInFlightBound)
     }
 
+    @Test("BLE: control per link direction and second, against the link's capacity: the gossip pace keeps it under a tenth; an unpaced mesh goes over and fails the bound")
+    func controlPerLink() async throws {
+        func run(entriesPerInterval: Int) async throws -> SimReport {
+            try await offPool(scenario(nodes: 60, topology: .random, seed: 11, seconds: 120) {
+                $0.config.kind = .ble
+                $0.config.mesh.transports = [.bluetooth]
+                $0.config.mesh.maxConnectionCount = 3
+                $0.config.mesh.gossipPerIntervalBluetooth = entriesPerInterval
+                $0.maxControlShare = 0.1
+            })
+        }
+        let paced = try await run(entriesPerInterval: 2)
+        #expect(paced.failures.isEmpty, "\(paced.failures)")
+        #expect(paced.controlLoad.percentile(1) > 0.01 && paced.controlLoad.percentile(1) <= 0.1)
+        #expect(paced.controlLoad.directions > 0 && paced.controlLoad.worstLifeShare <= paced.controlLoad.percentile(1) + 0.01)
+        let unpaced = try await run(entriesPerInterval: 10_000)
+        #expect(unpaced.controlLoad.percentile(1) > 0.1)
+        #expect(unpaced.failures.contains { $0.hasPrefix("control took") }, "\(unpaced.failures)")
+    }
+
     @Test("a seed replays exactly")
     func replay() async throws {
         let a = try await offPool(scenario(nodes: 10, seed: 9) { $0.config.partitions = true; $0.config.faultsUntilMillis = 30_000 })
