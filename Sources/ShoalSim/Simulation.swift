@@ -114,14 +114,25 @@ public final class Simulation {
         let transport: MeshTransport
         var openA = true
         var openB = true
-        var busyUntil: [UInt64] = [0, 0]  // a→b, b→a
-        var inFlight: [Int] = [0, 0]
+        var busyUntil = PerSide<UInt64>(0)
+        var inFlight = PerSide<Int>(0)
         var tls: SimTLSLink?
         var openedAt: UInt64 = 0
         /// Control bytes per direction: over the link's life, and in the current virtual second.
-        var control: [UInt64] = [0, 0]
-        var controlSecond: [UInt64] = [0, 0]
-        var controlInSecond: [UInt64] = [0, 0]
+        var control = PerSide<UInt64>(0)
+        var controlSecond = PerSide<UInt64>(0)
+        var controlInSecond = PerSide<UInt64>(0)
+    }
+    /// One value per direction of a link (0: a→b, 1: b→a), held inline: a Conn is copied on every
+    /// frame, and arrays there cost a retain and a release each.
+    struct PerSide<Value> {
+        var ab: Value
+        var ba: Value
+        init(_ value: Value) { ab = value; ba = value }
+        subscript(side: Int) -> Value {
+            get { side == 0 ? ab : ba }
+            set { if side == 0 { ab = newValue } else { ba = newValue } }
+        }
     }
     /// Per node, with `config.tls`: (client, server) contexts.
     var tlsContexts: [(TLSContext, TLSContext)] = []
