@@ -101,7 +101,7 @@ extension Simulation {
     public var duplicateLinks: [String] {
         var seen: [[Int]: Int] = [:]
         for c in conns.values where c.openA && c.openB { seen[[min(c.a, c.b), max(c.a, c.b)], default: 0] += 1 }
-        return seen.filter { $0.value > 1 }.map { "nodes \($0.key[0])–\($0.key[1]) hold \($0.value) links" }
+        return seen.filter { $0.value > 1 }.sorted { ($0.key[0], $0.key[1]) < ($1.key[0], $1.key[1]) }.map { "nodes \($0.key[0])–\($0.key[1]) hold \($0.value) links" }
     }
 
     /// Open links (both ends open), each once.

@@ -209,13 +209,16 @@ extension Simulation {
 
     /// Property (a), after every event: no node holds an open link to a peer its book revokes.
     func checkRevokedLinks() {
+        var found: [(id: Int, side: Int, other: Int)] = []
         for (id, c) in conns {
             for (side, other, open) in [(c.a, c.b, c.openA), (c.b, c.a, c.openB)] where open {
                 guard let book = nodes[side].book, book.revokedAt(nodes[other].peer) != nil else { continue }
-                if trustFigures.linkViolations.count < 10 {
-                    trustFigures.linkViolations.append("node \(side) holds link \(id) to node \(other), which its book revokes, at \(now) ms")
-                }
+                found.append((id, side, other))
             }
+        }
+        // In link order, not the Dictionary's: the report must be the same in every process.
+        for v in found.sorted(by: { ($0.id, $0.side) < ($1.id, $1.side) }) where trustFigures.linkViolations.count < 10 {
+            trustFigures.linkViolations.append("node \(v.side) holds link \(v.id) to node \(v.other), which its book revokes, at \(now) ms")
         }
     }
 
