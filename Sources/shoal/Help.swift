@@ -411,8 +411,9 @@ enum Help {
             held (connected mesh, budget, one link per pair, convergence, no lost write). --seeds K
             runs K seeds from --seed and prints a summary; a failing seed prints the command that
             replays it exactly (not with --tls or --trust: their keys come from system randomness).
-            Exit status 1 when an invariant failed. --dot prints the final topology as Graphviz. --tls runs a real mutual-TLS session (mbedTLS) on every simulated
-            link; --burst N writes N documents at once on one gateway; --edits off writes only new
+            Exit status 1 when an invariant failed. --dot prints the final topology as Graphviz.
+            --tls runs a real mutual-TLS session (mbedTLS) on every simulated link; --burst N
+            writes N documents at once on one gateway; --edits off writes only new
             documents (no edits or deletes, so no conflicts); --resolver picks how concurrent edits
             resolve (default fieldMerge, field by field; lastWriteWins, whole documents); with
             --field-edits an edit sets one of four fields of the document as its gateway holds it,
