@@ -11,7 +11,8 @@
 # and concurrent edits of single fields under partitions and crashes: every field of every
 # document never deleted ends with its newest write on every node (the field-level merge); and 100
 # gateways on BLE-like links, where control may take at most a tenth of any link's capacity in any
-# second; and a replay: the same seeds with every fault in two processes give the same report.
+# second; and a replay: the same seeds with every fault (some with TLS and trust) in two processes
+# give the same report.
 # Part of `make test`; `make soak` runs more seeds.
 # Usage: scripts/sim-check.sh [SEEDS]   (SHOAL_BIN overrides the binary)
 set -uo pipefail
@@ -73,9 +74,12 @@ wait
 # other scenario has this mix of faults).
 replay=(--nodes 10 --field-edits --partitions --crashes --loss 0.05 --skew 90000 --duplicate 0.002 --reorder 0.005 --seconds 200)
 replayed=ok
-for seed in $(seq 1 10); do
+# Seeds 11-15 add real TLS and fleet trust: their keys come from the seed, so they repeat too.
+for seed in $(seq 1 15); do
+  extra=()
+  [ "$seed" -le 10 ] || extra=(--tls --trust)
   for r in 1 2; do
-    "$bin" sim "${replay[@]}" --seed "$seed" >"$logs/replay.$r.full" 2>&1 || replayed="seed $seed failed an invariant or did not run"
+    "$bin" sim "${replay[@]}" "${extra[@]}" --seed "$seed" >"$logs/replay.$r.full" 2>&1 || replayed="seed $seed failed an invariant or did not run"
     grep -v "speed" "$logs/replay.$r.full" >"$logs/replay.$r"
   done
   [ "$replayed" != ok ] || grep -q "invariants .*all held" "$logs/replay.1" || replayed="seed $seed printed no report"
@@ -83,10 +87,10 @@ for seed in $(seq 1 10); do
   [ "$replayed" = ok ] || break
 done
 if [ "$replayed" = ok ]; then
-  echo "sim replay     ok    10 seeds with every fault, each in two processes: the same report"
+  echo "sim replay     ok    15 seeds with every fault (5 with --tls --trust), each in two processes: the same report"
 else
   status=1
-  echo "sim replay     FAILED: $replayed (${replay[*]})"
+  echo "sim replay     FAILED: $replayed (${replay[*]} ${extra[*]})"
   head -20 "$logs/replay.1.full"
 fi
 

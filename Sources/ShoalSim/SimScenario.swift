@@ -86,6 +86,8 @@ public struct SimReport: Sendable {
 extension SimScenario {
     public func run() throws -> SimReport {
         let started = ContinuousClock.now
+        var config = config
+        config.runMillis = seconds * 1000
         let sim = try Simulation(config)
         defer { sim.cleanUp() }
         var report = SimReport(seed: config.seed, nodes: config.nodes)
@@ -112,7 +114,7 @@ extension SimScenario {
         let bytesBefore = sim.bytesSent
         let writesEnd = faults ? max(sim.now + 1000, config.faultsUntilMillis) : sim.now + 1000
         var ids: [String] = []
-        var newestFields: [String: FieldWrite] = [:]
+        var fieldWrites = FieldWrites()
         var deletedIDs = Set<String>()
         var burstNode = 0
         for k in 0..<(config.blobs ? blobs : 0) {
@@ -136,7 +138,7 @@ extension SimScenario {
             let roll = Int.random(in: 0..<10, using: &rng)
             if roll < editTenths, let id = ids.randomElement(using: &rng) {
                 if fieldEdits {
-                    try fieldEdit(sim, on: node, id: id, field: "f\(Int.random(in: 0..<4, using: &rng))", value: "\(k)", newest: &newestFields)
+                    try fieldEdit(sim, on: node, id: id, field: "f\(Int.random(in: 0..<4, using: &rng))", value: "\(k)", into: &fieldWrites)
                 } else {
                     try sim.write(on: node, id: id, body: SimScenario.body(k, bytes: bodyBytes))
                 }
@@ -194,7 +196,7 @@ extension SimScenario {
         if let v = sim.budgetViolations.first { report.failures.append("over the connection budget: \(v)") }
         if let d = sim.duplicateLinks.first { report.failures.append("two links for one pair: \(d)") }
         if let r = sim.resurrectedDeletes().first { report.failures.append("a delete came back: \(r)") }
-        if fieldEdits, config.resolver.joinsFields, let f = lostFieldEdits(sim, newestFields, except: deletedIDs).first {
+        if fieldEdits, config.resolver.joinsFields, let f = lostFieldEdits(sim, fieldWrites, except: deletedIDs).first {
             report.failures.append("a field edit lost: \(f)")
         }
         // Bounded: frames queued on one side of a link, and bytes sent against one body per node.
@@ -260,10 +262,18 @@ struct FieldWrite {
     var value: String
 }
 
+/// The newest write of each field a run edited ("id.field"), and the fields a revoked node
+/// edited: what others end with there depends on whether its write left it before the
+/// revocation (so the check leaves them out, as `checkedWrites` leaves its writes out).
+struct FieldWrites {
+    var newest: [String: FieldWrite] = [:]
+    var byVictim: Set<String> = []
+}
+
 extension SimScenario {
     /// Sets one top-level field of `id` as `node` holds it (a new document when it holds none or a
     /// tombstone), and remembers the write when it is the field's newest.
-    func fieldEdit(_ sim: Simulation, on node: Int, id: String, field: String, value: String, newest: inout [String: FieldWrite]) throws {
+    func fieldEdit(_ sim: Simulation, on node: Int, id: String, field: String, value: String, into writes: inout FieldWrites) throws {
         guard let store = sim.nodes[node].store else { return }
         let held = try store.get(sim.collection, id: DocumentID(id))
         let fresh = try JSONValue.parse(SimScenario.body(0, bytes: bodyBytes)).objectValue ?? [:]
@@ -272,18 +282,23 @@ extension SimScenario {
         guard try sim.write(on: node, id: id, body: JSONValue.object(object).compactText), let w = sim.writes.last,
               let time = w.version.timestamp(of: sim.nodes[node].peer) else { return }
         let key = "\(id).\(field)"
+        if node == sim.trustPlan?.victim { writes.byVictim.insert(key) }
         let peer = sim.nodes[node].peer
-        if let old = newest[key], (old.time, old.peer) > (time, peer) { return }
-        newest[key] = FieldWrite(node: node, peer: peer, time: time, value: value)
+        if let old = writes.newest[key], (old.time, old.peer) > (time, peer) { return }
+        writes.newest[key] = FieldWrite(node: node, peer: peer, time: time, value: value)
     }
 
-    /// Fields of documents never deleted whose value on some node is not their newest write.
-    func lostFieldEdits(_ sim: Simulation, _ newest: [String: FieldWrite], except deleted: Set<String>) -> [String] {
+    /// Fields of documents never deleted whose value on some checked node is not their newest
+    /// write (with trust: not the revoked node, nor fields it edited or documents holding its
+    /// late writes).
+    func lostFieldEdits(_ sim: Simulation, _ writes: FieldWrites, except deleted: Set<String>) -> [String] {
         var lost: [String] = []
-        for (key, w) in newest.sorted(by: { $0.key < $1.key }) {
+        let checked = sim.checkedNodes
+        let late = sim.lateDocuments(checked.map { sim.snapshot($0) })
+        for (key, w) in writes.newest.sorted(by: { $0.key < $1.key }) where !writes.byVictim.contains(key) {
             let parts = key.split(separator: ".", maxSplits: 1).map(String.init)
-            guard parts.count == 2, !deleted.contains(parts[0]), let docID = try? DocumentID(parts[0]) else { continue }
-            for i in sim.upNodes {
+            guard parts.count == 2, !deleted.contains(parts[0]), !late.contains(parts[0]), let docID = try? DocumentID(parts[0]) else { continue }
+            for i in checked {
                 let body = (try? sim.nodes[i].store?.get(sim.collection, id: docID))??.body
                 let value = body.flatMap { try? JSONValue.parse($0).objectValue }?[parts[1]]?.stringValue
                 if value != w.value {
@@ -299,7 +314,7 @@ extension SimScenario {
 extension Simulation {
     func allHold(_ id: String) -> Bool {
         guard let docID = try? DocumentID(id) else { return false }
-        return upNodes.allSatisfy { i in (try? nodes[i].store?.get(collection, id: docID)) != nil }
+        return checkedNodes.allSatisfy { i in (try? nodes[i].store?.get(collection, id: docID)) != nil }
     }
 
     /// Hops from `from` to every node through open links (nil: unreachable).

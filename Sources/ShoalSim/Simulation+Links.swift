@@ -135,7 +135,9 @@ extension Simulation {
             c.inFlight[side] += 1
             conns[id] = c
             faultyFrames += 1
-            schedule(at: at + UInt64.random(in: 0...max(1, k.latencyMillis), using: &rng), .deliver(conn: id, to: toB ? c.b : c.a, frame: frame))
+            // Over TLS a copy is a replayed record, which the receiving session refuses (its MAC
+            // check fails): an empty frame says so to `.deliver`, which closes the link.
+            schedule(at: at + UInt64.random(in: 0...max(1, k.latencyMillis), using: &rng), .deliver(conn: id, to: toB ? c.b : c.a, frame: c.tls == nil ? frame : []))
         }
     }
 }

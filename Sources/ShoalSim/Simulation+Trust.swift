@@ -19,6 +19,9 @@ public struct SimTrustPlan: Sendable {
     /// An allow entry (for a peer that is not the victim) and the second admin key, recorded early.
     public var allowAt: UInt64
     public var allowNode: Int
+    /// The operator's steps not yet taken (0 allow, 1 first revoke, 2 second, 100… the victim's
+    /// late writes): the run has not converged while any is left.
+    public var pending: Set<Int> = []
 }
 
 /// What the trust scenario saw.
@@ -56,6 +59,10 @@ extension Simulation {
         guard let key = adminKey else { return nil }
         return TrustBook.Site(adminKeys: [key.publicKey], allowedPeers: Set(nodes.map(\.peer)))
     }
+
+    /// What a simulated key is made from: the run's seed and the key's role (never the run's random
+    /// stream, whose draws would shift with the number of keys).
+    func keySeed(_ role: String) -> [UInt8] { Array("shoal-sim \(config.seed) \(role)".utf8) }
 
     /// A node's virtual wall clock in seconds (what its book judges signing times by).
     func wallSeconds(_ n: SimNode) -> Int64 { (Int64(epoch + now) + n.skew) / 1000 }
@@ -145,6 +152,7 @@ extension Simulation {
             let other = nodes[(plan.victim + 1) % nodes.count].peer.description
             let n = nodes[plan.allowNode]
             guard n.up else { schedule(at: now + 1_000, .operatorTrust(0)); return }
+            trustPlan?.pending.remove(0)
             if let second = secondAdminKey {
                 record(n, [(.allow, other, 1, key), (.addAdminKey, Digest.hex(second.publicKey.der), 2, key)])
             }
@@ -152,13 +160,18 @@ extension Simulation {
             let n = nodes[plan.first.node]
             // The operator's gateway is down: they try again a second later.
             guard n.up else { schedule(at: now + 1_000, .operatorTrust(1)); return }
+            trustPlan?.pending.remove(1)
             let before = trustFigures.revokedAtMillis
             if before == nil { trustFigures.revokedAtMillis = now }
             if record(n, [(.revoke, victim, 3, key)]) == 0 { trustFigures.revokedAtMillis = before; return }
             // The revoked node goes on writing for a while: its neighbours that have not heard yet
             // take those writes, and whoever knows must refuse them when they relay them.
-            for k in 0..<10 { schedule(at: now + UInt64(k) * 500, .operatorTrust(100 + k)) }
+            for k in 0..<10 {
+                trustPlan?.pending.insert(100 + k)
+                schedule(at: now + UInt64(k) * 500, .operatorTrust(100 + k))
+            }
         case 100...:
+            trustPlan?.pending.remove(step)
             _ = try? write(on: plan.victim, id: "late-\(step - 100)", body: #"{"late":\#(step - 100)}"#)
         default:
             guard let second = secondAdminKey, let s = plan.second else { return }
@@ -169,26 +182,22 @@ extension Simulation {
                 node = away
             }
             guard nodes[node].up else { schedule(at: now + 1_000, .operatorTrust(2)); return }
+            trustPlan?.pending.remove(2)
             // The operator imports the admin key entry with it (this node may not hold it yet).
             record(nodes[node], [(.addAdminKey, Digest.hex(second.publicKey.der), 2, key), (.revoke, victim, 1, second)])
         }
     }
 
     /// Signs and records entries on a node through its local write path; returns how many were
-    /// taken. Signatures are re-drawn until they are 72 bytes, so bodies have one length and a
-    /// seed replays to the same frame sizes.
+    /// taken.
     @discardableResult
     func record(_ n: SimNode, _ entries: [(TrustEntry.Kind, String, UInt64, AdminSigningKey)]) -> Int {
         guard n.up, let book = n.book, let writer = n.replicator?.writer else { return 0 }
         var taken = 0
         for (kind, subject, serial, key) in entries {
-            var entry: TrustEntry?
-            for _ in 0..<64 {
-                guard let e = try? TrustEntry.signed(kind, subject: subject, note: "sim operator", serial: serial, issuedAt: wallSeconds(n), by: key) else { continue }
-                entry = e
-                if e.signature.count == 72 { break }
-            }
-            guard let entry else { continue }
+            // The keys come from the seed and mbedTLS signs deterministically (RFC 6979), so a
+            // seed replays to the same signatures, so the same frame sizes.
+            guard let entry = try? TrustEntry.signed(kind, subject: subject, note: "sim operator", serial: serial, issuedAt: wallSeconds(n), by: key) else { continue }
             do {
                 let (verdict, _) = try book.record(entry) { id, body in
                     let change = try writer.put(.trust, id: DocumentID(id), body: body)
@@ -275,7 +284,10 @@ extension Simulation {
     }
 
     /// Trust documents every checked node holds the same of (a cheap convergence pre-check).
-    var trustConverged: Bool { trustPlan == nil || trustDisagreements(readBack: false).isEmpty }
+    var trustConverged: Bool {
+        guard let plan = trustPlan else { return true }
+        return plan.pending.isEmpty && trustDisagreements(readBack: false).isEmpty
+    }
 }
 
 /// Counts filter refusals from inside the (Sendable) pull filters; the simulation runs on one thread.
@@ -287,23 +299,28 @@ final class SimCounter: @unchecked Sendable {
 extension Simulation {
     /// Draws the operator's plan from the seed and makes the admin keys (two key pairs per run).
     func planTrust() throws {
-        adminKey = try AdminSigningKey.generate()
-        secondAdminKey = try AdminSigningKey.generate()
+        adminKey = try AdminSigningKey.generate(seed: keySeed("admin 1"))
+        secondAdminKey = try AdminSigningKey.generate(seed: keySeed("admin 2"))
         let count = config.nodes
         let victim = Int.random(in: 0..<count, using: &rng)
         func other(_ not: Set<Int>) -> Int {
             let choices = (0..<count).filter { !not.contains($0) }
             return choices[Int.random(in: 0..<choices.count, using: &rng)]
         }
-        // Within the faults (or the first 40 s without them), after the mesh has had time to form.
-        let end = max(20_000, config.faultsUntilMillis > 0 ? config.faultsUntilMillis * 3 / 5 : 40_000)
-        let firstAt = UInt64.random(in: 10_000...end, using: &rng)
+        // Within the faults (or the first 40 s without them), after the mesh has had time to form;
+        // and within the first three fifths of a short run.
+        let run = config.runMillis == 0 ? UInt64.max : config.runMillis
+        let start = min(10_000, run / 5)
+        let end = max(start, min(run * 2 / 5, max(20_000, config.faultsUntilMillis > 0 ? config.faultsUntilMillis * 3 / 5 : 40_000)))
+        let firstAt = UInt64.random(in: start...end, using: &rng)
         let firstNode = other([victim])
         var plan = SimTrustPlan(victim: victim, first: (firstAt, firstNode), second: nil,
-                                allowAt: UInt64.random(in: 2_000...firstAt, using: &rng), allowNode: other([victim]))
+                                allowAt: UInt64.random(in: min(2_000, firstAt)...firstAt, using: &rng), allowNode: other([victim]))
+        plan.pending = [0, 1]
         if count >= 3 {
-            plan.second = (UInt64.random(in: firstAt...max(firstAt + 1, config.faultsUntilMillis > 0 ? config.faultsUntilMillis : firstAt + 20_000), using: &rng),
-                           other([victim, firstNode]))
+            let last = max(firstAt + 1, min(run * 3 / 5, config.faultsUntilMillis > 0 ? config.faultsUntilMillis : firstAt + 20_000))
+            plan.second = (UInt64.random(in: firstAt...last, using: &rng), other([victim, firstNode]))
+            plan.pending.insert(2)
         }
         trustPlan = plan
         trustFigures.victim = victim

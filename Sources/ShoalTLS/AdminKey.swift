@@ -68,8 +68,18 @@ public final class AdminSigningKey: @unchecked Sendable {  // an mbedTLS key con
 
     /// A new key from the kernel's entropy.
     public static func generate() throws(TLSError) -> AdminSigningKey {
+        try generate { () throws(MbedTLSError) in try RandomSource(personalization: "shoal-admin-key") }
+    }
+
+    /// A key that follows from `seed`, for the simulator's operator (its runs must repeat exactly).
+    /// Never a real site's key.
+    package static func generate(seed: [UInt8]) throws(TLSError) -> AdminSigningKey {
+        try generate { () throws(MbedTLSError) in try RandomSource(seed: seed, personalization: "shoal-sim-admin-key") }
+    }
+
+    private static func generate(_ source: () throws(MbedTLSError) -> RandomSource) throws(TLSError) -> AdminSigningKey {
         do {
-            let random = try RandomSource(personalization: "shoal-admin-key")
+            let random = try source()
             return try AdminSigningKey(key: try PrivateKey.generateP256(random: random), random: random)
         } catch let e as MbedTLSError { throw .mbedTLS(e) } catch let e as TLSError { throw e } catch { throw .badKey("\(error)") }
     }

@@ -57,6 +57,14 @@ public final class Identity: @unchecked Sendable {  // mbedTLS key and certifica
         try create(request, issuer: nil, isCA: false)
     }
 
+    /// A self-signed identity whose key follows from `seed` (the same seed, the same key and peer
+    /// id): for simulated gateways, whose runs must repeat exactly. Never a real gateway's key.
+    package static func createSelfSigned(_ request: Request, seed: [UInt8]) throws(TLSError) -> Identity {
+        let random: RandomSource
+        do { random = try RandomSource(seed: seed, personalization: "shoal-sim-identity") } catch { throw .mbedTLS(error) }
+        return try create(request, key: nil, keepingSubjectOf: nil, issuer: nil, isCA: false, random: random)
+    }
+
     /// A new identity signed by an operator's CA (its key and certificate, PEM or DER).
     public static func createSigned(_ request: Request, caKey: PrivateKey, caCertificate: Certificate) throws(TLSError) -> Identity {
         guard caKey.matches(caCertificate) else { throw .keyDoesNotMatchCertificate }
@@ -103,14 +111,14 @@ public final class Identity: @unchecked Sendable {  // mbedTLS key and certifica
     /// A certificate over `key` (a new key when nil), with the request's subject or the one of
     /// `keepingSubjectOf`.
     static func create(_ request: Request, key given: PrivateKey?, keepingSubjectOf previous: Certificate?,
-                       issuer: (key: PrivateKey, certificate: Certificate)?, isCA: Bool) throws(TLSError) -> Identity {
+                       issuer: (key: PrivateKey, certificate: Certificate)?, isCA: Bool, random seeded: RandomSource? = nil) throws(TLSError) -> Identity {
         if previous == nil {
             try checkName(request.commonName, "common name")
             if let o = request.organization { try checkName(o, "organization") }
         }
         guard request.validDays >= 1 && request.validDays <= 36500 else { throw .invalidRequest("validity must be 1 to 36500 days") }
         do {
-            let random = try RandomSource(personalization: "shoal-identity")
+            let random = try seeded ?? RandomSource(personalization: "shoal-identity")
             let key = try given ?? PrivateKey.generateP256(random: random)
             let der = try writeCertificate(request, subjectKey: key, subjectOf: previous, issuer: issuer, isCA: isCA, random: random)
             let cert = Certificate()  // leaf first, then the CA that signed it

@@ -395,9 +395,9 @@ enum Help {
             Usage: shoal sim [--nodes N] [--topology full|line|ring|grid|random] [--kind wifi|ble]
                              [--seconds S] [--seed X] [--seeds K] [--loss P] [--partitions] [--crashes]
                              [--skew MS] [--writes N] [--body BYTES] [--burst N] [--edits on|off]
-                             [--resolver fieldMerge|lastWriteWins] [--field-edits] [--max-connections N] [--tls] [--dot] [--dir DIR]
-                             [--duplicate P] [--reorder P] [--blobs N] [--blob-bytes MIN-MAX]
-                             [--max-control-share P] [--quiet]
+                             [--resolver fieldMerge|lastWriteWins] [--field-edits] [--max-connections N]
+                             [--tls] [--trust] [--dot] [--dir DIR] [--duplicate P] [--reorder P]
+                             [--blobs N] [--blob-bytes MIN-MAX] [--max-control-share P] [--quiet]
 
             Runs N gateways (default 10) in one process on a simulated radio in virtual time: real
             SQLite stores (in DIR, default /dev/shm), the real replicator and the real mesh manager.
@@ -410,9 +410,13 @@ enum Help {
             sent against the ideal (one body per node), links per node, and whether every invariant
             held (connected mesh, budget, one link per pair, convergence, no lost write). --seeds K
             runs K seeds from --seed and prints a summary; a failing seed prints the command that
-            replays it exactly (not with --tls or --trust: their keys come from system randomness).
+            replays it exactly (with --tls and --trust too: simulated keys come from the seed).
             Exit status 1 when an invariant failed. --dot prints the final topology as Graphviz.
-            --tls runs a real mutual-TLS session (mbedTLS) on every simulated link; --burst N
+            --tls runs a real mutual-TLS session (mbedTLS) on every simulated link. --trust (full
+            topology only) adds fleet trust: an operator revokes one gateway on another at a seeded
+            time and again with a second admin key on a third; the run checks that nobody keeps
+            or makes a link to it, that every other gateway ends with the same entries, and that
+            its writes from the revocation on are refused. --burst N
             writes N documents at once on one gateway; --edits off writes only new
             documents (no edits or deletes, so no conflicts); --resolver picks how concurrent edits
             resolve (default fieldMerge, field by field; lastWriteWins, whole documents); with

@@ -124,8 +124,9 @@ extension CLI {
         if let p = r.probeMillis, let path = r.probePathLatencyMillis {
             out("  one write reached all     \(p) ms over \(r.probeHops ?? 0) hops; per-hop latencies sum to \(path) ms (ratio \(fmt2(Double(p) / Double(max(path, 1)))), goal <= 2)")
         }
-        out("  converged                 \(ms(r.convergedAfterMillis)) after the last write\(s.config.faultsUntilMillis > 0 ? " and the end of faults" : "")")
-        out("  bytes sent                \(r.bytesDuringWrites) during the writes; ideal (one body per node) \(r.idealBytes): ratio \(fmt2(r.bytesRatio))\(s.config.faultsUntilMillis > 0 ? " (includes re-syncs after faults)" : " (goal <= 1.2)")")
+        let faults = s.config.faultsUntilMillis > 0, trust = s.config.trust
+        out("  converged                 \(ms(r.convergedAfterMillis)) after the last write\(faults ? " and the end of faults" : "")\(trust ? " and the operator's last entry" : "")")
+        out("  bytes sent                \(r.bytesDuringWrites) during the writes; ideal (one body per node) \(r.idealBytes): ratio \(fmt2(r.bytesRatio))\(faults ? " (includes re-syncs after faults)" : trust ? " (includes the revocation's re-formed links)" : " (goal <= 1.2)")")
         let share = { (b: UInt64) in r.allBytes == 0 ? "0" : fmt2(100 * Double(b) / Double(r.allBytes)) }
         out("  control bytes             \(r.controlBytes) of \(r.allBytes) over the run: \(share(r.controlBytes)) % (gossip \(share(r.gossipBytes)) %) (goal <= 10 %)")
         let load = r.controlLoad

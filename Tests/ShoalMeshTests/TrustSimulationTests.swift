@@ -34,4 +34,24 @@ struct TrustSimulationTests {
         #expect(r.failures.isEmpty, "\(r.failures)")
         #expect(r.trust?.allKnewAfterMillis != nil)
     }
+
+    @Test("a run with TLS and trust replays exactly (keys from the seed); a short one without faults fits the operator's plan and forms before the revocation")
+    func replayWithKeys() async throws {
+        func run() async throws -> SimReport {
+            try await offPool(scenario(nodes: 6, seed: 5, seconds: 60) {
+                $0.config.tls = true
+                $0.config.trust = true
+            })
+        }
+        let a = try await run()
+        let b = try await run()
+        #expect(a.failures.isEmpty, "\(a.failures)")
+        #expect(a.bytesDuringWrites == b.bytesDuringWrites && a.allBytes == b.allBytes && a.controlBytes == b.controlBytes)
+        #expect(a.dot == b.dot)
+        #expect(a.formedAtMillis == b.formedAtMillis && a.convergedAfterMillis == b.convergedAfterMillis)
+        let revoked = try #require(a.trust?.revokedAtMillis)
+        #expect(revoked == b.trust?.revokedAtMillis && a.trust?.allKnewAfterMillis == b.trust?.allKnewAfterMillis)
+        // The victim's links do not hold the mesh back: it forms long before the operator acts.
+        #expect(try #require(a.formedAtMillis) < revoked)
+    }
 }

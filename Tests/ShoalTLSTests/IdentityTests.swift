@@ -69,6 +69,27 @@ struct IdentityTests {
         #expect(try Identity.createSelfSigned(.init(commonName: "gw-3")).peerID != old.peerID)
     }
 
+    @Test("the simulator's seeded keys repeat from the same seed and differ across seeds; the product's keys never repeat")
+    func seededKeys() throws {
+        let request = Identity.Request(commonName: "sim-gateway-0")
+        let a = try Identity.createSelfSigned(request, seed: Array("seed 1".utf8))
+        let b = try Identity.createSelfSigned(request, seed: Array("seed 1".utf8))
+        let c = try Identity.createSelfSigned(request, seed: Array("seed 2".utf8))
+        #expect(a.peerID == b.peerID && a.peerID != c.peerID)
+        #expect(a.key.pem == b.key.pem)
+        #expect(try Identity.createSelfSigned(request).peerID != Identity.createSelfSigned(request).peerID)
+
+        let k1 = try AdminSigningKey.generate(seed: Array("admin".utf8))
+        let k2 = try AdminSigningKey.generate(seed: Array("admin".utf8))
+        #expect(k1.publicKey.der == k2.publicKey.der)
+        // Deterministic ECDSA: the same key and message give the same signature, which verifies.
+        let message = Array("revoke peer-x".utf8)
+        let signature = try k1.sign(message)
+        #expect(try k2.sign(message) == signature && k1.publicKey.verifies(signature, of: message))
+        #expect(try AdminSigningKey.generate(seed: Array("other".utf8)).publicKey.der != k1.publicKey.der)
+        #expect(try AdminSigningKey.generate().publicKey.der != AdminSigningKey.generate().publicKey.der)
+    }
+
     @Test("the peer id is what openssl gives for the certificate's public key", .enabled(if: hasOpenSSL, "openssl is not installed"))
     func peerIDMatchesOpenSSL() throws {
         let dir = TemporaryDirectory()
