@@ -19,7 +19,6 @@ extension ReplicationDriver {
         var announced = outgoing
         if outgoing { post(.opened(io.id, io, outgoing: true)) }
         var decoder = FrameDecoder(limit: ReplicationMessage.frameLimit)
-        var buffer = [UInt8](repeating: 0, count: 64 * 1024)
         let bodyLimit = maxBodyBytes
         var failure: String?
         loop: while !isStopping && !io.isClosed {
@@ -27,9 +26,9 @@ extension ReplicationDriver {
                 for payload in io.takeOutbox() {
                     try io.session.write(try FrameEncoder.encode(payload, limit: ReplicationMessage.frameLimit), timeoutMillis: 30_000)
                 }
-                let n = try buffer.withUnsafeMutableBytes { (raw) throws(TLSError) -> Int in try io.session.read(into: raw, timeoutMillis: 1000) }
+                // Decrypted straight into the decoder (a large frame into its own array): no copy.
+                let n = try decoder.read { (raw) throws(TLSError) -> Int in try io.session.read(into: raw, timeoutMillis: 1000) }
                 if n == 0 { break loop }
-                decoder.feed(buffer[0..<n])
                 // Decoding and checking documents happen here, on the link's thread, so the node's
                 // thread only resolves and writes.
                 while let frame = try decoder.next() {

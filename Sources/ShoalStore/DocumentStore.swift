@@ -15,7 +15,12 @@ public final class DocumentStore: @unchecked Sendable {  // a SQLite connection,
     let lock = ConditionLock()  // internal: DocumentStore+Backup.swift steps a backup under it
     private var db: SQLiteConnection?
     var lastSequenceValue: Int64 = 0  // internal: read under the lock by DocumentStore+Backup.swift
-    var collectionIDs: [CollectionName: Int64] = [:]
+    var collectionIDs: [CollectionName: Int64] = [:] {
+        didSet { collectionList = collectionIDs.count <= 16 ? collectionIDs.map { ($0.key, $0.value) } : [] }
+    }
+    /// `collectionIDs` as a list while there are few: comparing a handful of short names costs
+    /// less than hashing one (every document write and replicated document looks its id up).
+    private var collectionList: [(name: CollectionName, id: Int64)] = []
     /// What `lastSequence`, `collections()` and `stats()` read without the store's lock: copied
     /// under it at each change, so a commit held up by the disk (an SD card's fsync, or a stall
     /// of seconds) never holds up `shoal status`, the LED or the mesh's keepalives.
@@ -265,6 +270,10 @@ extension DocumentStore {
     }
 
     func collectionID(_ name: CollectionName) throws(StoreError) -> Int64 {
+        if !collectionList.isEmpty {
+            for c in collectionList where c.name == name { return c.id }
+            throw .unknownCollection(name.description)
+        }
         guard let id = collectionIDs[name] else { throw .unknownCollection(name.description) }
         return id
     }

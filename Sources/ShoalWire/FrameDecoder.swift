@@ -29,11 +29,22 @@ public enum FrameEncoder {
     }
 }
 
-/// Splits a byte stream into frames.
+/// Splits a byte stream into frames. Bytes come in by `feed` (a copy) or by `read`, which lets
+/// the caller's source write straight into the decoder's memory: a frame of `directBytes` or more
+/// then goes into an array of its own, which `next` hands out without another copy.
 public struct FrameDecoder: Sendable {
     public let limit: Int
+    /// Buffered bytes are `buffer[start..<end]`; the rest of `buffer` is room to read into.
     private var buffer: [UInt8] = []
-    private var consumed = 0
+    private var start = 0
+    private var end = 0
+    /// A large frame being read into its own array: `large[0..<largeFilled]` has arrived.
+    private var large: [UInt8]?
+    private var largeFilled = 0
+    /// Frames from this size up to `maxDirectBytes` are read into their own array (a peer that
+    /// sends only a header costs at most that much memory before its bytes arrive).
+    static let directBytes = 16 * 1024
+    static let maxDirectBytes = 512 * 1024
 
     public init(limit: Int) {
         precondition(limit > 0 && limit <= Int(UInt32.max))
@@ -41,41 +52,123 @@ public struct FrameDecoder: Sendable {
     }
 
     /// Bytes held that are not yet a whole frame.
-    public var pendingBytes: Int { buffer.count - consumed }
+    public var pendingBytes: Int { end - start + (large == nil ? 0 : 4 + largeFilled) }
 
-    public mutating func feed(_ bytes: some Sequence<UInt8>) { buffer.append(contentsOf: bytes) }
+    public mutating func feed(_ bytes: some Sequence<UInt8>) {
+        if bytes.withContiguousStorageIfAvailable({ feed(UnsafeRawBufferPointer($0)) }) == nil {
+            Array(bytes).withUnsafeBytes { feed($0) }
+        }
+    }
+
+    private mutating func feed(_ bytes: UnsafeRawBufferPointer) {
+        var rest = bytes
+        if let count = large?.count, largeFilled < count {  // (no binding of the array: it is written in place)
+            let n = min(rest.count, count - largeFilled)
+            let from = largeFilled
+            large!.withUnsafeMutableBytes { UnsafeMutableRawBufferPointer(rebasing: $0[from..<(from + n)]).copyMemory(from: UnsafeRawBufferPointer(rebasing: rest[0..<n])) }
+            largeFilled += n
+            rest = UnsafeRawBufferPointer(rebasing: rest[n...])
+        }
+        guard !rest.isEmpty else { return }
+        makeRoom(rest.count)
+        let at = end
+        buffer.withUnsafeMutableBytes { UnsafeMutableRawBufferPointer(rebasing: $0[at..<(at + rest.count)]).copyMemory(from: rest) }
+        end += rest.count
+    }
+
+    /// Lets `source` write up to `maxBytes` straight into the decoder (into a large frame's own
+    /// array while one is arriving: only up to its end, so no byte of the next frame goes there);
+    /// returns what `source` returned (the bytes it wrote; 0 at end of stream).
+    public mutating func read<E: Error>(maxBytes: Int = 64 * 1024, from source: (UnsafeMutableRawBufferPointer) throws(E) -> Int) throws(E) -> Int {
+        // (A whole large frame waiting for `next`: what comes now follows it, in the buffer.)
+        // Array's withUnsafeMutableBytes rethrows untyped errors: the result carries E out.
+        var result: Result<Int, E> = .success(0)
+        if let count = large?.count, largeFilled < count {
+            let from = largeFilled
+            large!.withUnsafeMutableBytes { raw in
+                do throws(E) { result = .success(try source(UnsafeMutableRawBufferPointer(rebasing: raw[from..<min(raw.count, from + maxBytes)]))) } catch { result = .failure(error) }
+            }
+            let n = try result.get()
+            largeFilled += n
+            return n
+        }
+        makeRoom(maxBytes)
+        let from = end
+        buffer.withUnsafeMutableBytes { raw in
+            do throws(E) { result = .success(try source(UnsafeMutableRawBufferPointer(rebasing: raw[from..<(from + maxBytes)]))) } catch { result = .failure(error) }
+        }
+        let n = try result.get()
+        end += n
+        return n
+    }
 
     /// The next whole frame, nil if more bytes are needed, or an error for a frame that must never be
     /// accepted (the caller closes the connection: the stream cannot be resynchronised).
     public mutating func next() throws(FrameError) -> [UInt8]? {
-        let available = buffer.count - consumed
-        guard available >= 4 else { compact(); return nil }
-        let b = consumed
+        if let frame = large {
+            guard largeFilled == frame.count else { return nil }
+            large = nil
+            largeFilled = 0
+            return frame
+        }
+        let available = end - start
+        guard available >= 4 else { return nil }
+        let b = start
         let length = Int(buffer[b]) << 24 | Int(buffer[b + 1]) << 16 | Int(buffer[b + 2]) << 8 | Int(buffer[b + 3])
         guard length > 0 else { throw .emptyFrame }
         guard length <= limit else { throw .oversize(length: length, limit: limit) }
-        guard available >= 4 + length else { compact(); return nil }
+        guard available >= 4 + length else {
+            if length >= Self.directBytes && length <= Self.maxDirectBytes { startLarge(length, have: available - 4) }
+            return nil
+        }
         let frame = Array(buffer[(b + 4)..<(b + 4 + length)])
-        consumed += 4 + length
-        if consumed == buffer.count { buffer.removeAll(keepingCapacity: true); consumed = 0 }
+        start += 4 + length
+        if start == end { start = 0; end = 0 }
         return frame
     }
 
     /// Call at end of stream: an incomplete frame is an error, not silently dropped.
     public func finish() throws(FrameError) {
-        let available = buffer.count - consumed
+        if let frame = large { throw .truncated(have: largeFilled, need: frame.count) }
+        let available = end - start
         guard available == 0 else {
             if available < 4 { throw .truncated(have: available, need: 4) }
-            let b = consumed
+            let b = start
             let length = Int(buffer[b]) << 24 | Int(buffer[b + 1]) << 16 | Int(buffer[b + 2]) << 8 | Int(buffer[b + 3])
             throw .truncated(have: available - 4, need: length)
         }
     }
 
-    private mutating func compact() {
-        if consumed > 0 {
-            buffer.removeFirst(consumed)
-            consumed = 0
+    /// Moves the start of a large frame (all that is buffered: it is not whole) into its own array.
+    private mutating func startLarge(_ length: Int, have: Int) {
+        // Every byte is written before `next` hands the frame out (reads fill it in order).
+        var frame = [UInt8](unsafeUninitializedCapacity: length) { _, count in count = length }
+        let from = start + 4
+        frame.withUnsafeMutableBytes { dst in
+            buffer.withUnsafeBytes { src in
+                UnsafeMutableRawBufferPointer(rebasing: dst[0..<have]).copyMemory(from: UnsafeRawBufferPointer(rebasing: src[from..<(from + have)]))
+            }
         }
+        large = frame
+        largeFilled = have
+        start = 0
+        end = 0
+    }
+
+    /// Room for `count` more bytes after `end`: moves the buffered bytes to the front, then grows.
+    private mutating func makeRoom(_ count: Int) {
+        if end + count <= buffer.count { return }
+        if start > 0 {
+            let n = end - start
+            if n > 0 {
+                let from = start
+                buffer.withUnsafeMutableBytes { raw in
+                    UnsafeMutableRawBufferPointer(rebasing: raw[0..<n]).copyMemory(from: UnsafeRawBufferPointer(rebasing: raw[from..<(from + n)]))
+                }
+            }
+            start = 0
+            end = n
+        }
+        if end + count > buffer.count { buffer.append(contentsOf: repeatElement(0, count: end + count - buffer.count)) }
     }
 }

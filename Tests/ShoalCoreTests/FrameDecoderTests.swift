@@ -24,6 +24,52 @@ struct FrameDecoderTests {
         }
     }
 
+    @Test("reading straight into the decoder gives the same frames, large ones (own array) and small, whatever the read sizes; feed and read mix")
+    func readsInPlace() throws {
+        var rng = SeededRandom(seed: 7)
+        // Small, at the direct threshold, large, over the direct limit (buffered again), small.
+        let sizes = [1, 300, 16 * 1024 - 1, 16 * 1024, 100_000, 600_000, 5, 70_000]
+        let frames: [[UInt8]] = sizes.map { n in (0..<n).map { _ in UInt8(truncatingIfNeeded: rng.next()) } }
+        var stream: [UInt8] = []
+        for f in frames { stream += try FrameEncoder.encode(f, limit: 1 << 20) }
+        for maxRead in [1, 7, 4096, 16 * 1024 + 5, 64 * 1024, 1 << 20] {
+            var d = FrameDecoder(limit: 1 << 20)
+            var got: [[UInt8]] = []
+            var i = 0
+            var reads = 0
+            while i < stream.count {
+                reads += 1
+                if reads % 5 == 0 {
+                    // Every fifth chunk by feed (a copy), the rest written in place.
+                    let n = min(maxRead, stream.count - i)
+                    d.feed(stream[i..<(i + n)])
+                    i += n
+                } else {
+                    let n = d.read(maxBytes: maxRead) { raw in
+                        let n = min(raw.count, stream.count - i, Int(rng.next() % UInt64(maxRead)) + 1)
+                        stream.withUnsafeBytes { UnsafeMutableRawBufferPointer(rebasing: raw[0..<n]).copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[i..<(i + n)])) }
+                        return n
+                    }
+                    i += n
+                }
+                while let f = try d.next() { got.append(f) }
+            }
+            #expect(got == frames, "max read \(maxRead)")
+            #expect(d.pendingBytes == 0)
+            try d.finish()
+        }
+        // Cut inside a large frame: an error that says how much arrived.
+        var cut = FrameDecoder(limit: 1 << 20)
+        cut.feed(Array(stream.prefix(4 + 1 + 4 + 300 + 4 + 16 * 1024 - 1 + 4 + 16 * 1024 + 4 + 20_000)))
+        while try cut.next() != nil {}
+        #expect(throws: FrameError.truncated(have: 20_000, need: 100_000)) { try cut.finish() }
+        // A source that throws: the error comes through, typed, and nothing is counted as read.
+        struct Broken: Error {}
+        var failing = FrameDecoder(limit: 64)
+        #expect(throws: Broken.self) { try failing.read { (_) throws(Broken) -> Int in throw Broken() } }
+        #expect(failing.pendingBytes == 0)
+    }
+
     @Test("rejects an oversize length before buffering its payload")
     func oversize() {
         var d = FrameDecoder(limit: 16)
