@@ -23,9 +23,7 @@ extension ReplicationDriver {
         var failure: String?
         loop: while !isStopping && !io.isClosed {
             do {
-                for payload in io.takeOutbox() {
-                    try io.session.write(try FrameEncoder.encode(payload, limit: ReplicationMessage.frameLimit), timeoutMillis: 30_000)
-                }
+                for payload in io.takeOutbox() { try Self.writeFrame(payload, to: io.session, timeoutMillis: 30_000) }
                 // Decrypted straight into the decoder (a large frame into its own array): no copy.
                 let n = try decoder.read { (raw) throws(TLSError) -> Int in try io.session.read(into: raw, timeoutMillis: 1000) }
                 if n == 0 { break loop }
@@ -55,6 +53,21 @@ extension ReplicationDriver {
             log.verbose(.replication, "link \(io.id) (\(io.transport.rawValue)) read \(drained) bytes while its writes waited for the peer")
         }
         if announced { post(.closed(io.id, error: failure)) } else { log.debug(.mesh, "a peer probed us (\(io.session.peerID.short))") }
+    }
+}
+
+extension ReplicationDriver {
+    /// One frame out: its length with the payload's first bytes (one TLS record's worth), then
+    /// the rest straight from the payload, so a batch is not copied whole behind its length.
+    static func writeFrame(_ payload: [UInt8], to session: TLSSession, timeoutMillis: Int) throws {
+        let (head, from) = try FrameEncoder.split(payload, limit: ReplicationMessage.frameLimit, headBytes: 16 * 1024)
+        try session.write(head, timeoutMillis: timeoutMillis)
+        guard from < payload.count else { return }
+        var failure: TLSError?
+        payload.withUnsafeBytes { raw in
+            do throws(TLSError) { try session.write(UnsafeRawBufferPointer(rebasing: raw[from...]), timeoutMillis: timeoutMillis) } catch { failure = error }
+        }
+        if let failure { throw failure }
     }
 }
 

@@ -262,12 +262,14 @@ struct FieldWrite {
     var value: String
 }
 
-/// The newest write of each field a run edited ("id.field"), and the fields a revoked node
-/// edited: what others end with there depends on whether its write left it before the
-/// revocation (so the check leaves them out, as `checkedWrites` leaves its writes out).
+/// The newest write of each field a run edited ("id.field") by a node that is not revoked, and
+/// the revoked node's newest: where its write is the newer, what others end with depends on
+/// whether that write left it before the revocation, so the check leaves the field out (as
+/// `checkedWrites` leaves out the revoked node's writes); where it is older, the field must
+/// end with the other write everywhere.
 struct FieldWrites {
     var newest: [String: FieldWrite] = [:]
-    var byVictim: Set<String> = []
+    var victimNewest: [String: FieldWrite] = [:]
 }
 
 extension SimScenario {
@@ -282,20 +284,22 @@ extension SimScenario {
         guard try sim.write(on: node, id: id, body: JSONValue.object(object).compactText), let w = sim.writes.last,
               let time = w.version.timestamp(of: sim.nodes[node].peer) else { return }
         let key = "\(id).\(field)"
-        if node == sim.trustPlan?.victim { writes.byVictim.insert(key) }
         let peer = sim.nodes[node].peer
-        if let old = writes.newest[key], (old.time, old.peer) > (time, peer) { return }
-        writes.newest[key] = FieldWrite(node: node, peer: peer, time: time, value: value)
+        let byVictim = node == sim.trustPlan?.victim
+        if let old = byVictim ? writes.victimNewest[key] : writes.newest[key], (old.time, old.peer) > (time, peer) { return }
+        let newest = FieldWrite(node: node, peer: peer, time: time, value: value)
+        if byVictim { writes.victimNewest[key] = newest } else { writes.newest[key] = newest }
     }
 
     /// Fields of documents never deleted whose value on some checked node is not their newest
-    /// write (with trust: not the revoked node, nor fields it edited or documents holding its
-    /// late writes).
+    /// write (with trust: not on the revoked node, nor fields whose newest write is the revoked
+    /// node's, nor documents holding its late writes).
     func lostFieldEdits(_ sim: Simulation, _ writes: FieldWrites, except deleted: Set<String>) -> [String] {
         var lost: [String] = []
         let checked = sim.checkedNodes
         let late = sim.lateDocuments(checked.map { sim.snapshot($0) })
-        for (key, w) in writes.newest.sorted(by: { $0.key < $1.key }) where !writes.byVictim.contains(key) {
+        for (key, w) in writes.newest.sorted(by: { $0.key < $1.key }) {
+            if let v = writes.victimNewest[key], (v.time, v.peer) > (w.time, w.peer) { continue }
             let parts = key.split(separator: ".", maxSplits: 1).map(String.init)
             guard parts.count == 2, !deleted.contains(parts[0]), !late.contains(parts[0]), let docID = try? DocumentID(parts[0]) else { continue }
             for i in checked {

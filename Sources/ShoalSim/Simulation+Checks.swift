@@ -120,9 +120,10 @@ extension Simulation {
             var seen: Set<Int> = [s]
             var queue = [s]
             while let x = queue.popLast() { for y in adjacency[x] ?? [] where !seen.contains(y) { seen.insert(y); queue.append(y) } }
-            // Through any link, the victim's too before its revocation closes them (it is not
-            // among the checked nodes, so not in `comp`, but it relays until then).
-            if !comp.isSubset(of: seen) { return false }
+            // Through the victim's links too, before its revocation closes them (it is not among
+            // the checked nodes, so not in `comp`, but it relays until then); no other node.
+            let victim = trustPlan?.victim
+            if !comp.isSubset(of: seen) || seen.contains(where: { !comp.contains($0) && $0 != victim }) { return false }
         }
         return true
     }

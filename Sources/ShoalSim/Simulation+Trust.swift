@@ -309,16 +309,17 @@ extension Simulation {
         }
         // Within the faults (or the first 40 s without them), after the mesh has had time to form;
         // and within the first three fifths of a short run.
-        let run = config.runMillis == 0 ? UInt64.max : config.runMillis
-        let start = min(10_000, run / 5)
-        let end = max(start, min(run * 2 / 5, max(20_000, config.faultsUntilMillis > 0 ? config.faultsUntilMillis * 3 / 5 : 40_000)))
+        let run = config.runMillis
+        let (fifth, twoFifths, threeFifths) = run == 0 ? (UInt64.max, UInt64.max, UInt64.max) : (run / 5, run * 2 / 5, run * 3 / 5)
+        let start = min(10_000, fifth)
+        let end = max(start, min(twoFifths, max(20_000, config.faultsUntilMillis > 0 ? config.faultsUntilMillis * 3 / 5 : 40_000)))
         let firstAt = UInt64.random(in: start...end, using: &rng)
         let firstNode = other([victim])
         var plan = SimTrustPlan(victim: victim, first: (firstAt, firstNode), second: nil,
                                 allowAt: UInt64.random(in: min(2_000, firstAt)...firstAt, using: &rng), allowNode: other([victim]))
         plan.pending = [0, 1]
         if count >= 3 {
-            let last = max(firstAt + 1, min(run * 3 / 5, config.faultsUntilMillis > 0 ? config.faultsUntilMillis : firstAt + 20_000))
+            let last = max(firstAt + 1, min(threeFifths, config.faultsUntilMillis > 0 ? config.faultsUntilMillis : firstAt + 20_000))
             plan.second = (UInt64.random(in: firstAt...last, using: &rng), other([victim, firstNode]))
             plan.pending.insert(2)
         }

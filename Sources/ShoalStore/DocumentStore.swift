@@ -15,9 +15,7 @@ public final class DocumentStore: @unchecked Sendable {  // a SQLite connection,
     let lock = ConditionLock()  // internal: DocumentStore+Backup.swift steps a backup under it
     private var db: SQLiteConnection?
     var lastSequenceValue: Int64 = 0  // internal: read under the lock by DocumentStore+Backup.swift
-    var collectionIDs: [CollectionName: Int64] = [:] {
-        didSet { collectionList = collectionIDs.count <= 16 ? collectionIDs.map { ($0.key, $0.value) } : [] }
-    }
+    var collectionIDs: [CollectionName: Int64] = [:] { didSet { listCollections() } }  // (init calls it itself)
     /// `collectionIDs` as a list while there are few: comparing a handful of short names costs
     /// less than hashing one (every document write and replicated document looks its id up).
     private var collectionList: [(name: CollectionName, id: Int64)] = []
@@ -148,6 +146,7 @@ public final class DocumentStore: @unchecked Sendable {  // a SQLite connection,
                 collectionIDs[c] = cols.int64(0)
             }
         }
+        listCollections()  // didSet does not run in init
         publishSummary()
         logger.info(.store, "store \(options.path) open: schema \(Schema.latestVersion), \(collectionIDs.count.counted("collection")), last sequence \(lastSequenceValue), durability \(options.durability.rawValue)")
     }
@@ -267,6 +266,10 @@ extension DocumentStore {
             guard s.open else { throw .closed }
             return s.collections
         }
+    }
+
+    private func listCollections() {
+        collectionList = collectionIDs.count <= 16 ? collectionIDs.map { ($0.key, $0.value) } : []
     }
 
     func collectionID(_ name: CollectionName) throws(StoreError) -> Int64 {

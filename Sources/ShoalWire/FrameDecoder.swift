@@ -27,6 +27,22 @@ public enum FrameEncoder {
         out.append(contentsOf: payload)
         return out
     }
+
+    /// A frame in two parts, for a writer that sends them in order: the length and the payload's
+    /// first `headBytes - 4` bytes (a copy of at most that much), then `payload[restFrom...]`
+    /// sent from the payload itself. With `headBytes` a TLS record's size, the records are the
+    /// ones a whole encoded frame would give, without copying the frame behind its length.
+    public static func split(_ payload: [UInt8], limit: Int, headBytes: Int) throws(FrameError) -> (head: [UInt8], restFrom: Int) {
+        guard !payload.isEmpty else { throw .emptyFrame }
+        guard payload.count <= limit else { throw .oversize(length: payload.count, limit: limit) }
+        let n = UInt32(payload.count)
+        let first = min(payload.count, max(1, headBytes - 4))
+        var head: [UInt8] = []
+        head.reserveCapacity(4 + first)
+        head += [UInt8(n >> 24), UInt8(n >> 16 & 0xFF), UInt8(n >> 8 & 0xFF), UInt8(n & 0xFF)]
+        head.append(contentsOf: payload[0..<first])
+        return (head, first)
+    }
 }
 
 /// Splits a byte stream into frames. Bytes come in by `feed` (a copy) or by `read`, which lets
@@ -80,6 +96,7 @@ public struct FrameDecoder: Sendable {
     /// array while one is arriving: only up to its end, so no byte of the next frame goes there);
     /// returns what `source` returned (the bytes it wrote; 0 at end of stream).
     public mutating func read<E: Error>(maxBytes: Int = 64 * 1024, from source: (UnsafeMutableRawBufferPointer) throws(E) -> Int) throws(E) -> Int {
+        precondition(maxBytes > 0, "an empty buffer would read as the end of the stream")
         // (A whole large frame waiting for `next`: what comes now follows it, in the buffer.)
         // Array's withUnsafeMutableBytes rethrows untyped errors: the result carries E out.
         var result: Result<Int, E> = .success(0)
@@ -89,6 +106,7 @@ public struct FrameDecoder: Sendable {
                 do throws(E) { result = .success(try source(UnsafeMutableRawBufferPointer(rebasing: raw[from..<min(raw.count, from + maxBytes)]))) } catch { result = .failure(error) }
             }
             let n = try result.get()
+            precondition(n >= 0 && largeFilled + n <= large!.count, "a source wrote past the buffer it was given")
             largeFilled += n
             return n
         }
@@ -98,6 +116,7 @@ public struct FrameDecoder: Sendable {
             do throws(E) { result = .success(try source(UnsafeMutableRawBufferPointer(rebasing: raw[from..<(from + maxBytes)]))) } catch { result = .failure(error) }
         }
         let n = try result.get()
+        precondition(n >= 0 && n <= maxBytes, "a source wrote past the buffer it was given")
         end += n
         return n
     }
@@ -129,7 +148,7 @@ public struct FrameDecoder: Sendable {
 
     /// Call at end of stream: an incomplete frame is an error, not silently dropped.
     public func finish() throws(FrameError) {
-        if let frame = large { throw .truncated(have: largeFilled, need: frame.count) }
+        if let frame = large, largeFilled < frame.count { throw .truncated(have: largeFilled, need: frame.count) }
         let available = end - start
         guard available == 0 else {
             if available < 4 { throw .truncated(have: available, need: 4) }
@@ -141,7 +160,8 @@ public struct FrameDecoder: Sendable {
 
     /// Moves the start of a large frame (all that is buffered: it is not whole) into its own array.
     private mutating func startLarge(_ length: Int, have: Int) {
-        // Every byte is written before `next` hands the frame out (reads fill it in order).
+        // Left uninitialized (bytes, so no object is ever read from it): `next` hands the frame
+        // out only once reads or feeds have written every byte, in order.
         var frame = [UInt8](unsafeUninitializedCapacity: length) { _, count in count = length }
         let from = start + 4
         frame.withUnsafeMutableBytes { dst in

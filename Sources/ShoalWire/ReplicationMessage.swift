@@ -229,6 +229,8 @@ extension ReplicationMessage {
         case .request(let c, let batch, let ids):
             w.u8(Tag.request.rawValue); w.string(c); w.varint(batch); w.varint(UInt64(ids.count)); for id in ids { w.string(id) }
         case .documents(let c, let batch, let final, let docs):
+            // Room for every body at once: an array grown by doubling copies what it holds each time.
+            w.bytes.reserveCapacity(64 + docs.reduce(0) { $0 + $1.id.utf8.count + $1.version.count + $1.body.count + 16 })
             w.u8(Tag.documents.rawValue); w.string(c); w.varint(batch); w.u8(final ? 1 : 0); w.varint(UInt64(docs.count))
             for d in docs {
                 w.string(d.id)
@@ -259,6 +261,7 @@ extension ReplicationMessage {
             }
         case .push(let c, let batch, let upTo, let changes, let docs):
             // A body names its change by position: id, flag and version are the change's.
+            w.bytes.reserveCapacity(64 + changes.reduce(0) { $0 + $1.id.utf8.count + $1.version.count + 16 } + docs.reduce(0) { $0 + $1.body.count + 8 })
             w.u8(Tag.push.rawValue); w.string(c); w.varint(batch); w.varint(upTo); w.changes(changes)
             var position: [String: Int] = [:]
             for (i, x) in changes.enumerated() where position[x.id] == nil { position[x.id] = i }
@@ -478,6 +481,7 @@ struct WireWriter {
     }
     mutating func varblob(_ b: [UInt8]) { varint(UInt64(b.count)); bytes.append(contentsOf: b) }
     mutating func changes(_ changes: [ReplicationMessage.AnnouncedChange]) {
+        bytes.reserveCapacity(bytes.count + 10 + changes.reduce(0) { $0 + $1.id.utf8.count + $1.version.count + 16 })  // (a push has room already)
         varint(UInt64(changes.count))
         for x in changes { varint(x.sequence); string(x.id); u8(x.deleted ? 1 : 0); varblob(x.version) }
     }

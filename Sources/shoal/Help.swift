@@ -416,7 +416,9 @@ enum Help {
             topology only) adds fleet trust: an operator revokes one gateway on another at a seeded
             time and again with a second admin key on a third; the run checks that nobody keeps
             or makes a link to it, that every other gateway ends with the same entries, and that
-            its writes from the revocation on are refused. --burst N
+            its writes from the revocation on are refused (--field-edits then leaves out fields
+            whose newest write is the revoked gateway's). With --tls a duplicated frame is a
+            replayed record: the session refuses it and the link closes. --burst N
             writes N documents at once on one gateway; --edits off writes only new
             documents (no edits or deletes, so no conflicts); --resolver picks how concurrent edits
             resolve (default fieldMerge, field by field; lastWriteWins, whole documents); with

@@ -63,6 +63,21 @@ struct FrameDecoderTests {
         cut.feed(Array(stream.prefix(4 + 1 + 4 + 300 + 4 + 16 * 1024 - 1 + 4 + 16 * 1024 + 4 + 20_000)))
         while try cut.next() != nil {}
         #expect(throws: FrameError.truncated(have: 20_000, need: 100_000)) { try cut.finish() }
+        // A large frame is handed out in the memory the reads wrote into: no copy.
+        var direct = FrameDecoder(limit: 1 << 20)
+        let big = [UInt8](repeating: 7, count: 20_000)
+        let framed = try FrameEncoder.encode(big, limit: 1 << 20)
+        _ = direct.read(maxBytes: 4) { raw in framed.withUnsafeBytes { raw.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[0..<4])) }; return 4 }
+        #expect(try direct.next() == nil)
+        var wroteAt: UnsafeMutableRawPointer?
+        _ = direct.read(maxBytes: 64 * 1024) { raw in
+            wroteAt = raw.baseAddress
+            framed.withUnsafeBytes { raw.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[4...])) }
+            return big.count
+        }
+        let handed = try #require(try direct.next())
+        #expect(handed == big)
+        #expect(handed.withUnsafeBytes { $0.baseAddress } == UnsafeRawPointer(wroteAt))
         // A source that throws: the error comes through, typed, and nothing is counted as read.
         struct Broken: Error {}
         var failing = FrameDecoder(limit: 64)
