@@ -21,6 +21,7 @@ extension ReplicationDriver {
         var decoder = FrameDecoder(limit: ReplicationMessage.frameLimit)
         let bodyLimit = maxBodyBytes
         var failure: String?
+        var writeBroken = false  // part of a frame went out: nothing more may follow it
         loop: while !isStopping && !io.isClosed {
             do {
                 for payload in io.takeOutbox() { try Self.writeFrame(payload, to: io.session, timeoutMillis: 30_000) }
@@ -37,15 +38,17 @@ extension ReplicationDriver {
                     post(.frame(io.id, ReplicationNode.prepare(frame, maxBodyBytes: bodyLimit), bytes: frame.count))
                 }
             } catch TLSError.timeout {
-                continue
+                continue  // the read's 1 s: look at the outbox again (a write's timeout is a FrameWriteError)
             } catch {
+                if error is FrameWriteError { writeBroken = true }
                 log.verbose(.replication, "link \(io.id): \(error)")
                 if !io.isClosed && !isStopping { failure = "\(error)" }
                 break loop
             }
         }
-        // What the node queued last (an error frame before a close) goes out if it can.
-        for payload in io.takeOutbox() {
+        // What the node queued last (an error frame before a close) goes out if it can (not
+        // behind half a frame: the peer would read it as the rest of that one).
+        for payload in io.takeOutbox() where !writeBroken {
             if let frame = try? FrameEncoder.encode(payload, limit: ReplicationMessage.frameLimit) { try? io.session.write(frame, timeoutMillis: 1000) }
         }
         io.session.close()
@@ -56,18 +59,29 @@ extension ReplicationDriver {
     }
 }
 
+/// A frame's write failed or timed out: part of it may have gone out, so the link must close
+/// (mbedTLS would send the rest of a pending record ahead of whatever is written next).
+package struct FrameWriteError: Error, CustomStringConvertible {
+    package let underlying: TLSError
+    package var description: String { "a frame could not be written whole: \(underlying)" }
+}
+
 extension ReplicationDriver {
     /// One frame out: its length with the payload's first bytes (one TLS record's worth), then
     /// the rest straight from the payload, so a batch is not copied whole behind its length.
-    static func writeFrame(_ payload: [UInt8], to session: TLSSession, timeoutMillis: Int) throws {
+    /// Both writes share `timeoutMillis`; any failure of either is a `FrameWriteError`.
+    package static func writeFrame(_ payload: [UInt8], to session: TLSSession, timeoutMillis: Int) throws {
         let (head, from) = try FrameEncoder.split(payload, limit: ReplicationMessage.frameLimit, headBytes: 16 * 1024)
-        try session.write(head, timeoutMillis: timeoutMillis)
+        let started = ContinuousClock.now
+        do throws(TLSError) { try session.write(head, timeoutMillis: timeoutMillis) } catch { throw FrameWriteError(underlying: error) }
         guard from < payload.count else { return }
+        let spent = started.duration(to: .now).components
+        let left = max(1, timeoutMillis - Int(spent.seconds) * 1000 - Int(spent.attoseconds / 1_000_000_000_000_000))
         var failure: TLSError?
         payload.withUnsafeBytes { raw in
-            do throws(TLSError) { try session.write(UnsafeRawBufferPointer(rebasing: raw[from...]), timeoutMillis: timeoutMillis) } catch { failure = error }
+            do throws(TLSError) { try session.write(UnsafeRawBufferPointer(rebasing: raw[from...]), timeoutMillis: left) } catch { failure = error }
         }
-        if let failure { throw failure }
+        if let failure { throw FrameWriteError(underlying: failure) }
     }
 }
 

@@ -154,7 +154,9 @@ public struct FrameDecoder: Sendable {
             if available < 4 { throw .truncated(have: available, need: 4) }
             let b = start
             let length = Int(buffer[b]) << 24 | Int(buffer[b + 1]) << 16 | Int(buffer[b + 2]) << 8 | Int(buffer[b + 3])
-            throw .truncated(have: available - 4, need: length)
+            // (A whole frame not yet taken by `next` is no cut.)
+            if available < 4 + length { throw .truncated(have: available - 4, need: length) }
+            return
         }
     }
 

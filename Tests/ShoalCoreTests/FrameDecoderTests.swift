@@ -85,6 +85,18 @@ struct FrameDecoderTests {
         #expect(failing.pendingBytes == 0)
     }
 
+    @Test("a frame split for writing (length and first bytes, then the rest) is byte for byte the encoded frame")
+    func splitForWriting() throws {
+        for n in [1, 16_379, 16_380, 16_381, 100_000] {
+            let payload = (0..<n).map { UInt8(truncatingIfNeeded: $0 &* 31) }
+            let (head, from) = try FrameEncoder.split(payload, limit: 1 << 20, headBytes: 16 * 1024)
+            #expect(head + payload[from...] == (try FrameEncoder.encode(payload, limit: 1 << 20)), "payload of \(n)")
+            #expect(head.count <= 16 * 1024)
+        }
+        #expect(throws: FrameError.emptyFrame) { try FrameEncoder.split([], limit: 16, headBytes: 16 * 1024) }
+        #expect(throws: FrameError.oversize(length: 17, limit: 16)) { try FrameEncoder.split(Array(repeating: 0, count: 17), limit: 16, headBytes: 16 * 1024) }
+    }
+
     @Test("rejects an oversize length before buffering its payload")
     func oversize() {
         var d = FrameDecoder(limit: 16)
